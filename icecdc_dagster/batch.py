@@ -1,0 +1,92 @@
+"""What the changelog engine hands to sinks: one batch of CDC events and its position.
+
+A batch is the changes of one snapshot (or the net changes of a run of
+snapshots) of one source table. Sinks keep their own checkpoint and use
+:func:`decide` so that a retried, duplicated or out-of-order batch can never
+corrupt the target, whatever the orchestrator does.
+"""
+
+import enum
+from dataclasses import dataclass, field
+
+from icecdc_dagster.errors import CheckpointError
+
+# Change row columns (added to the table's own columns).
+CHANGE_TYPE = "_change_type"
+COMMIT_SNAPSHOT_ID = "_commit_snapshot_id"
+COMMIT_SEQUENCE_NUMBER = "_commit_sequence_number"
+CHANGE_ORDINAL = "_change_ordinal"
+CHANGE_COLUMNS = (CHANGE_TYPE, COMMIT_SNAPSHOT_ID, COMMIT_SEQUENCE_NUMBER, CHANGE_ORDINAL)
+
+INSERT, DELETE, UPDATE_BEFORE, UPDATE_AFTER = "INSERT", "DELETE", "UPDATE_BEFORE", "UPDATE_AFTER"
+CHANGE_TYPES = (INSERT, DELETE, UPDATE_BEFORE, UPDATE_AFTER)
+
+# CDC event columns (added to change rows; what sinks consume).
+ICEBERG_OPERATION = "iceberg_operation"
+ICEBERG_TABLE_NAME = "iceberg_table_name"
+ICEBERG_SNAPSHOT_ID = "iceberg_snapshot_id"
+DOCUMENT_ID = "document_id"
+BULK_ACTION = "bulk_action"
+EVENT_COLUMNS = (ICEBERG_OPERATION, ICEBERG_TABLE_NAME, ICEBERG_SNAPSHOT_ID, DOCUMENT_ID, BULK_ACTION)
+INDEX_ACTION, DELETE_ACTION = "INDEX", "DELETE"
+
+# v3 row lineage metadata columns.
+ROW_ID = "_row_id"
+LAST_UPDATED_SEQUENCE_NUMBER = "_last_updated_sequence_number"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The last source snapshot a sink has applied."""
+
+    snapshot_id: int
+    sequence_number: int
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """Where a batch sits in the source table's history.
+
+    ``accepted_predecessors``: checkpoints after which this batch may be applied:
+    the parent of the first snapshot, plus the ancestors reachable from it
+    through snapshots that carry no logical change (REPLACE / compaction).
+    An export batch (bootstrap) is accepted only by an empty sink.
+    """
+
+    table_name: str
+    snapshot_id: int
+    sequence_number: int
+    first_snapshot_id: int
+    accepted_predecessors: tuple[int, ...]
+    operation: str
+    committed_at_ms: int
+    is_export: bool = False
+    identifier_columns: tuple[str, ...] = ()
+    snapshot_ids: tuple[int, ...] = field(default=())
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        return Checkpoint(self.snapshot_id, self.sequence_number)
+
+
+class Decision(enum.Enum):
+    APPLY = "apply"
+    ALREADY_APPLIED = "already_applied"
+
+
+def decide(sink_name: str, checkpoint: Checkpoint | None, batch: BatchInfo) -> Decision:
+    """Apply, skip as already applied, or refuse (raise) a batch given the sink's checkpoint."""
+    if checkpoint is None:
+        if batch.is_export:
+            return Decision.APPLY
+        raise CheckpointError(
+            f"{sink_name}: has no checkpoint, so it cannot apply snapshot {batch.snapshot_id} of "
+            f"{batch.table_name}; the table's export batch must be applied first")
+    if checkpoint.snapshot_id == batch.snapshot_id or checkpoint.sequence_number >= batch.sequence_number:
+        return Decision.ALREADY_APPLIED
+    if checkpoint.snapshot_id in batch.accepted_predecessors:
+        return Decision.APPLY
+    raise CheckpointError(
+        f"{sink_name}: refusing snapshot {batch.snapshot_id} of {batch.table_name}: the sink is at "
+        f"snapshot {checkpoint.snapshot_id} (sequence {checkpoint.sequence_number}) but this batch "
+        f"follows {list(batch.accepted_predecessors)}; apply the batches in between first")

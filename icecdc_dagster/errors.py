@@ -1,0 +1,37 @@
+"""Named exceptions: every error says which table, snapshot, key or file it is about."""
+
+
+class IcecdcError(Exception):
+    """Base class of every error this project raises on purpose."""
+
+
+class ConfigError(IcecdcError):
+    """The pipeline YAML is invalid (names the file and the key)."""
+
+
+class RuntimeSetupError(IcecdcError):
+    """Java, a jar or a driver needed to start Spark cannot be found."""
+
+
+class SnapshotNotFoundError(IcecdcError):
+    """A snapshot is not in the table's history or not an ancestor of its current snapshot."""
+
+
+class ChangelogError(IcecdcError):
+    """The changes of a snapshot cannot be computed unambiguously."""
+
+
+class IdentifierColumnError(ChangelogError):
+    """Identifier columns are missing, nested, or null where a key is needed."""
+
+
+class DuplicateKeyChangeError(ChangelogError):
+    """One key has more than one INSERT or DELETE left in a single snapshot."""
+
+
+class CheckpointError(IcecdcError):
+    """A batch does not follow the sink's checkpoint (out of order or gap)."""
+
+
+class SinkWriteError(IcecdcError):
+    """A sink rejected part of a batch; the checkpoint was not advanced."""

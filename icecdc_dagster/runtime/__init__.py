@@ -1,0 +1,1 @@
+"""Starting Spark with Iceberg here: jars, Java, and the shared catalog (no Dagster)."""

@@ -1,0 +1,82 @@
+"""One Iceberg catalog seen by both engines.
+
+pyiceberg's ``SqlCatalog`` and Iceberg's Spark ``JdbcCatalog`` keep their tables
+in the same two SQL tables, keyed by catalog name. Given one SQLAlchemy URL we
+derive both configurations, so a table committed by either engine is visible
+to the other at once.
+"""
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from sqlalchemy.engine import make_url
+
+from icecdc_dagster.errors import ConfigError
+
+SPARK_CATALOG_IMPL = "org.apache.iceberg.spark.SparkCatalog"
+
+
+@dataclass(frozen=True)
+class CatalogSettings:
+    """``uri`` is a SQLAlchemy URL: ``sqlite:////abs/catalog.db`` or ``postgresql+psycopg2://user@host/db``."""
+
+    name: str
+    uri: str
+    warehouse: str
+    properties: dict[str, str] = field(default_factory=dict)
+
+    @cached_property
+    def backend(self) -> str:
+        backend = make_url(self.uri).get_backend_name()
+        if backend not in ("sqlite", "postgresql"):
+            raise ConfigError(f"catalog.uri: unsupported catalog database {backend!r} "
+                              "(use sqlite:///... or postgresql+psycopg2://...)")
+        return backend
+
+    def jdbc_url(self) -> str:
+        url = make_url(self.uri)
+        if self.backend == "sqlite":
+            if not url.database or url.database == ":memory:":
+                raise ConfigError("catalog.uri: an in-memory SQLite catalog cannot be shared with Spark")
+            return f"jdbc:sqlite:{url.database}"
+        host = url.host or "127.0.0.1"
+        port = url.port or 5432
+        return f"jdbc:postgresql://{host}:{port}/{url.database}"
+
+    def pyiceberg_properties(self) -> dict[str, str]:
+        return {"type": "sql", "uri": self.uri, "warehouse": self.warehouse, **self.properties}
+
+    def spark_conf(self) -> dict[str, str]:
+        prefix = f"spark.sql.catalog.{self.name}"
+        conf = {
+            prefix: SPARK_CATALOG_IMPL,
+            f"{prefix}.type": "jdbc",
+            f"{prefix}.uri": self.jdbc_url(),
+            f"{prefix}.warehouse": self.warehouse,
+            # Spark must not cache table metadata, or it misses pyiceberg's commits.
+            f"{prefix}.cache-enabled": "false",
+            f"{prefix}.jdbc.schema-version": "V1",
+        }
+        if self.backend == "sqlite":
+            # Iceberg's start-up table check leaves a SQLite read lock open; pyiceberg
+            # creates the catalog tables instead (load_pyiceberg runs first).
+            conf[f"{prefix}.jdbc.init-catalog-tables"] = "false"
+        url = make_url(self.uri)
+        if url.username:
+            conf[f"{prefix}.jdbc.user"] = url.username
+        if url.password:
+            conf[f"{prefix}.jdbc.password"] = url.password
+        for key, value in self.properties.items():
+            conf[f"{prefix}.{key}"] = str(value)
+        return conf
+
+    def load_pyiceberg(self) -> Any:
+        """The pyiceberg catalog (creates the catalog tables when missing)."""
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        if self.backend == "sqlite":
+            from pathlib import Path
+
+            Path(make_url(self.uri).database).parent.mkdir(parents=True, exist_ok=True)
+        return SqlCatalog(self.name, **self.pyiceberg_properties())

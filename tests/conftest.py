@@ -1,0 +1,77 @@
+"""Shared fixtures: one SparkSession per test session, a fresh catalog per test,
+an OpenSearch-compatible server over HTTP (osmem-server, clone per test)."""
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from icecdc_dagster.runtime.catalog import CatalogSettings
+from icecdc_dagster.runtime.spark import SparkSettings, attach_catalog, build_spark_session
+
+POSTGRES_URI = os.environ.get("ICECDC_TEST_POSTGRES_URI", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
+
+TEST_SPARK_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "4",
+    "spark.driver.memory": "3g",
+}
+
+
+@pytest.fixture(scope="session")
+def spark_settings() -> SparkSettings:
+    return SparkSettings(master="local[2]", app_name="icecdc-tests", conf=TEST_SPARK_CONF,
+                         jdbc_drivers=("sqlite", "postgresql"))
+
+
+@pytest.fixture(scope="session")
+def spark(spark_settings, tmp_path_factory):
+    os.environ.setdefault("ICECDC_CACHE_DIR", str(tmp_path_factory.getbasetemp().parent / "icecdc-cache"))
+    session = build_spark_session(spark_settings)
+    yield session
+    session.stop()
+
+
+def _catalog_name() -> str:
+    return "cat_" + uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def catalog_settings(tmp_path: Path) -> CatalogSettings:
+    """A fresh SQLite catalog + local warehouse in this test's tmp dir."""
+    return CatalogSettings(name=_catalog_name(), uri=f"sqlite:///{tmp_path}/catalog.db",
+                           warehouse=f"file://{tmp_path}/warehouse")
+
+
+@pytest.fixture
+def catalog(spark, catalog_settings):
+    """The pyiceberg catalog of ``catalog_settings``, also attached to the Spark session."""
+    pyiceberg_catalog = catalog_settings.load_pyiceberg()
+    attach_catalog(spark, catalog_settings)
+    pyiceberg_catalog.create_namespace("db")
+    return pyiceberg_catalog
+
+
+def postgres_available() -> bool:
+    try:
+        import sqlalchemy
+
+        with sqlalchemy.create_engine(POSTGRES_URI).connect():
+            return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@pytest.fixture
+def postgres_catalog_settings(tmp_path: Path) -> CatalogSettings:
+    if not postgres_available():
+        pytest.fail(f"PostgreSQL is not reachable at {POSTGRES_URI} (set ICECDC_TEST_POSTGRES_URI)")
+    return CatalogSettings(name=_catalog_name(), uri=POSTGRES_URI, warehouse=f"file://{tmp_path}/warehouse")
+
+
+@pytest.fixture
+def opensearch_url(osmem_clone) -> str:
+    """An empty OpenSearch-compatible cluster over HTTP, private to this test."""
+    return osmem_clone.url
