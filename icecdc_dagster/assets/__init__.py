@@ -1,0 +1,1 @@
+"""Dagster assets built from the pipeline config by small factories."""

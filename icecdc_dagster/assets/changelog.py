@@ -1,0 +1,55 @@
+"""``changelog/<ns>/<table>``: the CDC events of each snapshot, persisted for every sink.
+
+Partition key = snapshot id. A run may cover a range of consecutive keys
+(catch-up): then the batch holds the net changes of the range.
+"""
+
+import time
+
+from dagster import AssetExecutionContext, BackfillPolicy, MaterializeResult, asset
+
+from icecdc_dagster import changelog
+from icecdc_dagster.assets import naming
+from icecdc_dagster.assets.metadata import batch_metadata
+from icecdc_dagster.config import TableConfig
+from icecdc_dagster.pipeline.batches import compute_batch, keys_to_request
+from icecdc_dagster.pipeline.changelog_store import ChangelogStore
+from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
+
+
+def batch_request(context: AssetExecutionContext, table: TableConfig):  # noqa: ANN201
+    all_keys = context.instance.get_dynamic_partitions(naming.partitions_name(table))
+    return keys_to_request(table.table_name, context.partition_keys, all_keys, table.disable_export,
+                           table.identifier_columns)
+
+
+def build_changelog_asset(table: TableConfig):  # noqa: ANN201 - AssetsDefinition
+    @asset(
+        key=naming.changelog_key(table),
+        deps=[naming.source_key(table)],
+        partitions_def=naming.partitions_def(table),
+        backfill_policy=BackfillPolicy.single_run(),
+        group_name=naming.group_name(table),
+        kinds={"iceberg", "spark"},
+        description=(f"Row-level changes of {table.table_name}, one partition per snapshot, stored in "
+                     f"{table.table_name}__changelog (export of the bootstrap snapshot first)."),
+        metadata={"source_table": table.table_name,
+                  "identifier_columns": ", ".join(table.identifier_columns) or "(none)"},
+    )
+    def _changelog(context: AssetExecutionContext, spark: SparkResource,
+                   catalog: IcebergCatalogResource) -> MaterializeResult:
+        started = time.monotonic()
+        session = spark.session(catalog)
+        source = catalog.load_table(table.table_name)
+        request = batch_request(context, table)
+        computed = compute_batch(session, catalog.name, source, request)
+        stored = ChangelogStore(session, catalog.name, table.table_name).write(computed.info, computed.events)
+        parent = changelog.plan_snapshot(source, computed.info.first_snapshot_id).parent_id
+        context.log.info(f"{table.table_name}: stored {stored.rows} change rows of snapshots "
+                         f"{computed.info.first_snapshot_id}..{computed.info.snapshot_id} ({computed.kind})")
+        return MaterializeResult(metadata=batch_metadata(
+            computed.info, parent, started, stored.counts,
+            {"batch_kind": computed.kind, "changelog_table": stored.table_name,
+             "changelog_snapshot_id": str(stored.snapshot_id), **computed.stats}))
+
+    return _changelog

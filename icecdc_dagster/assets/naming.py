@@ -1,0 +1,52 @@
+"""Asset keys, groups and partition names derived from the config, in one place."""
+
+import re
+
+from dagster import AssetKey, DynamicPartitionsDefinition
+
+from icecdc_dagster.config import IcebergSinkConfig, OpenSearchSinkConfig, SinkConfig, TableConfig
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", text)
+
+
+def source_key(table: TableConfig) -> AssetKey:
+    return AssetKey(["iceberg", *table.table_name.split(".")])
+
+
+def changelog_key(table: TableConfig) -> AssetKey:
+    return AssetKey(["changelog", *table.table_name.split(".")])
+
+
+def sink_key(sink: SinkConfig) -> AssetKey:
+    if isinstance(sink, OpenSearchSinkConfig):
+        return AssetKey(["opensearch", sink.index])
+    if isinstance(sink, IcebergSinkConfig):
+        return AssetKey(["replica", *sink.table_name.split(".")])
+    raise TypeError(f"unknown sink {sink!r}")
+
+
+def group_name(table: TableConfig) -> str:
+    return _slug(table.table_name)
+
+
+def partitions_name(table: TableConfig) -> str:
+    return "snapshots__" + _slug(table.table_name)
+
+
+def partitions_def(table: TableConfig) -> DynamicPartitionsDefinition:
+    return DynamicPartitionsDefinition(name=partitions_name(table))
+
+
+def sensor_name(table: TableConfig) -> str:
+    return "snapshots__" + _slug(table.table_name)
+
+
+def opensearch_resource_key(sink: OpenSearchSinkConfig) -> str:
+    return "opensearch__" + _slug(sink.index)
+
+
+TABLE_TAG = "icecdc/table"
+FIRST_SNAPSHOT_TAG = "icecdc/first_snapshot"
+LAST_SNAPSHOT_TAG = "icecdc/last_snapshot"

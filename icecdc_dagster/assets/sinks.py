@@ -1,0 +1,65 @@
+"""``opensearch/<index>`` and ``replica/<ns>/<table>``: apply each changelog batch to a target.
+
+The sink, not Dagster, decides whether a batch may be applied (its own
+checkpoint): an out-of-order batch is refused, an applied one is a no-op.
+"""
+
+import time
+
+from dagster import AssetExecutionContext, BackfillPolicy, MaterializeResult, asset
+
+from icecdc_dagster import changelog
+from icecdc_dagster.assets import naming
+from icecdc_dagster.assets.changelog import batch_request
+from icecdc_dagster.assets.metadata import batch_metadata
+from icecdc_dagster.config import OpenSearchSinkConfig, SinkConfig, TableConfig
+from icecdc_dagster.pipeline.batches import batch_info
+from icecdc_dagster.pipeline.changelog_store import ChangelogStore
+from icecdc_dagster.pipeline.sinks import open_sink, opensearch_settings
+from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
+
+
+def build_sink_asset(table: TableConfig, sink: SinkConfig):  # noqa: ANN201 - AssetsDefinition
+    is_opensearch = isinstance(sink, OpenSearchSinkConfig)
+    resource_key = naming.opensearch_resource_key(sink) if is_opensearch else None
+
+    @asset(
+        key=naming.sink_key(sink),
+        deps=[naming.changelog_key(table)],
+        partitions_def=naming.partitions_def(table),
+        backfill_policy=BackfillPolicy.single_run(),
+        group_name=naming.group_name(table),
+        kinds={"opensearch", "spark"} if is_opensearch else {"iceberg", "spark"},
+        required_resource_keys={"spark", "catalog", *([resource_key] if resource_key else [])},
+        description=(f"OpenSearch index {sink.index} kept in step with {table.table_name}" if is_opensearch
+                     else f"Iceberg replica {sink.table_name} of {table.table_name} (MERGE per batch)"),
+        metadata={"source_table": table.table_name, "target": sink.asset_name},
+    )
+    def _sink(context: AssetExecutionContext) -> MaterializeResult:
+        started = time.monotonic()
+        spark: SparkResource = context.resources.spark
+        catalog: IcebergCatalogResource = context.resources.catalog
+        session = spark.session(catalog)
+        source = catalog.load_table(table.table_name)
+        info = batch_info(source, batch_request(context, table))
+        settings = None
+        if is_opensearch:
+            cluster = getattr(context.resources, resource_key)
+            settings = opensearch_settings(sink, hosts=cluster.hosts, username=cluster.username,
+                                           password=cluster.password, verify_certs=cluster.verify_certs,
+                                           ca_certs=cluster.ca_certs)
+        target = open_sink(sink, spark=session, catalog_name=catalog.name, pyiceberg_catalog=catalog.load(),
+                           source_table=source, identifier_columns=table.identifier_columns, opensearch=settings)
+        events = ChangelogStore(session, catalog.name, table.table_name).read(info)
+        result = target.apply(info, events)
+        parent = changelog.plan_snapshot(source, info.first_snapshot_id).parent_id
+        context.log.info(f"{target.name}: {'skipped (already applied)' if result.skipped else 'applied'} "
+                         f"snapshots {info.first_snapshot_id}..{info.snapshot_id}: {result.counts}")
+        checkpoint = result.checkpoint
+        return MaterializeResult(metadata=batch_metadata(
+            info, parent, started, {},
+            {"sink": target.name, "skipped_already_applied": result.skipped,
+             "checkpoint_snapshot_id": str(checkpoint.snapshot_id) if checkpoint else "none",
+             **{f"sink_{k}": v for k, v in result.counts.items()}, **result.details}))
+
+    return _sink

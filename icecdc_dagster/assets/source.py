@@ -1,0 +1,25 @@
+"""``iceberg/<ns>/<table>``: the source table as an observable asset (data version = snapshot id)."""
+
+from dagster import AssetSpec, DataVersion, observable_source_asset
+
+from icecdc_dagster.assets import naming
+from icecdc_dagster.config import TableConfig
+
+
+def build_source_asset(table: TableConfig):  # noqa: ANN201 - SourceAsset
+    @observable_source_asset(
+        key=naming.source_key(table),
+        group_name=naming.group_name(table),
+        description=f"Iceberg table {table.table_name}; its data version is the current snapshot id.",
+        required_resource_keys={"catalog"},
+        metadata={"table_name": table.table_name},
+        tags={"dagster/kind/iceberg": ""},
+    )
+    def _observe(context) -> DataVersion:  # noqa: ANN001
+        snapshot = context.resources.catalog.load_table(table.table_name).current_snapshot()
+        return DataVersion(str(snapshot.snapshot_id) if snapshot else "empty")
+
+    return _observe
+
+
+__all__ = ["AssetSpec", "build_source_asset"]

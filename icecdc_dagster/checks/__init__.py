@@ -1,0 +1,1 @@
+"""Asset checks: sinks agree with their source; no batch is stuck."""

@@ -1,0 +1,49 @@
+"""No snapshot of the table waits (or failed) longer than N polling intervals."""
+
+import time
+
+from dagster import AssetCheckResult, AssetCheckSeverity, asset_check
+
+from icecdc_dagster import changelog
+from icecdc_dagster.assets import naming
+from icecdc_dagster.config import TableConfig
+from icecdc_dagster.pipeline.ordering import KeyStatus
+from icecdc_dagster.sensors.snapshots import key_statuses
+
+STUCK_AFTER_INTERVALS = 10
+
+
+def build_stuck_check(table: TableConfig):  # noqa: ANN201 - AssetChecksDefinition
+    @asset_check(
+        asset=naming.changelog_key(table),
+        name="no_stuck_snapshots",
+        description=(f"Fails when a snapshot of {table.table_name} failed, or waits longer than "
+                     f"{STUCK_AFTER_INTERVALS} polling intervals ({table.polling_interval})."),
+        required_resource_keys={"catalog"},
+        blocking=False,
+    )
+    def _check(context) -> AssetCheckResult:  # noqa: ANN001
+        source = context.resources.catalog.load_table(table.table_name)
+        keys = list(context.instance.get_dynamic_partitions(naming.partitions_name(table)))
+        statuses = key_statuses(context.instance, table, keys)
+        limit_s = STUCK_AFTER_INTERVALS * table.polling_interval_s
+        now_ms = time.time() * 1000
+        failed = [k for k in keys if statuses.get(k) is KeyStatus.FAILED]
+        waiting = [k for k in keys if statuses.get(k) in (KeyStatus.PENDING, KeyStatus.IN_PROGRESS)]
+        stuck = [k for k in waiting
+                 if (now_ms - changelog.plan_snapshot(source, int(k)).committed_at_ms) / 1000 > limit_s]
+        unseen = []
+        current = source.current_snapshot()
+        if current is not None and keys and str(current.snapshot_id) not in keys:
+            unseen = [str(current.snapshot_id)]
+        passed = not failed and not stuck
+        return AssetCheckResult(
+            passed=passed,
+            severity=AssetCheckSeverity.ERROR,
+            metadata={"failed_snapshots": ", ".join(failed) or "none",
+                      "stuck_snapshots": ", ".join(stuck) or "none",
+                      "pending_snapshots": len(waiting),
+                      "current_snapshot_not_yet_partition": ", ".join(unseen) or "none",
+                      "stuck_after_s": limit_s})
+
+    return _check

@@ -1,0 +1,53 @@
+"""Dagster definitions built from the pipeline file (``$ICECDC_CONFIG``; none = empty project)."""
+
+from dagster import Definitions, EnvVar, in_process_executor
+
+from icecdc_dagster.assets import naming
+from icecdc_dagster.assets.changelog import build_changelog_asset
+from icecdc_dagster.assets.sinks import build_sink_asset
+from icecdc_dagster.assets.source import build_source_asset
+from icecdc_dagster.checks.stuck import build_stuck_check
+from icecdc_dagster.config import EnvRef, OpenSearchSinkConfig, PipelineConfig, load_config
+from icecdc_dagster.resources import IcebergCatalogResource, OpenSearchResource, SparkResource
+from icecdc_dagster.sensors.snapshots import build_snapshot_sensor
+
+
+def _secret(value):  # noqa: ANN001, ANN202
+    return EnvVar(value.name) if isinstance(value, EnvRef) else value
+
+
+def build_resources(config: PipelineConfig) -> dict:
+    resources: dict = {
+        "catalog": IcebergCatalogResource(name=config.catalog.name, uri=config.catalog.uri,
+                                          warehouse=config.catalog.warehouse,
+                                          properties={k: str(v) for k, v in config.catalog.properties.items()}),
+        "spark": SparkResource(master=config.spark.master, app_name=config.spark.app_name,
+                               conf={k: str(v) for k, v in config.spark.conf.items()}, jars=list(config.spark.jars)),
+    }
+    for table in config.tables:
+        for sink in table.sinks:
+            if isinstance(sink, OpenSearchSinkConfig):
+                resources[naming.opensearch_resource_key(sink)] = OpenSearchResource(
+                    hosts=list(sink.hosts), username=_secret(sink.username), password=_secret(sink.password),
+                    verify_certs=sink.verify_certs, ca_certs=sink.ca_certs, request_timeout_s=sink.request_timeout_s)
+    return resources
+
+
+def build_definitions(config: PipelineConfig) -> Definitions:
+    assets, checks, sensors = [], [], []
+    for table in config.tables:
+        assets.append(build_source_asset(table))
+        assets.append(build_changelog_asset(table))
+        assets.extend(build_sink_asset(table, sink) for sink in table.sinks)
+        checks.append(build_stuck_check(table))
+        sensors.append(build_snapshot_sensor(table))
+    from icecdc_dagster.checks.consistency import build_consistency_checks
+
+    for table in config.tables:
+        checks.extend(build_consistency_checks(table))
+    # One process per run keeps one warm SparkSession for every step of the batch.
+    return Definitions(assets=assets, asset_checks=checks, sensors=sensors, resources=build_resources(config),
+                       executor=in_process_executor)
+
+
+defs = build_definitions(load_config())

@@ -1,0 +1,46 @@
+"""The demo table and the snapshots we commit to it (inserts, CoW updates, MoR deletes, MERGE, compaction)."""
+
+SOURCE_TABLE = "demo.orders"
+REPLICA_TABLE = "demo_replica.orders"
+
+
+def create_source(spark, catalog: str) -> None:  # noqa: ANN001
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {catalog}.demo")
+    spark.sql(f"""
+        CREATE TABLE IF NOT EXISTS {catalog}.{SOURCE_TABLE} (
+            order_id BIGINT NOT NULL, customer STRING, amount DECIMAL(12, 2), status STRING, updated_at TIMESTAMP)
+        USING iceberg PARTITIONED BY (bucket(4, order_id))
+        TBLPROPERTIES ('format-version'='2', 'write.update.mode'='copy-on-write',
+                       'write.delete.mode'='merge-on-read', 'write.merge.mode'='merge-on-read')""")
+    spark.sql(f"ALTER TABLE {catalog}.{SOURCE_TABLE} SET IDENTIFIER FIELDS order_id")
+
+
+def initial_load(spark, catalog: str) -> None:  # noqa: ANN001
+    spark.sql(f"""INSERT INTO {catalog}.{SOURCE_TABLE}
+        SELECT id, concat('customer-', id % 37), CAST(id * 1.25 AS DECIMAL(12, 2)), 'NEW',
+               TIMESTAMP '2026-01-01 00:00:00' + make_interval(0, 0, 0, 0, 0, 0, id)
+        FROM range(1, 1001)""")
+
+
+CHANGES = (
+    ("copy-on-write UPDATE of 50 orders",
+     "UPDATE {t} SET status = 'SHIPPED', updated_at = TIMESTAMP '2026-02-01 00:00:00' WHERE order_id % 20 = 0"),
+    ("merge-on-read DELETE of 20 orders", "DELETE FROM {t} WHERE order_id % 50 = 7"),
+    ("INSERT of 100 new orders",
+     "INSERT INTO {t} SELECT id, concat('customer-', id % 37), CAST(id * 2 AS DECIMAL(12, 2)), 'NEW', "
+     "TIMESTAMP '2026-03-01 00:00:00' FROM range(1001, 1101)"),
+    ("merge-on-read MERGE: 30 updated, 10 inserted",
+     "MERGE INTO {t} t USING (SELECT id AS order_id FROM range(1081, 1121)) s ON t.order_id = s.order_id "
+     "WHEN MATCHED THEN UPDATE SET t.status = 'PAID' "
+     "WHEN NOT MATCHED THEN INSERT (order_id, customer, amount, status, updated_at) "
+     "VALUES (s.order_id, 'walk-in', CAST(9.99 AS DECIMAL(12, 2)), 'PAID', TIMESTAMP '2026-04-01 00:00:00')"),
+    ("compaction (REPLACE: no logical change)", "CALL {c}.system.rewrite_data_files(table => '{n}', options => map('min-input-files','1'))"),
+)
+
+
+def apply_changes(spark, catalog: str) -> list[str]:  # noqa: ANN001
+    done = []
+    for description, statement in CHANGES:
+        spark.sql(statement.format(t=f"{catalog}.{SOURCE_TABLE}", c=catalog, n=SOURCE_TABLE))
+        done.append(description)
+    return done

@@ -1,0 +1,99 @@
+"""Turn a run of partition keys (snapshot ids) into a BatchInfo and its CDC events."""
+
+import time
+from dataclasses import dataclass, field
+from collections.abc import Sequence
+from typing import Any
+
+from icecdc_dagster import changelog
+from icecdc_dagster.batch import BatchInfo
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    """A run of consecutive snapshot keys of one table, and how the table is configured."""
+
+    table_name: str
+    snapshot_ids: tuple[int, ...]
+    bootstrap_snapshot_id: int
+    disable_export: bool = False
+    identifier_columns: tuple[str, ...] = ()
+
+    @property
+    def includes_bootstrap(self) -> bool:
+        return self.snapshot_ids[0] == self.bootstrap_snapshot_id
+
+
+@dataclass
+class ComputedBatch:
+    info: BatchInfo
+    events: Any  # Spark DataFrame of CDC events
+    stats: dict[str, Any] = field(default_factory=dict)
+    kind: str = "cdc"  # "export", "bootstrap" (export disabled), "cdc" or "net"
+
+
+def keys_to_request(table_name: str, keys: Sequence[str], all_keys: Sequence[str], disable_export: bool,
+                    identifier_columns: Sequence[str]) -> BatchRequest:
+    """``all_keys`` are the table's partition keys in commit order; the first is the bootstrap."""
+    return BatchRequest(table_name=table_name, snapshot_ids=tuple(int(k) for k in keys),
+                        bootstrap_snapshot_id=int(all_keys[0]), disable_export=disable_export,
+                        identifier_columns=tuple(identifier_columns))
+
+
+def batch_info(table, request: BatchRequest) -> BatchInfo:  # noqa: ANN001 - pyiceberg Table
+    """Position of the batch in the table's history, from metadata only."""
+    first, last = request.snapshot_ids[0], request.snapshot_ids[-1]
+    last_plan = changelog.plan_snapshot(table, last)
+    predecessors = () if request.includes_bootstrap else tuple(changelog.accepted_predecessors(table, first))
+    return BatchInfo(
+        table_name=request.table_name,
+        snapshot_id=last,
+        sequence_number=last_plan.sequence_number,
+        first_snapshot_id=first,
+        accepted_predecessors=predecessors,
+        operation=last_plan.operation,
+        committed_at_ms=last_plan.committed_at_ms,
+        is_export=request.includes_bootstrap,
+        identifier_columns=request.identifier_columns,
+        snapshot_ids=request.snapshot_ids,
+    )
+
+
+def uses_row_lineage(table) -> bool:  # noqa: ANN001
+    return int(table.metadata.format_version) >= 3
+
+
+def compute_batch(spark, catalog_name: str, table, request: BatchRequest) -> ComputedBatch:  # noqa: ANN001
+    """The batch's CDC events (lazy DataFrame) and engine statistics.
+
+    - export: every row of the last snapshot as INSERT (nets the bootstrap with what followed);
+    - bootstrap with export disabled: only the changes after the bootstrap snapshot;
+    - otherwise the changes of the snapshot, or the net changes of the run of snapshots.
+    """
+    info = batch_info(table, request)
+    first, last = request.snapshot_ids[0], request.snapshot_ids[-1]
+    started = time.monotonic()
+    if request.includes_bootstrap and not request.disable_export:
+        change_set, kind = changelog.export(spark, catalog_name, table, last), "export"
+    elif request.includes_bootstrap:
+        if first == last:
+            change_set, kind = None, "bootstrap"
+        else:
+            change_set, kind = changelog.changes(spark, catalog_name, table, (first, last),
+                                                 request.identifier_columns, net=True), "net"
+    elif first == last:
+        change_set, kind = changelog.changes(spark, catalog_name, table, last, request.identifier_columns), "cdc"
+    else:
+        parent = changelog.plan_snapshot(table, first).parent_id
+        change_set, kind = changelog.changes(spark, catalog_name, table, (parent, last),
+                                             request.identifier_columns, net=True), "net"
+    if change_set is None:
+        rows = changelog.export(spark, catalog_name, table, last).rows.limit(0)
+        stats: dict[str, Any] = {}
+    else:
+        rows = change_set.rows
+        stats = dict(change_set.stats) if isinstance(change_set.stats, dict) else {}
+    events = changelog.to_events(rows, request.table_name, request.identifier_columns, info.operation, last,
+                                 use_row_id=uses_row_lineage(table) and not request.identifier_columns)
+    stats["plan_s"] = round(time.monotonic() - started, 3)
+    return ComputedBatch(info=info, events=events, stats=stats, kind=kind)

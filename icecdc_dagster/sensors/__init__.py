@@ -1,0 +1,1 @@
+"""Sensors: one per source table, materialising snapshots strictly in commit order."""

@@ -1,0 +1,84 @@
+"""Where each table and sink stands: checkpoint, pending snapshots, lag."""
+
+import time
+from dataclasses import dataclass, field
+
+from dagster import DagsterInstance, Definitions
+
+from icecdc_dagster import changelog
+from icecdc_dagster.assets import naming
+from icecdc_dagster.config import OpenSearchSinkConfig, TableConfig
+from icecdc_dagster.pipeline.ordering import KeyStatus
+from icecdc_dagster.pipeline.sinks import open_sink, opensearch_settings, sink_name
+from icecdc_dagster.sensors.snapshots import discover_new_keys, key_statuses
+
+
+@dataclass
+class SinkStatus:
+    name: str
+    checkpoint_snapshot_id: int | None
+    pending_snapshots: int
+    lag_s: float | None
+    error: str | None = None
+
+
+@dataclass
+class TableStatus:
+    table_name: str
+    current_snapshot_id: int | None
+    known_partitions: int
+    unapplied_partitions: int
+    failed_partitions: list[str]
+    sinks: list[SinkStatus] = field(default_factory=list)
+
+    def render(self) -> str:
+        lines = [f"{self.table_name}: current snapshot {self.current_snapshot_id}, "
+                 f"{self.known_partitions} partitions, {self.unapplied_partitions} not yet applied"
+                 + (f", FAILED: {', '.join(self.failed_partitions)}" if self.failed_partitions else "")]
+        for sink in self.sinks:
+            lag = f"{sink.lag_s:.1f}s" if sink.lag_s is not None else "-"
+            detail = f" (error: {sink.error})" if sink.error else ""
+            lines.append(f"  {sink.name}: checkpoint {sink.checkpoint_snapshot_id}, "
+                         f"{sink.pending_snapshots} snapshots pending, lag {lag}{detail}")
+        return "\n".join(lines)
+
+
+def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfig) -> TableStatus:
+    catalog = defs.resources["catalog"]
+    source = catalog.load_table(table.table_name)
+    current = source.current_snapshot()
+    known = list(instance.get_dynamic_partitions(naming.partitions_name(table)))
+    keys = known + discover_new_keys(source, known)
+    statuses = key_statuses(instance, table, known)
+    status = TableStatus(
+        table.table_name, current.snapshot_id if current else None, len(known),
+        sum(1 for k in keys if statuses.get(k) is not KeyStatus.DONE),
+        [k for k in known if statuses.get(k) is KeyStatus.FAILED])
+    spark = None
+    for sink in table.sinks:
+        try:
+            if spark is None and not isinstance(sink, OpenSearchSinkConfig):
+                spark = defs.resources["spark"].session(catalog)
+            settings = None
+            if isinstance(sink, OpenSearchSinkConfig):
+                cluster = defs.resources[naming.opensearch_resource_key(sink)]
+                settings = opensearch_settings(sink, hosts=cluster.hosts, username=cluster.username,
+                                               password=cluster.password, verify_certs=cluster.verify_certs,
+                                               ca_certs=cluster.ca_certs)
+            target = open_sink(sink, spark=spark, catalog_name=catalog.name, pyiceberg_catalog=catalog.load(),
+                               source_table=source, identifier_columns=table.identifier_columns, opensearch=settings)
+            checkpoint = target.read_checkpoint()
+        except Exception as exc:  # noqa: BLE001 - status reports, it does not fail
+            status.sinks.append(SinkStatus(sink_name(sink), None, len(keys), None, error=str(exc)[:200]))
+            continue
+        if checkpoint is None:
+            pending = [int(k) for k in keys]
+        else:
+            pending = [p.snapshot_id for p in changelog.snapshots_after(source, checkpoint.snapshot_id)]
+        lag = None
+        if pending:
+            oldest = changelog.plan_snapshot(source, pending[0]).committed_at_ms
+            lag = time.time() - oldest / 1000
+        status.sinks.append(SinkStatus(sink_name(sink), checkpoint.snapshot_id if checkpoint else None,
+                                       len(pending), lag))
+    return status
