@@ -129,11 +129,16 @@ class CatalogConfig:
     name: str = "lake"
     uri: str = "sqlite:///lake/catalog.db"
     warehouse: str = "lake/warehouse"
+    password: EnvRef | None = None
     properties: dict = field(default_factory=dict)
 
     def settings(self) -> CatalogSettings:
-        return CatalogSettings(self.name, self.uri, self.warehouse,
-                               {k: str(v) for k, v in self.properties.items()})
+        uri = self.uri
+        if self.password is not None and self.password.resolve():
+            from sqlalchemy.engine import make_url
+
+            uri = make_url(uri).set(password=self.password.resolve()).render_as_string(hide_password=False)
+        return CatalogSettings(self.name, uri, self.warehouse, {k: str(v) for k, v in self.properties.items()})
 
 
 @dataclass(frozen=True)
@@ -263,7 +268,7 @@ def parse_config(data: Any, source: str = "<config>", base_dir: Path | None = No
         raise reader.fail(unknown[0], "unknown key (expected one of: catalog, ingest, spark, tables)")
     catalog = reader.build(CatalogConfig, root.get("catalog"), "catalog")
     catalog = CatalogConfig(catalog.name, reader.path_uri(catalog.uri), reader.path_uri(catalog.warehouse),
-                            catalog.properties or {})
+                            catalog.password, catalog.properties or {})
     try:
         catalog.settings().backend  # noqa: B018 - validates the URI scheme
     except ConfigError as exc:

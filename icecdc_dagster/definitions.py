@@ -7,6 +7,7 @@ from icecdc_dagster.assets.changelog import build_changelog_asset
 from icecdc_dagster.assets.sinks import build_sink_asset
 from icecdc_dagster.assets.source import build_source_asset
 from icecdc_dagster.checks.stuck import build_stuck_check
+from icecdc_dagster.errors import ConfigError
 from icecdc_dagster.config import EnvRef, OpenSearchSinkConfig, PipelineConfig, load_config
 from icecdc_dagster.resources import IcebergCatalogResource, OpenSearchResource, SparkResource
 from icecdc_dagster.sensors.snapshots import build_snapshot_sensor
@@ -20,6 +21,7 @@ def build_resources(config: PipelineConfig) -> dict:
     resources: dict = {
         "catalog": IcebergCatalogResource(name=config.catalog.name, uri=config.catalog.uri,
                                           warehouse=config.catalog.warehouse,
+                                          password=_secret(config.catalog.password),
                                           properties={k: str(v) for k, v in config.catalog.properties.items()}),
         "spark": SparkResource(master=config.spark.master, app_name=config.spark.app_name,
                                conf={k: str(v) for k, v in config.spark.conf.items()}, jars=list(config.spark.jars)),
@@ -33,7 +35,24 @@ def build_resources(config: PipelineConfig) -> dict:
     return resources
 
 
-def build_definitions(config: PipelineConfig) -> Definitions:
+def check_tables_exist(config: PipelineConfig) -> None:
+    """A table name that does not exist in the catalog fails at load, naming the table."""
+    if not config.tables:
+        return
+    from pyiceberg.exceptions import NoSuchTableError
+
+    catalog = config.catalog.settings().load_pyiceberg()
+    for table in config.tables:
+        try:
+            catalog.load_table(table.table_name)
+        except NoSuchTableError:
+            raise ConfigError(f"{config.source}: tables: table {table.table_name!r} does not exist in catalog "
+                              f"{config.catalog.name!r} ({config.catalog.uri})") from None
+
+
+def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Definitions:
+    if check_tables:
+        check_tables_exist(config)
     assets, checks, sensors = [], [], []
     for table in config.tables:
         assets.append(build_source_asset(table))

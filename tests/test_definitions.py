@@ -1,0 +1,59 @@
+"""Definitions built from a two-table pipeline file: assets, lineage, partitions, sensors, checks."""
+
+import pyarrow as pa
+import pytest
+from dagster import AssetKey, DynamicPartitionsDefinition
+
+from icecdc_dagster.config import load_config
+from icecdc_dagster.definitions import build_definitions
+from icecdc_dagster.errors import ConfigError
+from tests.helpers import write_pipeline
+
+TABLES = [
+    {"table_name": "db.orders", "identifier_columns": ["id"], "polling_interval": "PT5S",
+     "sinks": [{"opensearch": {"index": "orders", "hosts": ["http://127.0.0.1:1"],
+                               "password": {"env": "TEST_OS_PASSWORD"}, "username": "admin"}},
+               {"iceberg": {"table_name": "replica.orders"}}]},
+    {"table_name": "db.customers", "sinks": [{"iceberg": {"table_name": "replica.customers"}}]},
+]
+
+
+@pytest.fixture
+def two_table_config(tmp_path, catalog_settings):
+    catalog = catalog_settings.load_pyiceberg()
+    catalog.create_namespace("db")
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string())])
+    catalog.create_table("db.orders", schema=schema)
+    catalog.create_table("db.customers", schema=schema)
+    return write_pipeline(tmp_path / "pipeline.yaml", catalog_settings, TABLES)
+
+
+def test_two_tables_give_source_changelog_and_sink_assets_with_lineage(two_table_config, monkeypatch):
+    monkeypatch.setenv("TEST_OS_PASSWORD", "s3cret")
+    defs = build_definitions(load_config(two_table_config))
+    graph = defs.resolve_asset_graph()
+    keys = {key.to_user_string() for key in graph.get_all_asset_keys()}
+    assert {"iceberg/db/orders", "changelog/db/orders", "opensearch/orders", "replica/replica/orders",
+            "iceberg/db/customers", "changelog/db/customers", "replica/replica/customers"} <= keys
+    changelog = graph.get(AssetKey(["changelog", "db", "orders"]))
+    assert AssetKey(["iceberg", "db", "orders"]) in changelog.parent_keys
+    assert AssetKey(["changelog", "db", "orders"]) in graph.get(AssetKey(["opensearch", "orders"])).parent_keys
+    partitions = changelog.partitions_def
+    assert isinstance(partitions, DynamicPartitionsDefinition) and partitions.name == "snapshots__db_orders"
+    assert graph.get(AssetKey(["opensearch", "orders"])).partitions_def == partitions
+    assert changelog.group_name == "db_orders"
+    sensors = {s.name: s for s in defs.sensors}
+    assert set(sensors) == {"snapshots__db_orders", "snapshots__db_customers"}
+    assert sensors["snapshots__db_orders"].minimum_interval_seconds == 5
+    check_keys = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
+    assert ("changelog/db/orders", "no_stuck_snapshots") in check_keys
+    # The OpenSearch password is an EnvVar, resolved only at run time.
+    resource = defs.resources["opensearch__orders"]
+    assert "s3cret" not in repr(resource)
+
+
+def test_missing_table_fails_at_load_naming_it(tmp_path, catalog_settings):
+    catalog_settings.load_pyiceberg().create_namespace("db")
+    path = write_pipeline(tmp_path / "p.yaml", catalog_settings, [{"table_name": "db.nope"}])
+    with pytest.raises(ConfigError, match=r"p.yaml: tables: table 'db.nope' does not exist"):
+        build_definitions(load_config(path))
