@@ -1,0 +1,156 @@
+"""Freshness under the real daemon: snapshot commit -> batch applied in the sink.
+
+Starts `dagster dev` (webserver + daemon) on a fresh local lakehouse with one
+table and an Iceberg replica sink, commits 20 snapshots one after another with
+pyiceberg, and measures for each the time from the snapshot's commit to the
+sink's materialisation of that partition. Also the wall time of an empty batch
+(a snapshot with no files). Two launch modes, measured in the same run:
+
+- default: Dagster's default run launcher (a new process and a cold JVM per run);
+- warm: icecdc_dagster.launcher.WarmRunLauncher (runs execute in one
+  long-lived process that keeps its SparkSession warm).
+
+Usage: python bench/freshness.py [--commits 20] [--interval 5] [--modes warm,default]
+"""
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import yaml
+
+TABLE = "db.events"
+SINK_KEY = ["replica", "replica", "events"]
+
+
+def write_home(home: Path, mode: str) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    config: dict = {"telemetry": {"enabled": False}}
+    if mode == "warm":
+        config["run_launcher"] = {"module": "icecdc_dagster.launcher", "class": "WarmRunLauncher"}
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+
+
+def setup_lake(root: Path, interval: int):  # noqa: ANN201
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    catalog = SqlCatalog("bench", uri=f"sqlite:///{root}/catalog.db", warehouse=f"file://{root}/warehouse")
+    catalog.create_namespace("db")
+    schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "payload", StringType()),
+                    identifier_field_ids=[1])
+    table = catalog.create_table(TABLE, schema=schema)
+    table.append(rows(0, 100))
+    config = {
+        "catalog": {"name": "bench", "uri": f"sqlite:///{root}/catalog.db", "warehouse": f"file://{root}/warehouse"},
+        "spark": {"master": "local[2]", "conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}},
+        "tables": [{"table_name": TABLE, "identifier_columns": ["id"], "polling_interval": f"PT{interval}S",
+                    "max_snapshots_per_run": 1, "sinks": [{"iceberg": {"table_name": "replica.events"}}]}],
+    }
+    path = root / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return catalog, path
+
+
+def rows(start: int, count: int) -> pa.Table:
+    ids = pa.array(range(start, start + count), pa.int64())
+    return pa.table({"id": ids, "payload": pa.array([f"row-{i}" for i in range(start, start + count)])},
+                    schema=pa.schema([pa.field("id", pa.int64(), nullable=False), ("payload", pa.string())]))
+
+
+def applied_at(instance, partition: str) -> float | None:  # noqa: ANN001
+    from dagster import AssetKey, AssetRecordsFilter
+
+    result = instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=AssetKey(SINK_KEY), asset_partitions=[partition]), limit=1)
+    return result.records[0].timestamp if result.records else None
+
+
+def wait_applied(instance, partition: str, timeout: float) -> float:  # noqa: ANN001
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        stamp = applied_at(instance, partition)
+        if stamp is not None:
+            return stamp
+        time.sleep(0.2)
+    raise TimeoutError(f"snapshot {partition} was not applied within {timeout}s")
+
+
+def run_mode(mode: str, commits: int, interval: int) -> dict:
+    from dagster import DagsterInstance
+
+    root = Path(tempfile.mkdtemp(prefix=f"icecdc-fresh-{mode}-"))
+    catalog, config_path = setup_lake(root, interval)
+    home = root / "dagster_home"
+    write_home(home, mode)
+    env = {**os.environ, "DAGSTER_HOME": str(home), "ICECDC_CONFIG": str(config_path)}
+    dagster = Path(sys.executable).parent / "dagster"
+    log = (root / "dagster.log").open("w")
+    process = subprocess.Popen([str(dagster), "dev", "-m", "icecdc_dagster.definitions", "-p", "0"],
+                               env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=root)
+    os.environ["DAGSTER_HOME"] = str(home)
+    instance = DagsterInstance.get()
+    try:
+        table = catalog.load_table(TABLE)
+        bootstrap = str(table.current_snapshot().snapshot_id)
+        wait_applied(instance, bootstrap, 300)
+        latencies = []
+        for i in range(commits):
+            table.append(rows(1000 + i * 10, 10))
+            snapshot = table.current_snapshot()
+            stamp = wait_applied(instance, str(snapshot.snapshot_id), 180)
+            latencies.append(stamp - snapshot.timestamp_ms / 1000)
+            print(f"[{mode}] commit {i + 1:2d}: applied after {latencies[-1]:.1f}s", flush=True)
+        table.append(rows(0, 0))  # a snapshot with no files: an empty batch
+        empty = table.current_snapshot()
+        wait_applied(instance, str(empty.snapshot_id), 180)
+        empty_s = run_wall_time(instance, str(empty.snapshot_id))
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+    latencies.sort()
+    p95 = latencies[min(len(latencies) - 1, round(0.95 * (len(latencies) - 1)))]
+    return {"p50": statistics.median(latencies), "p95": p95, "empty": empty_s}
+
+
+def run_wall_time(instance, partition: str) -> float:  # noqa: ANN001
+    from dagster import RunsFilter
+
+    records = instance.get_run_records(RunsFilter(tags={"dagster/partition": partition}), limit=1)
+    stats = instance.get_run_stats(records[0].dagster_run.run_id)
+    return stats.end_time - stats.launch_time
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--commits", type=int, default=20)
+    parser.add_argument("--interval", type=int, default=5)
+    parser.add_argument("--modes", default="warm,default")
+    args = parser.parse_args()
+    results = {}
+    for mode in args.modes.split(","):
+        results[mode] = run_mode(mode, args.commits, args.interval)
+        r = results[mode]
+        print(f"{mode}: p50 {r['p50']:.1f}s p95 {r['p95']:.1f}s empty batch {r['empty']:.1f}s "
+              f"(sensor interval {args.interval}s, {args.commits} commits)", flush=True)
+    first = results[args.modes.split(",")[0]]
+    extra = ""
+    if "default" in results and "warm" in results:
+        extra = f" default_p50_s={results['default']['p50']:.2f} default_empty_batch_s={results['default']['empty']:.2f}"
+    print(f"RESULT p50_s={first['p50']:.2f} p95_s={first['p95']:.2f} empty_batch_s={first['empty']:.2f}"
+          f" interval_s={args.interval}{extra}")
+
+
+if __name__ == "__main__":
+    main()
