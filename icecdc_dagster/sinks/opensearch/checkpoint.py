@@ -1,0 +1,64 @@
+"""The sink's checkpoint lives in the target index's mapping ``_meta``.
+
+Keeping it on the index itself means the checkpoint and the documents can
+only disappear together: a deleted or recreated index reads as "no
+checkpoint", so the export is applied again instead of claiming data that is
+gone. Layout: ``_meta.icecdc.checkpoints[<sink name>] = {snapshot_id,
+sequence_number, table, applied_at_ms}`` (ids as strings: they are 64-bit).
+``_meta`` is replaced as a whole by put_mapping, so other keys are read first
+and written back.
+"""
+
+import time
+from typing import Any
+
+from icecdc_dagster.batch import BatchInfo, Checkpoint
+from icecdc_dagster.errors import CheckpointError
+
+META_KEY = "icecdc"
+
+
+def _mappings(client: Any, index: str) -> dict | None:
+    from opensearchpy.exceptions import NotFoundError
+
+    try:
+        response = client.indices.get_mapping(index=index)
+    except NotFoundError:
+        return None
+    # An alias resolves to its one concrete index.
+    if len(response) != 1:
+        raise CheckpointError(f"index {index} resolves to {sorted(response)}; the sink needs exactly one index")
+    return next(iter(response.values())).get("mappings", {})
+
+
+def read_checkpoint(client: Any, index: str, sink_name: str) -> Checkpoint | None:
+    mappings = _mappings(client, index)
+    if mappings is None:
+        return None
+    entry = ((mappings.get("_meta") or {}).get(META_KEY) or {}).get("checkpoints", {}).get(sink_name)
+    if entry is None:
+        return None
+    try:
+        return Checkpoint(int(entry["snapshot_id"]), int(entry["sequence_number"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{sink_name}: unreadable checkpoint in _meta of index {index}: {entry!r}") from exc
+
+
+def write_checkpoint(client: Any, index: str, sink_name: str, batch: BatchInfo) -> Checkpoint:
+    mappings = _mappings(client, index)
+    if mappings is None:
+        raise CheckpointError(f"{sink_name}: index {index} disappeared before snapshot {batch.snapshot_id} "
+                              f"of {batch.table_name} could be checkpointed")
+    meta = dict(mappings.get("_meta") or {})
+    ours = dict(meta.get(META_KEY) or {})
+    checkpoints = dict(ours.get("checkpoints") or {})
+    checkpoints[sink_name] = {
+        "snapshot_id": str(batch.snapshot_id),
+        "sequence_number": str(batch.sequence_number),
+        "table": batch.table_name,
+        "applied_at_ms": int(time.time() * 1000),
+    }
+    ours["checkpoints"] = checkpoints
+    meta[META_KEY] = ours
+    client.indices.put_mapping(index=index, body={"_meta": meta})
+    return batch.checkpoint

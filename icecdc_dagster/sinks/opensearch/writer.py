@@ -1,0 +1,155 @@
+"""Bulk writes from Spark executors, with retries, summarised per partition.
+
+Each Spark task streams its rows (Arrow batches of id/action/version/JSON)
+into chunks and sends up to ``parallelism`` chunks at a time through
+``opensearchpy.helpers.streaming_bulk``. Whole requests that fail with a
+connection error, a timeout, 429 or 5xx, and items answered with 429/5xx,
+are retried with exponential backoff. Every other item failure is collected.
+Each task returns one summary row; the driver adds them up and decides.
+"""
+
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
+from typing import Any, Iterator
+
+from pyspark.sql import DataFrame
+
+from icecdc_dagster.sinks.opensearch import actions as a
+from icecdc_dagster.sinks.opensearch.documents import ACTION, ID, SOURCE, VERSION
+from icecdc_dagster.sinks.opensearch.settings import OpenSearchSinkSettings
+
+SUMMARY_SCHEMA = ("indexed long, deleted long, delete_not_found long, version_conflicts long, failed long, "
+                  "actions long, reasons array<string>, fatal array<string>")
+ACTION_OVERHEAD_BYTES = 128
+
+
+class BulkRequestFailed(Exception):
+    """A bulk request could not be delivered (after retries, or not retryable)."""
+
+
+def _retryable(error: Exception) -> bool:
+    from opensearchpy.exceptions import ConnectionError as OSConnectionError
+    from opensearchpy.exceptions import TransportError
+
+    if isinstance(error, OSConnectionError):  # includes timeouts
+        return True
+    return isinstance(error, TransportError) and error.status_code in a.RETRYABLE_STATUS
+
+
+def backoff_s(settings: OpenSearchSinkSettings, attempt: int) -> float:
+    return min(settings.max_backoff_s, settings.initial_backoff_s * (2 ** attempt))
+
+
+def send_chunk(client: Any, settings: OpenSearchSinkSettings, chunk: list[dict], bulk_kwargs: dict) -> a.WriteSummary:
+    """Send one chunk until every item has an answer; retry what may succeed later."""
+    from opensearchpy import helpers
+    from opensearchpy.exceptions import TransportError
+
+    summary = a.WriteSummary()
+    limit = settings.max_reported_failures
+    pending, attempt = chunk, 0
+    while pending:
+        results: list[tuple[bool, dict]] = []
+        error: Exception | None = None
+        try:
+            for result in helpers.streaming_bulk(
+                    client, pending, chunk_size=len(pending), max_chunk_bytes=settings.max_chunk_bytes,
+                    raise_on_error=False, raise_on_exception=True, max_retries=0, yield_ok=True, **bulk_kwargs):
+                results.append(result)
+        except TransportError as exc:
+            if not _retryable(exc):
+                raise BulkRequestFailed(f"bulk request to index {settings.index} rejected: {exc}") from None
+            error = exc
+        retry_items: list[tuple[dict, dict]] = []
+        for act, (ok, item) in zip(pending, results):
+            outcome, info = a.classify(ok, item)
+            if outcome == a.RETRY:
+                retry_items.append((act, info))
+            elif outcome == a.FAILED:
+                summary.add_failure(a.failure_reason(act["_op_type"], info), limit)
+            else:
+                summary.counts[outcome] += 1
+        unanswered = pending[len(results):]
+        if not retry_items and not unanswered:
+            break
+        if attempt >= settings.max_retries:
+            if unanswered:
+                raise BulkRequestFailed(
+                    f"bulk request to index {settings.index} failed after {attempt + 1} attempts "
+                    f"({len(unanswered)} actions unanswered): {error}")
+            for act, info in retry_items:
+                summary.add_failure(a.failure_reason(act["_op_type"], info), limit)
+            break
+        time.sleep(backoff_s(settings, attempt))
+        attempt += 1
+        pending = [act for act, _ in retry_items] + unanswered
+    return summary
+
+
+def _chunks(settings: OpenSearchSinkSettings, batches: Iterator[Any], summary: a.WriteSummary) -> Iterator[list[dict]]:
+    chunk: list[dict] = []
+    size = 0
+    for record_batch in batches:
+        columns = record_batch.to_pydict()
+        for doc_id, action, version, source in zip(columns[ID], columns[ACTION], columns[VERSION], columns[SOURCE]):
+            summary.actions += 1
+            try:
+                act = a.bulk_action(settings.index, doc_id, action, version, source)
+            except ValueError as exc:
+                summary.add_failure(str(exc), settings.max_reported_failures)
+                continue
+            chunk.append(act)
+            size += ACTION_OVERHEAD_BYTES + (len(source) if source else 0)
+            if len(chunk) >= settings.chunk_size or size >= settings.max_chunk_bytes:
+                yield chunk
+                chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+def write_partition(settings: OpenSearchSinkSettings, batches: Iterator[Any]) -> Iterator[Any]:
+    """mapInArrow body (runs in an executor): send this partition's actions, yield one summary row."""
+    import pyarrow as pa
+
+    summary = a.WriteSummary(partitions=1)
+    bulk_kwargs: dict[str, Any] = {"request_timeout": settings.request_timeout_s}
+    if settings.refresh == "wait_for":
+        bulk_kwargs["refresh"] = "wait_for"
+    client = settings.client()
+    in_flight: deque[Future] = deque()
+
+    def settle(future: Future) -> None:
+        try:
+            summary.merge(future.result(), settings.max_reported_failures)
+        except Exception as exc:  # noqa: BLE001 - reported to the driver, which fails the batch
+            summary.fatal.append(f"{type(exc).__name__}: {exc}")
+
+    try:
+        with ThreadPoolExecutor(max_workers=settings.parallelism) as pool:
+            for chunk in _chunks(settings, batches, summary):
+                while len(in_flight) >= settings.parallelism:
+                    settle(in_flight.popleft())
+                if summary.fatal:
+                    break
+                in_flight.append(pool.submit(send_chunk, client, settings, chunk, bulk_kwargs))
+            while in_flight:
+                settle(in_flight.popleft())
+    except Exception as exc:  # noqa: BLE001
+        summary.fatal.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        client.close()
+    row = {key: [summary.counts[key]] for key in a.COUNT_KEYS}
+    row.update(actions=[summary.actions], reasons=[summary.reasons], fatal=[summary.fatal])
+    yield pa.RecordBatch.from_pydict(row)
+
+
+def write_bulk_rows(settings: OpenSearchSinkSettings, rows: DataFrame) -> a.WriteSummary:
+    """Run the writes in the executors; only one small summary per partition comes back."""
+    total = a.WriteSummary()
+    for part in rows.mapInArrow(partial(write_partition, settings), SUMMARY_SCHEMA).collect():
+        summary = a.WriteSummary(counts={key: part[key] for key in a.COUNT_KEYS}, actions=part["actions"],
+                                 reasons=list(part["reasons"] or []), fatal=list(part["fatal"] or []), partitions=1)
+        total.merge(summary, settings.max_reported_failures)
+    return total
