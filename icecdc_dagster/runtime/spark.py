@@ -7,6 +7,7 @@ the cluster's own complete Iceberg jars.
 """
 
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +64,9 @@ def build_spark_session(settings: SparkSettings, catalogs: list[CatalogSettings]
 
     ensure_java_home()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Python workers (foreachPartition/mapPartitions, UDFs) must run this interpreter, which has
+    # our dependencies; otherwise PySpark starts whatever `python3` is on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     for catalog in catalogs:
         catalog.load_pyiceberg()  # creates catalog tables before Spark looks (SQLite lock)
     active = SparkSession.getActiveSession()
