@@ -1,6 +1,7 @@
 """Bulk writes from Spark executors, with retries, summarised per partition.
 
-Each Spark task streams its rows (Arrow batches of id/action/version/JSON)
+Each Spark task streams its rows (id/action/version/JSON, via ``rdd.mapPartitions``:
+``mapInArrow`` would need pandas on the executors)
 into chunks and sends up to ``parallelism`` chunks at a time through
 ``opensearchpy.helpers.streaming_bulk``. Whole requests that fail with a
 connection error, a timeout, 429 or 5xx, and items answered with 429/5xx,
@@ -20,8 +21,6 @@ from icecdc_dagster.sinks.opensearch import actions as a
 from icecdc_dagster.sinks.opensearch.documents import ACTION, ID, SOURCE, VERSION
 from icecdc_dagster.sinks.opensearch.settings import OpenSearchSinkSettings
 
-SUMMARY_SCHEMA = ("indexed long, deleted long, delete_not_found long, version_conflicts long, failed long, "
-                  "actions long, reasons array<string>, fatal array<string>")
 ACTION_OVERHEAD_BYTES = 128
 
 
@@ -88,31 +87,27 @@ def send_chunk(client: Any, settings: OpenSearchSinkSettings, chunk: list[dict],
     return summary
 
 
-def _chunks(settings: OpenSearchSinkSettings, batches: Iterator[Any], summary: a.WriteSummary) -> Iterator[list[dict]]:
+def _chunks(settings: OpenSearchSinkSettings, rows: Iterator[Any], summary: a.WriteSummary) -> Iterator[list[dict]]:
     chunk: list[dict] = []
     size = 0
-    for record_batch in batches:
-        columns = record_batch.to_pydict()
-        for doc_id, action, version, source in zip(columns[ID], columns[ACTION], columns[VERSION], columns[SOURCE]):
-            summary.actions += 1
-            try:
-                act = a.bulk_action(settings.index, doc_id, action, version, source)
-            except ValueError as exc:
-                summary.add_failure(str(exc), settings.max_reported_failures)
-                continue
-            chunk.append(act)
-            size += ACTION_OVERHEAD_BYTES + (len(source) if source else 0)
-            if len(chunk) >= settings.chunk_size or size >= settings.max_chunk_bytes:
-                yield chunk
-                chunk, size = [], 0
+    for doc_id, action, version, source in rows:
+        summary.actions += 1
+        try:
+            act = a.bulk_action(settings.index, doc_id, action, version, source)
+        except ValueError as exc:
+            summary.add_failure(str(exc), settings.max_reported_failures)
+            continue
+        chunk.append(act)
+        size += ACTION_OVERHEAD_BYTES + (len(source) if source else 0)
+        if len(chunk) >= settings.chunk_size or size >= settings.max_chunk_bytes:
+            yield chunk
+            chunk, size = [], 0
     if chunk:
         yield chunk
 
 
-def write_partition(settings: OpenSearchSinkSettings, batches: Iterator[Any]) -> Iterator[Any]:
-    """mapInArrow body (runs in an executor): send this partition's actions, yield one summary row."""
-    import pyarrow as pa
-
+def write_partition(settings: OpenSearchSinkSettings, rows: Iterator[Any]) -> Iterator[a.WriteSummary]:
+    """mapPartitions body (runs in an executor): send this partition's actions, yield one summary."""
     summary = a.WriteSummary(partitions=1)
     bulk_kwargs: dict[str, Any] = {"request_timeout": settings.request_timeout_s}
     if settings.refresh == "wait_for":
@@ -128,7 +123,7 @@ def write_partition(settings: OpenSearchSinkSettings, batches: Iterator[Any]) ->
 
     try:
         with ThreadPoolExecutor(max_workers=settings.parallelism) as pool:
-            for chunk in _chunks(settings, batches, summary):
+            for chunk in _chunks(settings, rows, summary):
                 while len(in_flight) >= settings.parallelism:
                     settle(in_flight.popleft())
                 if summary.fatal:
@@ -140,16 +135,13 @@ def write_partition(settings: OpenSearchSinkSettings, batches: Iterator[Any]) ->
         summary.fatal.append(f"{type(exc).__name__}: {exc}")
     finally:
         client.close()
-    row = {key: [summary.counts[key]] for key in a.COUNT_KEYS}
-    row.update(actions=[summary.actions], reasons=[summary.reasons], fatal=[summary.fatal])
-    yield pa.RecordBatch.from_pydict(row)
+    yield summary
 
 
 def write_bulk_rows(settings: OpenSearchSinkSettings, rows: DataFrame) -> a.WriteSummary:
     """Run the writes in the executors; only one small summary per partition comes back."""
     total = a.WriteSummary()
-    for part in rows.mapInArrow(partial(write_partition, settings), SUMMARY_SCHEMA).collect():
-        summary = a.WriteSummary(counts={key: part[key] for key in a.COUNT_KEYS}, actions=part["actions"],
-                                 reasons=list(part["reasons"] or []), fatal=list(part["fatal"] or []), partitions=1)
+    projected = rows.select(ID, ACTION, VERSION, SOURCE)
+    for summary in projected.rdd.mapPartitions(partial(write_partition, settings)).collect():
         total.merge(summary, settings.max_reported_failures)
     return total
