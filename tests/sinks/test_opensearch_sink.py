@@ -14,6 +14,7 @@ from icecdc_dagster.batch import Checkpoint
 from icecdc_dagster.errors import CheckpointError, SinkWriteError
 from icecdc_dagster.sinks.opensearch import (DeleteWithoutDocumentIdError, OpenSearchSink, OpenSearchSinkSettings,
                                              iceberg_schema_to_mapping, write_events)
+from icecdc_dagster.sinks.opensearch.sink import prepare_events
 from tests.sinks.test_opensearch_support import (CuttableProxy, all_documents, batch_info, document_versions,
                                                  events_frame)
 
@@ -100,3 +101,139 @@ def test_every_type_lands_as_mapped_and_checkpoint_is_stored(spark, opensearch_u
     assert props["name"]["fields"]["keyword"]["type"] == "keyword"
     # The checkpoint is read back from the index itself by a fresh sink object.
     assert OpenSearchSink(settings(opensearch_url), TYPES_SCHEMA).read_checkpoint() == Checkpoint(101, 1)
+
+
+def simple_events(spark, rows, snapshot_id, seq, key="id"):
+    return events_frame(spark, SIMPLE_DDL, rows, snapshot_id, seq, key=key)
+
+
+def test_rerun_is_a_noop_and_a_stale_batch_cannot_regress_documents(spark, opensearch_url):
+    sink = OpenSearchSink(settings(opensearch_url), SIMPLE_SCHEMA)
+    export = simple_events(spark, [(b.INSERT, i, f"v1-{i}", i) for i in range(1, 9)], 10, 1)
+    second = simple_events(spark, [(b.UPDATE_AFTER, 1, "v2-1", 100), (b.DELETE, 2, "v1-2", 2),
+                                   (b.INSERT, 9, "v2-9", 9)], 11, 2)
+    sink.apply(batch_info(10, 1, None, export=True), export)
+    applied = sink.apply(batch_info(11, 2, 10), second)
+    assert applied.counts["indexed"] == 2 and applied.counts["deleted"] == 1
+    after_second = all_documents(opensearch_url, "items")
+    assert after_second["1"] == {"id": 1, "name": "v2-1", "qty": 100} and "2" not in after_second
+    assert len(after_second) == 8
+
+    # Rerun of either batch through the sink: skipped by the checkpoint guard.
+    assert sink.apply(batch_info(11, 2, 10), second).skipped
+    assert sink.apply(batch_info(10, 1, None, export=True), export).skipped
+    # The stale export written straight to the index (no guard): external versions refuse all of
+    # it, including document 2, whose delete tombstone (sequence 2) outranks version 1.
+    stale = write_events(settings(opensearch_url), export)
+    assert stale.ok and stale.counts["version_conflicts"] == 8 and stale.counts["indexed"] == 0
+    assert all_documents(opensearch_url, "items") == after_second
+    # Replaying the second batch again directly: every action conflicts, nothing changes.
+    replay = write_events(settings(opensearch_url), second)
+    assert replay.ok and replay.counts["version_conflicts"] + replay.counts["delete_not_found"] == 3
+    assert document_versions(opensearch_url, "items", ["1", "9", "3"]) == {"1": 2, "9": 2, "3": 1}
+    assert sink.read_checkpoint() == Checkpoint(11, 2)
+
+
+def test_out_of_order_batch_is_refused_and_nothing_is_written(spark, opensearch_url):
+    sink = OpenSearchSink(settings(opensearch_url), SIMPLE_SCHEMA)
+    sink.apply(batch_info(10, 1, None, export=True), simple_events(spark, [(b.INSERT, 1, "a", 1)], 10, 1))
+    gap = simple_events(spark, [(b.INSERT, 5, "e", 5)], 12, 3)
+    with pytest.raises(CheckpointError, match="apply the batches in between"):
+        sink.apply(batch_info(12, 3, 11), gap)
+    assert set(all_documents(opensearch_url, "items")) == {"1"}
+    fresh = OpenSearchSink(settings(opensearch_url, index="other"), SIMPLE_SCHEMA)
+    with pytest.raises(CheckpointError, match="export batch must be applied first"):
+        fresh.apply(batch_info(12, 3, 11), gap)
+
+
+def test_keyless_append_only_table_gets_stable_ids_and_refuses_deletes(spark, opensearch_url):
+    sink = OpenSearchSink(settings(opensearch_url, index="log"), SIMPLE_SCHEMA)
+    rows = [(b.INSERT, 1, "same", 1), (b.INSERT, 1, "same", 1), (b.INSERT, 2, "other", 2)]
+    export = simple_events(spark, rows, 20, 1, key=None)
+    info = batch_info(20, 1, None, export=True, key=())
+    sink.apply(info, export)
+    first = all_documents(opensearch_url, "log")
+    # Two identical rows stay two documents; ids are derived from the rows, not random.
+    assert sorted((d["id"], d["name"]) for d in first.values()) == [(1, "same"), (1, "same"), (2, "other")]
+    # Written again without the checkpoint guard: the same ids come out, so nothing duplicates.
+    again = write_events(settings(opensearch_url, index="log"),
+                         prepare_events(simple_events(spark, rows, 20, 1, key=None), (), False, "db.t", 20, "t"))
+    assert again.counts["version_conflicts"] == 3 and again.counts["indexed"] == 0
+    assert all_documents(opensearch_url, "log") == first
+
+    deleting = simple_events(spark, [(b.INSERT, 3, "new", 3), (b.DELETE, 1, "same", 1)], 21, 2, key=None)
+    with pytest.raises(DeleteWithoutDocumentIdError, match="snapshot 21 of db.t deletes rows.*identifier"):
+        sink.apply(batch_info(21, 2, 20, key=()), deleting)
+    assert all_documents(opensearch_url, "log") == first
+    assert sink.read_checkpoint() == Checkpoint(20, 1)
+
+
+def test_document_rejected_by_mapping_fails_batch_keeps_checkpoint_and_rerun_converges(spark, opensearch_url):
+    # The operator's own mapping types `name` as long: a non-numeric name is rejected.
+    user_mapping = {"properties": {"id": {"type": "long"}, "name": {"type": "long"}, "qty": {"type": "long"}}}
+    sink = OpenSearchSink(settings(opensearch_url, mapping=user_mapping), SIMPLE_SCHEMA)
+    sink.apply(batch_info(10, 1, None, export=True),
+               simple_events(spark, [(b.INSERT, i, str(100 + i), i) for i in range(1, 6)], 10, 1))
+    batch = simple_events(spark, [(b.UPDATE_AFTER, 1, "201", 7), (b.UPDATE_AFTER, 2, "oops", 8),
+                                  (b.DELETE, 3, "103", 3), (b.INSERT, 6, "106", 6)], 11, 2)
+    with pytest.raises(SinkWriteError) as failure:
+        sink.apply(batch_info(11, 2, 10), batch)
+    message = str(failure.value)
+    assert "index items" in message and "1 of 4 actions failed" in message
+    assert "_id=2" in message and "mapper_parsing_exception" in message and "checkpoint left at 10" in message
+    assert sink.read_checkpoint() == Checkpoint(10, 1)
+
+    # The operator fixes the mapping (ignore_malformed is updatable); the rerun converges.
+    OpenSearch(hosts=[opensearch_url]).indices.put_mapping(
+        index="items", body={"properties": {"name": {"type": "long", "ignore_malformed": True}}})
+    rerun = sink.apply(batch_info(11, 2, 10), batch)
+    assert rerun.checkpoint == Checkpoint(11, 2)
+    assert rerun.counts["indexed"] == 1 and rerun.counts["version_conflicts"] == 3
+    docs = all_documents(opensearch_url, "items")
+    assert docs == {"1": {"id": 1, "name": "201", "qty": 7}, "2": {"id": 2, "name": "oops", "qty": 8},
+                    "4": {"id": 4, "name": "104", "qty": 4}, "5": {"id": 5, "name": "105", "qty": 5},
+                    "6": {"id": 6, "name": "106", "qty": 6}}
+
+
+def test_server_stopped_mid_batch_fails_batch_keeps_checkpoint_and_rerun_converges(spark, opensearch_url):
+    proxy = CuttableProxy(opensearch_url)
+    try:
+        sink = OpenSearchSink(settings(proxy.url, chunk_size=3, parallelism=1), SIMPLE_SCHEMA)
+        sink.apply(batch_info(10, 1, None, export=True),
+                   simple_events(spark, [(b.INSERT, i, f"a{i}", i) for i in range(1, 31)], 10, 1))
+        changes = [(b.UPDATE_AFTER, i, f"b{i}", -i) for i in range(1, 31, 2)] + [(b.DELETE, 30, "a30", 30)]
+        batch = simple_events(spark, changes, 11, 2).coalesce(1)
+        proxy.cut_at_bulk = proxy.bulk_requests + 3  # two bulk requests get through, the third dies
+        with pytest.raises(SinkWriteError, match="partition.*stopped.*(ConnectionError|failed after)"):
+            sink.apply(batch_info(11, 2, 10), batch)
+        partly = all_documents(opensearch_url, "items")
+        assert sum(d["name"].startswith("b") for d in partly.values()) == 6  # 2 chunks of 3 made it
+        direct = OpenSearchSink(settings(opensearch_url), SIMPLE_SCHEMA)
+        assert direct.read_checkpoint() == Checkpoint(10, 1)
+
+        proxy.restart()
+        rerun = sink.apply(batch_info(11, 2, 10), batch)
+        assert rerun.checkpoint == Checkpoint(11, 2)
+        assert rerun.counts["version_conflicts"] == 6 and rerun.counts["indexed"] == 9
+        expected = {str(i): {"id": i, "name": f"b{i}" if i % 2 else f"a{i}", "qty": -i if i % 2 else i}
+                    for i in range(1, 30)}
+        assert all_documents(opensearch_url, "items") == expected
+    finally:
+        proxy.stop()
+
+
+def test_schema_evolution_adds_new_columns_to_the_mapping(spark, opensearch_url):
+    sink = OpenSearchSink(settings(opensearch_url), SIMPLE_SCHEMA)
+    sink.apply(batch_info(10, 1, None, export=True), simple_events(spark, [(b.INSERT, 1, "a", 1)], 10, 1))
+    evolved = Schema(*SIMPLE_SCHEMA.fields, it.NestedField(4, "amount", it.DecimalType(10, 2), required=False),
+                     it.NestedField(5, "seen", it.TimestamptzType(), required=False), identifier_field_ids=[1])
+    new_sink = OpenSearchSink(settings(opensearch_url), evolved)
+    events = events_frame(spark, SIMPLE_DDL + ", amount decimal(10,2), seen timestamp",
+                          [(b.INSERT, 2, "b", 2, Decimal("12.50"), dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC))],
+                          11, 2)
+    new_sink.apply(batch_info(11, 2, 10), events)
+    props = OpenSearch(hosts=[opensearch_url]).indices.get_mapping(index="items")["items"]["mappings"]["properties"]
+    assert props["amount"] == {"type": "keyword"} and props["seen"]["type"] == "date"
+    docs = all_documents(opensearch_url, "items")
+    assert docs["2"] == {"id": 2, "name": "b", "qty": 2, "amount": "12.50", "seen": "2024-01-02T03:04:05.000000Z"}
+    assert docs["1"] == {"id": 1, "name": "a", "qty": 1}
