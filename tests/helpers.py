@@ -16,3 +16,77 @@ def write_pipeline(path: Path, catalog: CatalogSettings, tables: list[dict], **e
     }
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
+
+
+class TcpProxy:
+    """A real TCP forwarder in front of a server, to cut and restore the network in tests."""
+
+    def __init__(self, target_host: str, target_port: int):
+        import socket
+        import threading
+
+        self.target = (target_host, target_port)
+        self._listener = socket.socket()
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self.port = self._listener.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.up = True
+        self._open: list = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            if not self.up:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._open += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source, sink) -> None:  # noqa: ANN001
+        try:
+            while chunk := source.recv(65536):
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def cut(self) -> None:
+        """Refuse new connections and drop the open ones."""
+        self.up = False
+        with self._lock:
+            for s in self._open:
+                try:
+                    s.close()
+                except OSError:
+                    pass
+            self._open.clear()
+
+    def restore(self) -> None:
+        self.up = True
+
+    def close(self) -> None:
+        self.cut()
+        self._listener.close()

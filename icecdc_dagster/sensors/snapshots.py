@@ -9,8 +9,9 @@ The partitions themselves are the cursor, so a daemon restart loses nothing.
 """
 
 from dagster import (
-    AssetKey, DagsterRunStatus, DefaultSensorStatus, RunRequest, RunsFilter, SensorEvaluationContext,
+    AssetKey, AssetObservation, DagsterRunStatus, DefaultSensorStatus, RunRequest, RunsFilter, SensorEvaluationContext,
     SensorResult, SkipReason, sensor)
+from dagster._core.definitions.data_version import DATA_VERSION_TAG
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from icecdc_dagster import changelog
@@ -104,9 +105,15 @@ def build_snapshot_sensor(table: TableConfig):  # noqa: ANN201 - SensorDefinitio
         new_keys, planned = evaluate(context.instance, table, source)
         partitions = naming.partitions_def(table)
         add = [partitions.build_add_request(new_keys)] if new_keys else []
+        # Record the source's new state on its observable asset (data version = snapshot id).
+        events = [AssetObservation(asset_key=naming.source_key(table),
+                                   tags={DATA_VERSION_TAG: new_keys[-1]},
+                                   metadata={"current_snapshot_id": new_keys[-1], "new_snapshots": len(new_keys)})
+                  ] if new_keys else []
         if isinstance(planned, NextRun):
-            return SensorResult(run_requests=[run_request(table, planned)], dynamic_partitions_requests=add)
+            return SensorResult(run_requests=[run_request(table, planned)], dynamic_partitions_requests=add,
+                                asset_events=events)
         reason = planned.reason if isinstance(planned, Blocked) else "all snapshots are applied"
-        return SensorResult(skip_reason=SkipReason(reason), dynamic_partitions_requests=add)
+        return SensorResult(skip_reason=SkipReason(reason), dynamic_partitions_requests=add, asset_events=events)
 
     return _sensor
