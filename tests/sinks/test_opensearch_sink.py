@@ -11,7 +11,7 @@ from pyiceberg.schema import Schema
 
 from icecdc_dagster import batch as b
 from icecdc_dagster.batch import Checkpoint
-from icecdc_dagster.errors import CheckpointError, SinkWriteError
+from icecdc_dagster.errors import CheckpointError, ConfigError, SinkWriteError
 from icecdc_dagster.sinks.opensearch import (DeleteWithoutDocumentIdError, OpenSearchSink, OpenSearchSinkSettings,
                                              iceberg_schema_to_mapping, write_events)
 from icecdc_dagster.sinks.opensearch.sink import prepare_events
@@ -237,3 +237,46 @@ def test_schema_evolution_adds_new_columns_to_the_mapping(spark, opensearch_url)
     docs = all_documents(opensearch_url, "items")
     assert docs["2"] == {"id": 2, "name": "b", "qty": 2, "amount": "12.50", "seen": "2024-01-02T03:04:05.000000Z"}
     assert docs["1"] == {"id": 1, "name": "a", "qty": 1}
+
+
+def test_throttled_bulk_requests_are_retried_with_backoff(spark, opensearch_url):
+    proxy = CuttableProxy(opensearch_url, throttle_bulks=2)
+    try:
+        sink = OpenSearchSink(settings(proxy.url, parallelism=1, max_retries=3, initial_backoff_s=0.1),
+                              SIMPLE_SCHEMA)
+        started = dt.datetime.now()
+        result = sink.apply(batch_info(10, 1, None, export=True),
+                            simple_events(spark, [(b.INSERT, i, f"a{i}", i) for i in range(1, 6)], 10, 1).coalesce(1))
+        assert proxy.throttled == 2 and result.counts["indexed"] == 5
+        assert (dt.datetime.now() - started).total_seconds() >= 0.3  # backed off 0.1 s, then 0.2 s
+        assert len(all_documents(opensearch_url, "items")) == 5
+    finally:
+        proxy.stop()
+    # More 429s than retries: the batch fails and says why.
+    proxy = CuttableProxy(opensearch_url, throttle_bulks=10)
+    try:
+        sink = OpenSearchSink(settings(proxy.url, parallelism=1, max_retries=1), SIMPLE_SCHEMA)
+        with pytest.raises(SinkWriteError, match="failed after 2 attempts.*429"):
+            sink.apply(batch_info(11, 2, 10), simple_events(spark, [(b.INSERT, 9, "z", 9)], 11, 2).coalesce(1))
+        assert sink.read_checkpoint() == Checkpoint(10, 1)
+    finally:
+        proxy.stop()
+
+
+def test_index_template_metadata_fields_and_wait_for_refresh(spark, opensearch_url):
+    client = OpenSearch(hosts=[opensearch_url])
+    client.indices.put_index_template(name="items-tpl", body={
+        "index_patterns": ["items*"], "template": {"mappings": {"properties": {"name": {"type": "keyword"}}}}})
+    missing = OpenSearchSink(settings(opensearch_url, template_name="nope"), SIMPLE_SCHEMA)
+    with pytest.raises(ConfigError, match="index template 'nope' for index items does not exist"):
+        missing.ensure_index()
+    sink = OpenSearchSink(settings(opensearch_url, template_name="items-tpl", include_iceberg_metadata=True,
+                                   refresh="wait_for"), SIMPLE_SCHEMA)
+    sink.apply(batch_info(10, 1, None, export=True, table="db.items"),
+               events_frame(spark, SIMPLE_DDL, [(b.INSERT, 1, "a", 1)], 10, 1, table="db.items"))
+    props = client.indices.get_mapping(index="items")["items"]["mappings"]["properties"]
+    assert props["name"] == {"type": "keyword"}  # the template's choice wins
+    assert props["qty"]["type"] == "long" and props["iceberg_snapshot_id"]["type"] == "long"
+    assert all_documents(opensearch_url, "items") == {"1": {
+        "id": 1, "name": "a", "qty": 1, "iceberg_operation": "overwrite", "iceberg_table_name": "db.items",
+        "iceberg_snapshot_id": 10}}

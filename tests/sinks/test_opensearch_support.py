@@ -74,11 +74,14 @@ class CuttableProxy:
     ``restart()`` listens again on the same port.
     """
 
-    def __init__(self, upstream_url: str, cut_at_bulk: int | None = None) -> None:
+    def __init__(self, upstream_url: str, cut_at_bulk: int | None = None, throttle_bulks: int = 0) -> None:
         host_port = upstream_url.split("://", 1)[1].rstrip("/")
         host, port = host_port.rsplit(":", 1)
         self.upstream = (host, int(port))
         self.cut_at_bulk = cut_at_bulk
+        # The first ``throttle_bulks`` bulk requests are answered 429 by the proxy itself.
+        self.throttle_bulks = throttle_bulks
+        self.throttled = 0
         self.bulk_requests = 0
         self.port = 0
         self._lock = threading.Lock()
@@ -121,6 +124,10 @@ class CuttableProxy:
                 data = src.recv(65536)
             except OSError:
                 data = b""
+            if from_client and data and b"POST /_bulk" in data and self.throttled < self.throttle_bulks:
+                self.throttled += 1
+                self._answer_429(src, dst, data)
+                return
             if from_client and data:
                 with self._lock:
                     self.bulk_requests += data.count(b"POST /_bulk")
@@ -139,6 +146,28 @@ class CuttableProxy:
                 dst.sendall(data)
             except OSError:
                 return
+
+    @staticmethod
+    def _answer_429(client: socket.socket, upstream: socket.socket, data: bytes) -> None:
+        """Read the whole request, answer 429 like an overloaded node, close the connection."""
+        while b"\r\n\r\n" not in data:
+            data += client.recv(65536)
+        head, body = data.split(b"\r\n\r\n", 1)
+        length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        while len(body) < length:
+            body += client.recv(65536)
+        payload = (b'{"error":{"type":"es_rejected_execution_exception","reason":"rejected by test proxy"},'
+                   b'"status":429}')
+        client.sendall(b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: " + str(len(payload)).encode() + b"\r\nConnection: close\r\n\r\n"
+                       + payload)
+        for s in (client, upstream):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
 
     def stop(self) -> None:
         with self._lock:
