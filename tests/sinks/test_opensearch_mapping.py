@@ -92,5 +92,7 @@ def test_bulk_actions_carry_external_versions_and_refuse_keyless_deletes():
         "_op_type": "delete", "_index": "ix", "_id": "k", "_version": 8, "_version_type": "external"}
     with pytest.raises(a.MissingDocumentIdError, match="DELETE event without document_id for index ix"):
         a.bulk_action("ix", None, "DELETE", 8, None)
+    with pytest.raises(ValueError, match="document 'k' of index ix has no _commit_sequence_number"):
+        a.bulk_action("ix", "k", "INDEX", None, "{}")
     with pytest.raises(ValueError, match="unknown bulk_action 'UPSERT'"):
         a.bulk_action("ix", "k", "UPSERT", 8, None)

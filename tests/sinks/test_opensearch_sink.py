@@ -13,7 +13,7 @@ from icecdc_dagster import batch as b
 from icecdc_dagster.batch import Checkpoint
 from icecdc_dagster.errors import CheckpointError, ConfigError, SinkWriteError
 from icecdc_dagster.sinks.opensearch import (DeleteWithoutDocumentIdError, OpenSearchSink, OpenSearchSinkSettings,
-                                             iceberg_schema_to_mapping, write_events)
+                                             write_events)
 from icecdc_dagster.sinks.opensearch.sink import prepare_events
 from tests.sinks.test_opensearch_support import (CuttableProxy, all_documents, batch_info, document_versions,
                                                  events_frame)

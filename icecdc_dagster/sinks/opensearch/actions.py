@@ -23,6 +23,9 @@ class MissingDocumentIdError(ValueError):
 
 def bulk_action(index: str, doc_id: str | None, action: str, version: int | None, source: str | None) -> dict:
     """The opensearch-py action for one event; ``source`` is the document as a JSON string."""
+    if doc_id is not None and version is None:
+        raise ValueError(f"{action} event for document {doc_id!r} of index {index} has no _commit_sequence_number "
+                         f"to use as its external version")
     if action == DELETE_ACTION:
         if doc_id is None:
             raise MissingDocumentIdError(f"DELETE event without document_id for index {index}")
