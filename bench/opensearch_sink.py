@@ -8,6 +8,8 @@ driver memory (collected before the clock starts) and bulk-indexes them from
 one process with default chunking. The server is the bottleneck (~1,700
 docs/s), so compare the ratio, not the absolute rates.
 
+Both runs follow an untimed warm-up of the server (its first requests are slower).
+
 Run: /work/venv/bin/python bench/opensearch_sink.py [rows]
 """
 
@@ -59,6 +61,14 @@ def events(spark, rows: int):
                     F.lit(b.INDEX_ACTION).alias(b.BULK_ACTION)))
 
 
+def warm_up(server, documents) -> None:
+    """Untimed: the server's first bulk requests are slower (allocation), which would favour whoever runs second."""
+    with server.clone() as clone:
+        client = OpenSearch(hosts=[clone.url], timeout=120)
+        helpers.bulk(client, ({"_index": "warm-up", "_id": i, "_source": s} for i, s in documents), chunk_size=500)
+        client.close()
+
+
 def main() -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     spark = build_spark_session(SparkSettings(master="local[2]", app_name="bench-opensearch-sink",
@@ -68,6 +78,7 @@ def main() -> None:
         changed = events(spark, ROWS).cache()
         print(f"events: {changed.count()} changed rows (cached before timing)")
         documents = [(r[ID], r[SOURCE]) for r in bulk_rows(changed).select(ID, SOURCE).collect()]
+        warm_up(server, documents[:10_000])
 
         with server.clone() as ours_clone:
             settings = OpenSearchSinkSettings(hosts=(ours_clone.url,), index="bench-ours")
