@@ -280,3 +280,21 @@ def test_index_template_metadata_fields_and_wait_for_refresh(spark, opensearch_u
     assert all_documents(opensearch_url, "items") == {"1": {
         "id": 1, "name": "a", "qty": 1, "iceberg_operation": "overwrite", "iceberg_table_name": "db.items",
         "iceberg_snapshot_id": 10}}
+
+
+def test_chunks_respect_count_and_byte_limits(spark, opensearch_url):
+    proxy = CuttableProxy(opensearch_url)
+    try:
+        rows = [(b.INSERT, i, "x" * 200, i) for i in range(1, 13)]
+        by_bytes = OpenSearchSink(settings(proxy.url, chunk_size=1000, max_chunk_bytes=700, parallelism=1),
+                                  SIMPLE_SCHEMA)
+        by_bytes.apply(batch_info(10, 1, None, export=True), simple_events(spark, rows, 10, 1).coalesce(1))
+        # ~330 bytes per action on the wire: at most two per request under 700 bytes.
+        assert proxy.bulk_requests >= 6
+        assert len(all_documents(opensearch_url, "items")) == 12
+        before = proxy.bulk_requests
+        by_count = OpenSearchSink(settings(proxy.url, index="other", chunk_size=5, parallelism=1), SIMPLE_SCHEMA)
+        by_count.apply(batch_info(10, 1, None, export=True), simple_events(spark, rows, 10, 1).coalesce(1))
+        assert proxy.bulk_requests - before == 3  # 5 + 5 + 2
+    finally:
+        proxy.stop()
