@@ -1,0 +1,89 @@
+"""Exactly-once commits: the batch id lives in the snapshot summary, the write is staged on a branch.
+
+A batch is written to a private staging branch first (data files + a snapshot that
+``main`` does not see) and published by fast-forwarding ``main`` to it. A crash before
+the publish leaves a dangling branch whose files are orphans once the next attempt
+drops it; ``main`` never holds half a batch. The ledger is ``main``'s history: a batch
+whose id is in an ancestor's summary is skipped.
+"""
+
+import os
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+BATCH_ID_PROPERTY = "icecdc.batch-id"
+STAGING_BRANCH = "icecdc_stage"
+FAULT_ENV = "ICECDC_FAULT"
+FAULT_KILL_BEFORE_PUBLISH = "kill-after-write-before-commit"
+
+T = TypeVar("T")
+
+
+def java_table(spark: Any, table: str) -> Any:
+    """The Iceberg Java ``Table`` of a Spark table name (fresh metadata, no cache)."""
+    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+
+
+def main_ancestors(jtable: Any) -> Iterator[Any]:
+    """Snapshots of ``main`` from the current one back to the first (Java objects)."""
+    snap = jtable.currentSnapshot()
+    while snap is not None:
+        yield snap
+        parent = snap.parentId()
+        snap = jtable.snapshot(parent) if parent is not None else None
+
+
+def committed_summaries(spark: Any, table: str) -> Iterator[tuple[int, int, dict[str, str]]]:
+    """(snapshot id, sequence number, summary) of ``main``'s ancestors, newest first."""
+    for snap in main_ancestors(java_table(spark, table)):
+        yield int(snap.snapshotId()), int(snap.sequenceNumber()), dict(snap.summary())
+
+
+def committed_batch_ids(spark: Any, table: str) -> set[str]:
+    return {s[BATCH_ID_PROPERTY] for _, _, s in committed_summaries(spark, table) if BATCH_ID_PROPERTY in s}
+
+
+@contextmanager
+def commit_properties(spark: Any, properties: dict[str, str]) -> Iterator[None]:
+    """Snapshot summary properties for SQL writes (MERGE) run on this thread.
+
+    Same effect as ``CommitMetadata.withCommitProperties`` (its thread-local), without
+    needing a py4j callback server; PySpark pins each Python thread to one JVM thread.
+    """
+    jvm = spark._jvm
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    cls = jvm.java.lang.Class.forName("org.apache.iceberg.spark.CommitMetadata", True, loader)
+    field = cls.getDeclaredField("COMMIT_PROPERTIES")
+    field.setAccessible(True)
+    local = field.get(None)
+    props = jvm.java.util.HashMap()
+    for key, value in properties.items():
+        props.put(key, str(value))
+    local.set(props)
+    try:
+        yield
+    finally:
+        local.remove()
+
+
+def staged_commit(spark: Any, table: str, properties: dict[str, str], write: Callable[[str], T]) -> tuple[T, int]:
+    """Run ``write(branch_table_name)`` on a fresh staging branch, then publish it to ``main``.
+
+    Returns the write's result and the published snapshot id.
+    """
+    jtable = java_table(spark, table)
+    if jtable.refs().containsKey(STAGING_BRANCH):
+        # A previous attempt died before publishing: its files become orphans.
+        jtable.manageSnapshots().removeBranch(STAGING_BRANCH).commit()
+        jtable.refresh()
+    jtable.manageSnapshots().createBranch(STAGING_BRANCH).commit()
+    with commit_properties(spark, properties):
+        result = write(f"{table}.branch_{STAGING_BRANCH}")
+    if os.environ.get(FAULT_ENV) == FAULT_KILL_BEFORE_PUBLISH:
+        os.kill(os.getpid(), signal.SIGKILL)
+    jtable.refresh()
+    jtable.manageSnapshots().fastForwardBranch("main", STAGING_BRANCH).removeBranch(STAGING_BRANCH).commit()
+    jtable.refresh()
+    return result, int(jtable.currentSnapshot().snapshotId())

@@ -1,0 +1,108 @@
+"""Apply one batch of row images to an Iceberg table: collapse per key, then one MERGE.
+
+Input rows carry the table's columns plus ``_icecdc_op`` (upsert / delete / insert)
+and ``_icecdc_order`` (position inside the batch). With key columns the batch is
+collapsed per key (last image wins; an insert then delete of one key cancels) and
+written with a single ``MERGE INTO``; Spark's MERGE honours the table's write modes
+and never writes equality deletes, so pyiceberg and DuckDB still read the result.
+Without key columns the batch is append-only (the caller dead-letters deletes).
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from icecdc_dagster.writer.exactly_once import BATCH_ID_PROPERTY, committed_batch_ids, staged_commit
+
+OP_COLUMN = "_icecdc_op"
+ORDER_COLUMN = "_icecdc_order"
+OP_UPSERT, OP_DELETE, OP_INSERT = "upsert", "delete", "insert"
+_FIRST_OP = "_icecdc_first_op"
+_EXISTS = "_icecdc_exists"
+
+
+@dataclass(frozen=True)
+class WriteOutcome:
+    table: str
+    batch_id: str
+    skipped: bool
+    snapshot_id: int | None
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def collapse(rows: DataFrame, key_columns: Sequence[str]) -> DataFrame:
+    """One row per key: the last image, with the first op of the key kept to detect cancels."""
+    by_key = Window.partitionBy(*key_columns).orderBy(F.col(ORDER_COLUMN).desc())
+    first = Window.partitionBy(*key_columns).orderBy(F.col(ORDER_COLUMN).asc()).rowsBetween(
+        Window.unboundedPreceding, Window.unboundedFollowing)
+    return (rows.withColumn(_FIRST_OP, F.first(OP_COLUMN).over(first))
+            .withColumn("_icecdc_rank", F.row_number().over(by_key))
+            .where("_icecdc_rank = 1").drop("_icecdc_rank"))
+
+
+def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[str], batch_id: str,
+                properties: dict[str, str] | None = None, exact_counts: bool = True) -> WriteOutcome:
+    """Write ``rows`` to ``table`` (full Spark name) once: skipped when ``batch_id`` is already in main's history.
+
+    Counts: inserted / updated / deleted (keys that existed) / delete_missing / cancelled,
+    or appended for key-less tables.
+    """
+    if batch_id in committed_batch_ids(spark, table):
+        return WriteOutcome(table, batch_id, True, None, {})
+    target_columns = [f.name for f in spark.table(table).schema.fields]
+    data_columns = [c for c in rows.columns if c in target_columns]
+    props = {**(properties or {}), BATCH_ID_PROPERTY: batch_id}
+    if not key_columns:
+        appended = rows.where(F.col(OP_COLUMN) != OP_DELETE).select(*data_columns)
+
+        def append(name: str) -> int:
+            appended.writeTo(name).append()
+            return 0
+
+        _, snapshot_id = staged_commit(spark, table, props, append)
+        count = int(spark.sql(f"SELECT summary['added-records'] FROM {table}.snapshots "
+                              f"WHERE snapshot_id = {snapshot_id}").first()[0] or 0)
+        return WriteOutcome(table, batch_id, False, snapshot_id, {"appended": count})
+
+    collapsed = collapse(rows, key_columns)
+    cancelled = F.col(_FIRST_OP).isin(OP_INSERT) & (F.col(OP_COLUMN) == OP_DELETE)
+    effective = collapsed.where(~cancelled).persist()
+    try:
+        counts: dict[str, int] = {"cancelled": 0}
+        if exact_counts:
+            keys = spark.table(table).select(*key_columns).withColumn(_EXISTS, F.lit(True))
+            grouped = (collapsed.join(keys, list(key_columns), "left")
+                       .groupBy(OP_COLUMN, _FIRST_OP, F.col(_EXISTS).isNotNull().alias("e")).count().collect())
+            for op, first_op, exists, n in grouped:
+                if op == OP_DELETE and first_op == OP_INSERT:
+                    counts["cancelled"] += n
+                    continue
+                name = ("deleted" if exists else "delete_missing") if op == OP_DELETE else (
+                    "updated" if exists else "inserted")
+                counts[name] = counts.get(name, 0) + n
+        view = f"icecdc_batch_{abs(hash((table, batch_id))) % 10**12}"
+        effective.createOrReplaceTempView(view)
+        on = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in key_columns)
+        sets = ", ".join(f"t.{_quote(c)} = s.{_quote(c)}" for c in data_columns if c not in key_columns)
+        cols = ", ".join(_quote(c) for c in data_columns)
+        vals = ", ".join(f"s.{_quote(c)}" for c in data_columns)
+        update = f"WHEN MATCHED THEN UPDATE SET {sets} " if sets else ""
+
+        def merge(name: str) -> None:
+            spark.sql(f"MERGE INTO {name} t USING {view} s ON {on} "
+                      f"WHEN MATCHED AND s.{OP_COLUMN} = '{OP_DELETE}' THEN DELETE "
+                      f"{update}"
+                      f"WHEN NOT MATCHED AND s.{OP_COLUMN} <> '{OP_DELETE}' THEN INSERT ({cols}) VALUES ({vals})")
+
+        _, snapshot_id = staged_commit(spark, table, props, merge)
+        spark.catalog.dropTempView(view)
+        return WriteOutcome(table, batch_id, False, snapshot_id, counts)
+    finally:
+        effective.unpersist()
