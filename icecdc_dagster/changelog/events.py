@@ -1,0 +1,86 @@
+"""CDC events for sinks: change rows + Iceberg position, document id and bulk action.
+
+``document_id`` is the identifier column values as canonical strings joined with ``|`` in
+identifier column order, so every sink derives the same id from the same key:
+
+- strings as they are; integers and booleans as Spark casts them (``42``, ``true``);
+- decimals plain with their full scale (``12.50``, never exponent notation);
+- floats/doubles as Spark casts them to string;
+- dates ``yyyy-MM-dd``;
+- timestamps with zone: ISO-8601 in UTC with microseconds, ``2024-01-31T10:00:00.000000Z``
+  (whatever the session time zone); timestamps without zone: the same without ``Z``;
+- binary: base64 (standard alphabet, padded).
+
+Without identifier columns it is ``str(_row_id)`` when the table has v3 row lineage, else null
+(append-only documents whose ids the sink generates).
+"""
+
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from icecdc_dagster.batch import (
+    BULK_ACTION, CHANGE_ORDINAL, CHANGE_TYPE, COMMIT_SEQUENCE_NUMBER, DELETE, DELETE_ACTION, DOCUMENT_ID,
+    ICEBERG_OPERATION, ICEBERG_SNAPSHOT_ID, ICEBERG_TABLE_NAME, INDEX_ACTION, INSERT, ROW_ID, UPDATE_AFTER,
+    UPDATE_BEFORE)
+from icecdc_dagster.errors import IdentifierColumnError
+
+KEY_SEPARATOR = "|"
+UTC_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"
+
+
+def canonical_string(column: Column, dtype: T.DataType) -> Column:
+    """The documented canonical string form of one key value."""
+    if isinstance(dtype, T.DecimalType):
+        # Spark casts decimals to a plain string with the column's full scale (12.50, 0.00000010).
+        return column.cast("string")
+    if isinstance(dtype, T.TimestampType):
+        utc = F.to_utc_timestamp(column, F.current_timezone())
+        return F.concat(F.date_format(utc, UTC_FORMAT), F.lit("Z"))
+    if isinstance(dtype, T.TimestampNTZType):
+        return F.date_format(column, UTC_FORMAT)
+    if isinstance(dtype, T.DateType):
+        return F.date_format(column, "yyyy-MM-dd")
+    if isinstance(dtype, T.BinaryType):
+        return F.base64(column)
+    if isinstance(dtype, T.BooleanType):
+        return F.when(column, F.lit("true")).when(~column, F.lit("false"))
+    return column.cast("string")
+
+
+def document_id(rows: DataFrame, identifier_columns: Sequence[str], use_row_id: bool) -> Column:
+    if identifier_columns:
+        missing = [c for c in identifier_columns if c not in rows.columns]
+        if missing:
+            raise IdentifierColumnError(f"identifier column(s) {missing} are not in the change rows "
+                                        f"(columns: {rows.columns})")
+        parts = [canonical_string(F.col(c), rows.schema[c].dataType) for c in identifier_columns]
+        return parts[0] if len(parts) == 1 else F.concat_ws(KEY_SEPARATOR, *parts)
+    if use_row_id:
+        if ROW_ID not in rows.columns:
+            raise IdentifierColumnError(f"use_row_id is set but the change rows have no {ROW_ID} column")
+        return F.col(ROW_ID).cast("string")
+    return F.lit(None).cast("string")
+
+
+def to_events(rows: DataFrame, table_name: str, identifier_columns: Sequence[str], operation,  # noqa: ANN001
+              snapshot_id: int, use_row_id: bool) -> DataFrame:
+    """Change rows -> CDC events. UPDATE_BEFORE rows are dropped (the after image replaces the
+    document); at most one event per document id: the latest (sequence, ordinal, after image) wins."""
+    op = operation if isinstance(operation, Column) else F.lit(operation)
+    events = (rows.where(F.col(CHANGE_TYPE) != UPDATE_BEFORE)
+              .withColumn(ICEBERG_OPERATION, op.cast("string"))
+              .withColumn(ICEBERG_TABLE_NAME, F.lit(table_name))
+              .withColumn(ICEBERG_SNAPSHOT_ID, F.lit(int(snapshot_id)).cast("long"))
+              .withColumn(DOCUMENT_ID, document_id(rows, tuple(identifier_columns), use_row_id))
+              .withColumn(BULK_ACTION, F.when(F.col(CHANGE_TYPE).isin(INSERT, UPDATE_AFTER), F.lit(INDEX_ACTION))
+                          .when(F.col(CHANGE_TYPE) == DELETE, F.lit(DELETE_ACTION))))
+    if not identifier_columns and not use_row_id:
+        return events
+    phase = F.when(F.col(CHANGE_TYPE) == DELETE, 0).otherwise(1)
+    latest = Window.partitionBy(DOCUMENT_ID).orderBy(F.col(COMMIT_SEQUENCE_NUMBER).desc(),
+                                                     F.col(CHANGE_ORDINAL).desc(), phase.desc())
+    rank = "__icecdc_event_rank"
+    return events.withColumn(rank, F.row_number().over(latest)).where(F.col(rank) == 1).drop(rank)

@@ -1,0 +1,198 @@
+"""What a snapshot changed, from table metadata only (manifests), without reading data files.
+
+The plan decides how the rows are read: a snapshot that adds delete files, or that sits on a
+table with live delete files, cannot go through Iceberg's changelog scan, and the plan says
+which data files (or partitions) a time-travel diff has to look at.
+"""
+
+from dataclasses import dataclass
+
+from pyiceberg.manifest import DataFileContent, ManifestContent, ManifestEntryStatus
+
+from icecdc_dagster.errors import SnapshotNotFoundError
+
+REPLACE = "replace"
+
+
+@dataclass(frozen=True)
+class DeleteFileInfo:
+    """A delete file a snapshot added. ``referenced_data_file`` is set for file-scoped
+    position deletes and v3 deletion vectors; equality deletes touch a whole partition."""
+
+    path: str
+    content: str  # "position", "equality" or "deletion_vector"
+    spec_id: int
+    partition: tuple
+    record_count: int
+    referenced_data_file: str | None
+
+
+@dataclass(frozen=True)
+class SnapshotPlan:
+    table_name: str
+    snapshot_id: int
+    parent_id: int | None
+    sequence_number: int
+    operation: str
+    committed_at_ms: int
+    added_data_files: tuple[str, ...]
+    removed_data_files: tuple[str, ...]
+    added_delete_files: tuple[str, ...]
+    affected_partitions: tuple[tuple[int, tuple], ...]  # (spec_id, partition values)
+    has_delete_files: bool  # this snapshot added or removed delete files
+    live_delete_files: bool  # delete files are live in this snapshot (changelog scan refuses)
+    delete_files: tuple[DeleteFileInfo, ...] = ()
+    removed_delete_files: tuple[str, ...] = ()
+    added_records: int = 0
+    removed_records: int = 0
+    data_file_records: tuple[tuple[str, int], ...] = ()  # every data file that is live in the parent or
+    # this snapshot and whose rows may be read for this snapshot: (path, record count)
+    format_version: int = 2
+
+    @property
+    def is_replace(self) -> bool:
+        return self.operation == REPLACE
+
+    @property
+    def needs_diff(self) -> bool:
+        """Iceberg's changelog scan throws while any delete file is live (or for v3 row lineage)."""
+        return self.has_delete_files or self.live_delete_files or self.format_version >= 3
+
+    @property
+    def equality_partitions(self) -> tuple[tuple[int, tuple], ...]:
+        return tuple(sorted({(d.spec_id, d.partition) for d in self.delete_files
+                             if d.referenced_data_file is None}, key=repr))
+
+    @property
+    def touched_data_files(self) -> tuple[str, ...]:
+        """Data files of the parent whose rows this snapshot may have removed."""
+        refs = {d.referenced_data_file for d in self.delete_files if d.referenced_data_file}
+        return tuple(sorted(set(self.removed_data_files) | refs))
+
+
+def table_name(table) -> str:  # noqa: ANN001
+    return ".".join(table.name())
+
+
+def snapshot_or_raise(table, snapshot_id: int):  # noqa: ANN001, ANN201
+    snapshot = table.metadata.snapshot_by_id(int(snapshot_id))
+    if snapshot is None:
+        raise SnapshotNotFoundError(
+            f"snapshot {snapshot_id} is not in the history of table {table_name(table)} "
+            f"(expired, wrong table or never committed)")
+    return snapshot
+
+
+def _partition_key(partition) -> tuple:  # noqa: ANN001
+    if partition is None:
+        return ()
+    return tuple(partition[i] for i in range(len(partition)))
+
+
+def _delete_content(data_file) -> str:  # noqa: ANN001
+    if data_file.content == DataFileContent.EQUALITY_DELETES:
+        return "equality"
+    if str(data_file.file_format).upper().endswith("PUFFIN"):
+        return "deletion_vector"
+    return "position"
+
+
+def plan_snapshot(table, snapshot_id: int) -> SnapshotPlan:  # noqa: ANN001
+    """The snapshot's metadata-level change: files added/removed, delete files, partitions."""
+    snapshot = snapshot_or_raise(table, snapshot_id)
+    io = table.io
+    added, removed, deletes, removed_deletes = [], [], [], []
+    partitions: set[tuple[int, tuple]] = set()
+    live_deletes = False
+    added_records = removed_records = 0
+    records: dict[str, int] = {}
+    for manifest in snapshot.manifests(io):
+        is_delete_manifest = manifest.content == ManifestContent.DELETES
+        if is_delete_manifest and ((manifest.added_files_count or 0) + (manifest.existing_files_count or 0)) > 0:
+            live_deletes = True
+        if manifest.added_snapshot_id != snapshot.snapshot_id:
+            continue
+        for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
+            if entry.snapshot_id != snapshot.snapshot_id or entry.status == ManifestEntryStatus.EXISTING:
+                continue
+            data_file = entry.data_file
+            key = (manifest.partition_spec_id, _partition_key(data_file.partition))
+            partitions.add(key)
+            is_added = entry.status == ManifestEntryStatus.ADDED
+            if data_file.content == DataFileContent.DATA:
+                (added if is_added else removed).append(data_file.file_path)
+                records[data_file.file_path] = data_file.record_count
+                if is_added:
+                    added_records += data_file.record_count
+                else:
+                    removed_records += data_file.record_count
+            elif is_added:
+                deletes.append(DeleteFileInfo(
+                    path=data_file.file_path, content=_delete_content(data_file),
+                    spec_id=manifest.partition_spec_id, partition=key[1], record_count=data_file.record_count,
+                    referenced_data_file=getattr(data_file, "referenced_data_file", None)))
+            else:
+                removed_deletes.append(data_file.file_path)
+    summary = snapshot.summary
+    operation = summary.operation.value if summary is not None else "append"
+    return SnapshotPlan(
+        table_name=table_name(table), snapshot_id=snapshot.snapshot_id, parent_id=snapshot.parent_snapshot_id,
+        sequence_number=snapshot.sequence_number or 0, operation=operation,
+        committed_at_ms=snapshot.timestamp_ms, added_data_files=tuple(added), removed_data_files=tuple(removed),
+        added_delete_files=tuple(d.path for d in deletes),
+        affected_partitions=tuple(sorted(partitions, key=repr)),
+        has_delete_files=bool(deletes or removed_deletes), live_delete_files=live_deletes,
+        delete_files=tuple(deletes), removed_delete_files=tuple(removed_deletes),
+        added_records=added_records, removed_records=removed_records,
+        data_file_records=tuple(sorted(records.items())),
+        format_version=int(table.metadata.format_version))
+
+
+def _ancestry(table) -> list:  # noqa: ANN001
+    """The current snapshot's ancestry, oldest first."""
+    chain, snapshot = [], table.metadata.current_snapshot()
+    while snapshot is not None:
+        chain.append(snapshot)
+        snapshot = (table.metadata.snapshot_by_id(snapshot.parent_snapshot_id)
+                    if snapshot.parent_snapshot_id is not None else None)
+    return chain[::-1]
+
+
+def ancestry_ids(table, after_snapshot_id: int | None, until_snapshot_id: int | None = None) -> list[int]:  # noqa: ANN001
+    """Snapshot ids after ``after_snapshot_id`` (exclusive) up to ``until_snapshot_id`` (inclusive)."""
+    ids = [s.snapshot_id for s in _ancestry(table)]
+    name = table_name(table)
+    if until_snapshot_id is not None:
+        if int(until_snapshot_id) not in ids:
+            snapshot_or_raise(table, until_snapshot_id)
+            raise SnapshotNotFoundError(
+                f"snapshot {until_snapshot_id} of table {name} is not an ancestor of its current snapshot")
+        ids = ids[: ids.index(int(until_snapshot_id)) + 1]
+    if after_snapshot_id is None:
+        return ids
+    if int(after_snapshot_id) not in ids:
+        snapshot_or_raise(table, after_snapshot_id)
+        raise SnapshotNotFoundError(
+            f"snapshot {after_snapshot_id} of table {name} is not an ancestor of snapshot "
+            f"{until_snapshot_id if until_snapshot_id is not None else 'current'}")
+    return ids[ids.index(int(after_snapshot_id)) + 1:]
+
+
+def snapshots_after(table, after_snapshot_id: int | None,  # noqa: ANN001
+                    until_snapshot_id: int | None = None) -> list[SnapshotPlan]:
+    """Plans of the current ancestry after ``after_snapshot_id`` (exclusive), oldest first."""
+    return [plan_snapshot(table, sid) for sid in ancestry_ids(table, after_snapshot_id, until_snapshot_id)]
+
+
+def accepted_predecessors(table, snapshot_id: int) -> tuple[int, ...]:  # noqa: ANN001
+    """The parent plus ancestors reachable from it through REPLACE (compaction) snapshots."""
+    snapshot = snapshot_or_raise(table, snapshot_id)
+    result: list[int] = []
+    parent_id = snapshot.parent_snapshot_id
+    while parent_id is not None:
+        result.append(parent_id)
+        parent = table.metadata.snapshot_by_id(parent_id)
+        if parent is None or parent.summary is None or parent.summary.operation.value != REPLACE:
+            break
+        parent_id = parent.parent_snapshot_id
+    return tuple(result)

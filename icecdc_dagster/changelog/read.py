@@ -1,0 +1,120 @@
+"""Read the rows a snapshot removed and added, restricted to the files it touched.
+
+Every snapshot goes through one path: the parent's rows of the touched data files are read as
+DELETE and the snapshot's rows of the same files plus its added files as INSERT; carry-over
+removal then cancels the rows that did not change. This works for copy-on-write rewrites and
+for merge-on-read position deletes, equality deletes and deletion vectors alike (a delete only
+removes rows from an existing file), which Iceberg 1.10's changelog scan refuses.
+
+Only the touched files are read: we plan the scan in Iceberg (JVM), keep the tasks of those files,
+and read them through Iceberg's staged scan (the mechanism of rewrite_data_files), which applies
+the delete files of that snapshot and projects every file onto the table's CURRENT schema.
+"""
+
+import uuid
+
+from pyiceberg.manifest import DataFileContent, ManifestContent
+
+from icecdc_dagster.changelog.plan import SnapshotPlan, snapshot_or_raise
+
+FILE_PATH_FIELD_ID = 2147483546  # position delete files: the data file path column
+
+
+def spark_identifier(catalog_name: str, table) -> str:  # noqa: ANN001
+    return ".".join((catalog_name, *table.name()))
+
+
+def _java_table(spark, identifier: str):  # noqa: ANN001, ANN202
+    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, identifier)
+
+
+def _table_cache(spark):  # noqa: ANN001, ANN202
+    gateway = spark.sparkContext._gateway
+    jvm = spark._jvm
+    cls = jvm.org.apache.iceberg.spark.SparkTableCache._java_lang_class
+    return cls.getMethod("get", gateway.new_array(jvm.java.lang.Class, 0)).invoke(
+        None, gateway.new_array(jvm.java.lang.Object, 0))
+
+
+def read_files(spark, catalog_name: str, table, snapshot_id: int, paths: set[str] | None):  # noqa: ANN001, ANN201
+    """Rows of ``paths`` (None: every file) as of ``snapshot_id`` (its deletes applied), current schema."""
+    identifier = spark_identifier(catalog_name, table)
+    jtable = _java_table(spark, identifier)
+    jvm = spark._jvm
+    tasks = jvm.java.util.ArrayList()
+    if paths is None or paths:
+        iterator = jtable.newScan().useSnapshot(int(snapshot_id)).planFiles().iterator()
+        while iterator.hasNext():
+            task = iterator.next()
+            if paths is None or task.file().location() in paths:
+                tasks.add(task)
+    group_id = f"icecdc-{uuid.uuid4()}"
+    jvm.org.apache.iceberg.spark.ScanTaskSetManager.get().stageTasks(jtable, group_id, tasks)
+    _table_cache(spark).add(group_id, jtable)
+    return spark.read.format("iceberg").option("scan-task-set-id", group_id).load(group_id)
+
+
+def _delete_file_targets(table, plan: SnapshotPlan) -> tuple[set[str], set[tuple[int, tuple]]]:  # noqa: ANN001
+    """Data files named by the snapshot's delete files, and partitions touched without a file name."""
+    files: set[str] = set(plan.removed_data_files)
+    partitions: set[tuple[int, tuple]] = set()
+    bounds = _position_delete_bounds(table, plan)
+    for delete in plan.delete_files:
+        if delete.referenced_data_file:
+            files.add(delete.referenced_data_file)
+        elif delete.content == "position" and bounds.get(delete.path):
+            files.add(bounds[delete.path])
+        else:
+            partitions.add((delete.spec_id, delete.partition))
+    return files, partitions
+
+
+def _position_delete_bounds(table, plan: SnapshotPlan) -> dict[str, str]:  # noqa: ANN001
+    """Position delete files whose file_path column has one value (file-scoped) -> that data file."""
+    if not any(d.content == "position" and not d.referenced_data_file for d in plan.delete_files):
+        return {}
+    snapshot = snapshot_or_raise(table, plan.snapshot_id)
+    result = {}
+    for manifest in snapshot.manifests(table.io):
+        if manifest.content != ManifestContent.DELETES or manifest.added_snapshot_id != plan.snapshot_id:
+            continue
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            data_file = entry.data_file
+            if data_file.content != DataFileContent.POSITION_DELETES:
+                continue
+            lower = (data_file.lower_bounds or {}).get(FILE_PATH_FIELD_ID)
+            upper = (data_file.upper_bounds or {}).get(FILE_PATH_FIELD_ID)
+            if lower is not None and lower == upper:
+                result[data_file.file_path] = bytes(lower).decode("utf-8")
+    return result
+
+
+def _parent_files_in_partitions(table, parent_id: int, partitions: set[tuple[int, tuple]]) -> set[str]:  # noqa: ANN001
+    """Live data files of the parent in the given (spec id, partition) set: equality deletes can
+    remove rows from any older file of their partition (an unpartitioned table is one partition)."""
+    if not partitions:
+        return set()
+    from icecdc_dagster.changelog.plan import _partition_key
+
+    snapshot = snapshot_or_raise(table, parent_id)
+    result = set()
+    global_delete = any(not values for _, values in partitions)  # unpartitioned delete: every file
+    for manifest in snapshot.manifests(table.io):
+        if manifest.content != ManifestContent.DATA:
+            continue
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            key = (manifest.partition_spec_id, _partition_key(entry.data_file.partition))
+            if key in partitions or global_delete:
+                result.add(entry.data_file.file_path)
+    return result
+
+
+def touched_files(table, plan: SnapshotPlan) -> tuple[set[str], set[str]]:  # noqa: ANN001
+    """(files of the parent whose rows may have been removed, files of the snapshot to read)."""
+    if plan.is_replace or plan.parent_id is None:
+        return set(), set(plan.added_data_files) if not plan.is_replace else set()
+    before, partitions = _delete_file_targets(table, plan)
+    before |= _parent_files_in_partitions(table, plan.parent_id, partitions)
+    # Files removed by the snapshot are gone from it; the rest are read again to see what survived.
+    after = (before - set(plan.removed_data_files)) | set(plan.added_data_files)
+    return before, after
