@@ -35,3 +35,15 @@ class CheckpointError(IcecdcError):
 
 class SinkWriteError(IcecdcError):
     """A sink rejected part of a batch; the checkpoint was not advanced."""
+
+
+class IngestError(IcecdcError):
+    """Change events cannot be ingested into their Iceberg target (names the target and landing file)."""
+
+
+class TargetTableMissingError(IngestError):
+    """An ingestion target does not exist and ``auto_create`` is off."""
+
+
+class SchemaDeclarationError(IngestError):
+    """A declared ingestion schema (column type, transform, property) is invalid."""

@@ -17,6 +17,7 @@ BATCH_ID_PROPERTY = "icecdc.batch-id"
 STAGING_BRANCH = "icecdc_stage"
 FAULT_ENV = "ICECDC_FAULT"
 FAULT_KILL_BEFORE_PUBLISH = "kill-after-write-before-commit"
+FAULT_TABLE_ENV = "ICECDC_FAULT_TABLE"  # only fault on tables whose name ends with this
 
 T = TypeVar("T")
 
@@ -79,9 +80,19 @@ def staged_commit(spark: Any, table: str, properties: dict[str, str], write: Cal
         jtable.manageSnapshots().removeBranch(STAGING_BRANCH).commit()
         jtable.refresh()
     jtable.manageSnapshots().createBranch(STAGING_BRANCH).commit()
+    jtable.refresh()
+    staged_from = jtable.snapshot(STAGING_BRANCH).snapshotId()
     with commit_properties(spark, properties):
         result = write(f"{table}.branch_{STAGING_BRANCH}")
-    if os.environ.get(FAULT_ENV) == FAULT_KILL_BEFORE_PUBLISH:
+    jtable.refresh()
+    if jtable.snapshot(STAGING_BRANCH).snapshotId() == staged_from:
+        # Nothing to write (all events dead-lettered, cancelled or tombstones): still record the batch.
+        append = jtable.newAppend().toBranch(STAGING_BRANCH)
+        for key, value in properties.items():
+            append = append.set(key, str(value))
+        append.commit()
+    if os.environ.get(FAULT_ENV) == FAULT_KILL_BEFORE_PUBLISH and table.endswith(os.environ.get(FAULT_TABLE_ENV, "")):
+        # Test hook: die with the batch's files written and its snapshot staged, before main sees it.
         os.kill(os.getpid(), signal.SIGKILL)
     jtable.refresh()
     jtable.manageSnapshots().fastForwardBranch("main", STAGING_BRANCH).removeBranch(STAGING_BRANCH).commit()

@@ -1,0 +1,21 @@
+"""Dead-letter tables: every event that cannot be written lands in ``<target>__dead_letters`` with its reason."""
+
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+DEAD_LETTER_DDL = ("raw string, reason string, source_file string, source_offset bigint, target string, "
+                   "batch_id string, dead_lettered_at timestamp")
+DEAD_LETTER_COLUMNS = ("raw", "reason", "source_file", "source_offset", "target", "batch_id", "dead_lettered_at")
+
+
+def ensure_table(spark: Any, catalog_name: str, table: str) -> None:
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {catalog_name}.{table} ({DEAD_LETTER_DDL}) USING iceberg "
+              "TBLPROPERTIES ('format-version'='2')")
+
+
+def frame(rows: DataFrame, batch_id: str) -> DataFrame:
+    """Dead-letter rows from columns raw/reason/source_file/source_offset/target."""
+    return (rows.withColumn("batch_id", F.lit(batch_id)).withColumn("dead_lettered_at", F.current_timestamp())
+            .select(*DEAD_LETTER_COLUMNS))

@@ -1,0 +1,90 @@
+"""Landing files: list in name order, cut into byte ranges read by executors, name batches.
+
+A batch id is ``<file uri>#<start>-<end>`` per file (joined by ``;`` for a group);
+landing files are immutable, so a rewritten file (new size) is a new batch.
+"""
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow.fs as pafs
+
+CHUNK_BYTES = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class LandingFile:
+    uri: str
+    size: int
+
+    @property
+    def batch_part(self) -> str:
+        return f"{self.uri}#0-{self.size}"
+
+
+def _fs(uri: str) -> tuple[pafs.FileSystem, str]:
+    if "://" not in uri:
+        return pafs.LocalFileSystem(), uri
+    return pafs.FileSystem.from_uri(uri)
+
+
+def _uri(base: str, path: str) -> str:
+    if "://" not in base:
+        return path
+    scheme = base.split("://", 1)[0]
+    return f"{scheme}://{path}" if scheme != "file" else f"file://{path}"
+
+
+def list_files(landing: str) -> list[LandingFile]:
+    """Files under ``landing`` in name order (hidden and ``_``-prefixed files skipped: writers in progress)."""
+    fs, path = _fs(landing)
+    infos = fs.get_file_info(pafs.FileSelector(path, recursive=False, allow_not_found=True))
+    files = [i for i in infos if i.type == pafs.FileType.File and not i.base_name.startswith((".", "_"))]
+    return [LandingFile(_uri(landing, i.path), i.size) for i in sorted(files, key=lambda i: i.base_name)]
+
+
+def describe(uris: Sequence[str]) -> list[LandingFile]:
+    out = []
+    for uri in uris:
+        fs, path = _fs(uri)
+        out.append(LandingFile(uri, fs.get_file_info(path).size))
+    return out
+
+
+def batch_id(files: Sequence[LandingFile]) -> str:
+    return ";".join(f.batch_part for f in files)
+
+
+def chunks(files: Sequence[LandingFile], chunk_bytes: int = CHUNK_BYTES) -> list[tuple[int, str, int, int]]:
+    """(file index, uri, start, end) byte ranges; each line belongs to the range holding its first byte."""
+    out = []
+    for index, f in enumerate(files):
+        for start in range(0, max(f.size, 1), chunk_bytes):
+            out.append((index, f.uri, start, min(start + chunk_bytes, f.size)))
+    return out
+
+
+def read_lines(uri: str, start: int, end: int) -> Iterator[tuple[int, str]]:
+    """(byte offset, line) for lines starting in [start, end). Runs in executors."""
+    if end <= start:
+        return
+    fs, path = _fs(uri)
+    with fs.open_input_file(path) as handle:
+        begin = max(start - 1, 0)
+        handle.seek(begin)
+        data = handle.read(end - begin)
+        while not data.endswith(b"\n"):
+            more = handle.read(65536)
+            if not more:
+                break
+            data += more
+    pos = 0
+    if start > 0:
+        # The byte before ``start`` tells whether a line starts exactly at ``start``.
+        newline = data.find(b"\n")
+        pos = newline + 1 if newline >= 0 else len(data)
+    while pos < len(data) and begin + pos < end:
+        newline = data.find(b"\n", pos)
+        stop = newline if newline >= 0 else len(data)
+        yield begin + pos, data[pos:stop].decode("utf-8", errors="replace")
+        pos = stop + 1

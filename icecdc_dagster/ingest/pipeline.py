@@ -1,0 +1,324 @@
+"""Debezium landing files -> Iceberg tables: one batch per file (or bounded group), exactly once.
+
+Row work runs in executors: files are read as byte ranges, parsed and routed
+(:mod:`debezium`, :mod:`routing`), then coerced per target (:mod:`coercion`). The driver
+only sees aggregates: the distinct (target, field, type) triples and counts.
+The ledger is the targets' own history: every commit records the batch id, the
+landing location and the full list of tables the batch writes.
+"""
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from icecdc_dagster.errors import TargetTableMissingError
+from icecdc_dagster.ingest import dead_letters, landing, routing
+from icecdc_dagster.ingest.coercion import CoercionError, coerce
+from icecdc_dagster.ingest.debezium import DELETE, INSERT, EventError, parse_line
+from icecdc_dagster.ingest.schema_inference import widest
+from icecdc_dagster.writer.auto_create import add_columns, create_table, declared_columns
+from icecdc_dagster.writer.exactly_once import BATCH_ID_PROPERTY, committed_summaries, java_table
+from icecdc_dagster.writer.merge import OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN, write_batch
+from icecdc_dagster.writer.tables import table_exists
+
+LANDING_PROPERTY = "icecdc.landing"
+TARGETS_PROPERTY = "icecdc.batch-targets"
+TOMBSTONE = "tombstone"
+ORDER_FILE_SHIFT = 1 << 40
+PARSED_SCHEMA = T.StructType([
+    T.StructField("file_index", T.LongType()), T.StructField("source_file", T.StringType()),
+    T.StructField("source_offset", T.LongType()), T.StructField("raw", T.StringType()),
+    T.StructField("target", T.StringType()), T.StructField("op", T.StringType()),
+    T.StructField("reason", T.StringType()),
+    T.StructField("field_types", T.MapType(T.StringType(), T.StringType()))])
+
+
+@dataclass(frozen=True)
+class IngestSettings:
+    """One ``ingest:`` entry. ``target`` is a table name or a template over envelope fields."""
+
+    landing: str
+    target: str
+    identifier_columns: tuple[str, ...] | Mapping[str, tuple[str, ...]] = ()
+    auto_create: bool = False
+    schema: Mapping[str, Any] | None = None
+    schema_evolution: bool = False
+    files_per_batch: int = 1
+
+    def keys_for(self, table: str) -> tuple[str, ...]:
+        """Identifier columns of one target (a mapping keys routed tables by full or short name)."""
+        if isinstance(self.identifier_columns, Mapping):
+            cols = self.identifier_columns.get(table) or self.identifier_columns.get(table.rsplit(".", 1)[-1]) or ()
+            return tuple(cols)
+        return tuple(self.identifier_columns)
+
+
+@dataclass(frozen=True)
+class TargetResult:
+    table: str
+    skipped: bool
+    snapshot_id: int | None
+    counts: dict[str, int] = field(default_factory=dict)
+    added_columns: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    batch_id: str
+    files: tuple[str, ...]
+    skipped: bool
+    targets: dict[str, TargetResult] = field(default_factory=dict)
+    tombstones: int = 0
+
+    def totals(self) -> dict[str, int]:
+        out: dict[str, int] = {"tombstones": self.tombstones}
+        for target in self.targets.values():
+            for key, value in target.counts.items():
+                out[key] = out.get(key, 0) + value
+        return out
+
+
+def _home_table(settings: IngestSettings) -> str:
+    """Where events without a target go (and where an all-tombstone batch is recorded)."""
+    if routing.is_template(settings.target):
+        return routing.unrouted_dead_letter_table(settings.target)
+    return routing.dead_letter_table(settings.target)
+
+
+def _ledger_tables(spark: Any, catalog_name: str, settings: IngestSettings) -> list[str]:
+    if routing.is_template(settings.target):
+        namespace = routing.namespace_of(settings.target)
+        rows = spark.sql(f"SHOW TABLES IN {catalog_name}.{namespace}").collect()
+        return [f"{namespace}.{r.tableName}" for r in rows]
+    return [t for t in (settings.target, routing.dead_letter_table(settings.target))
+            if table_exists(spark, catalog_name, t)]
+
+
+def committed_batches(spark: Any, catalog_name: str, settings: IngestSettings) -> set[str]:
+    """Batch ids of this landing location committed to every table they write."""
+    seen: dict[str, set[str]] = {}
+    wanted: dict[str, set[str]] = {}
+    for table in _ledger_tables(spark, catalog_name, settings):
+        for _, _, summary in committed_summaries(spark, f"{catalog_name}.{table}"):
+            if summary.get(LANDING_PROPERTY) == settings.landing and BATCH_ID_PROPERTY in summary:
+                bid = summary[BATCH_ID_PROPERTY]
+                seen.setdefault(bid, set()).add(table)
+                wanted[bid] = set(json.loads(summary.get(TARGETS_PROPERTY, "[]")))
+    return {bid for bid, tables in seen.items() if wanted[bid] <= tables}
+
+
+def pending_files(spark: Any, catalog_name: str, settings: IngestSettings) -> list[str]:
+    """Landing files in name order whose batch is not yet fully committed."""
+    done_parts = {part for bid in committed_batches(spark, catalog_name, settings) for part in bid.split(";")}
+    return [f.uri for f in landing.list_files(settings.landing) if f.batch_part not in done_parts]
+
+
+def pending_batches(spark: Any, catalog_name: str, settings: IngestSettings) -> list[list[str]]:
+    files = pending_files(spark, catalog_name, settings)
+    size = max(settings.files_per_batch, 1)
+    return [files[i:i + size] for i in range(0, len(files), size)]
+
+
+def _parse_partition(target: str, home: str):
+    """Executor function: byte ranges -> parsed rows (routed, with field types or a dead-letter reason)."""
+    templated = routing.is_template(target)
+
+    def run(ranges):
+        for file_index, uri, start, end in ranges:
+            for offset, line in landing.read_lines(uri, start, end):
+                routed = target
+                try:
+                    env = parse_line(line)
+                    if env is None:
+                        yield (file_index, uri, offset, None, home, TOMBSTONE, None, None)
+                        continue
+                    if templated:
+                        routed = routing.route(target, env.payload)
+                    yield (file_index, uri, offset, line, routed, env.op, None, env.field_types)
+                except EventError as exc:
+                    if templated:
+                        routed = home
+                        try:
+                            routed = routing.route(target, json.loads(line).get("payload") or json.loads(line))
+                        except Exception:  # noqa: BLE001 - unroutable: stays in the home table
+                            pass
+                    yield (file_index, uri, offset, line, routed, None, str(exc), None)
+    return run
+
+
+def _coerce_partition(columns: list[tuple[str, str, bool]], keys: tuple[str, ...], known: set[str]):
+    """Executor function: parsed rows of one target -> table rows + op/order, or a dead-letter reason."""
+    schema = [(name, T._parse_datatype_json_string(dtype), nullable) for name, dtype, nullable in columns]
+    ops = {INSERT: OP_INSERT, DELETE: OP_DELETE}
+
+    def run(rows):
+        for row in rows:
+            env = parse_line(row.raw)
+            values, nulls, reason = [], 0, None
+            for name, dtype, nullable in schema:
+                raw = env.image.get(name)
+                try:
+                    value = coerce(raw, dtype)
+                except CoercionError as exc:
+                    if name in keys or (not nullable and env.op != DELETE):
+                        reason = f"column {name}: {exc}"
+                        break
+                    value, nulls = None, nulls + (env.op != DELETE)
+                if value is None and (name in keys or (not nullable and env.op != DELETE)):
+                    reason = f"{'key' if name in keys else 'required'} column {name} is null or missing"
+                    break
+                values.append(value)
+            if reason is None and env.op == DELETE and not keys:
+                reason = "delete on a table without identifier columns (append only)"
+            ignored = sum(1 for k in env.image if k not in known)
+            if reason is not None:
+                values = [None] * len(schema)
+            order = row.file_index * ORDER_FILE_SHIFT + row.source_offset
+            yield (*values, ops.get(env.op, OP_UPSERT), order, reason, row.raw, row.source_file, row.source_offset,
+                   nulls, ignored)
+    return run
+
+
+def _prepare_target(spark: Any, catalog_name: str, settings: IngestSettings, table: str,
+                    field_types: dict[str, str]) -> list[str]:
+    """Create (auto_create) and evolve (schema_evolution) one target; returns added columns."""
+    if not table_exists(spark, catalog_name, table):
+        if not settings.auto_create:
+            raise TargetTableMissingError(f"ingest {settings.landing}: target table {table} does not exist "
+                                          "and auto_create is off")
+        if settings.schema:
+            columns = declared_columns(settings.schema, f"ingest {settings.landing} target {table}")
+        else:
+            columns = [(name, t, False) for name, t in field_types.items()]
+        create_table(spark, catalog_name, table, columns, settings.keys_for(table),
+                     (settings.schema or {}).get("partition_spec") or (),
+                     (settings.schema or {}).get("table_properties"))
+        if settings.schema and settings.schema_evolution:
+            return add_columns(spark, catalog_name, table, field_types)
+        return [c[0] for c in columns] if not settings.schema else []
+    if settings.schema_evolution:
+        return add_columns(spark, catalog_name, table, field_types)
+    return []
+
+
+def ingest_files(spark: Any, catalog_name: str, pyiceberg_catalog: Any, settings: IngestSettings,
+                 files: Sequence[str]) -> IngestResult:
+    """Ingest one batch (these files, in this order) into its target tables, exactly once."""
+    described = landing.describe(files)
+    bid = landing.batch_id(described)
+    uris = tuple(f.uri for f in described)
+    if bid in committed_batches(spark, catalog_name, settings):
+        return IngestResult(bid, uris, True)
+    templated = routing.is_template(settings.target)
+    if not templated and not settings.auto_create and not table_exists(spark, catalog_name, settings.target):
+        raise TargetTableMissingError(f"ingest {settings.landing}: target table {settings.target} does not exist "
+                                      "and auto_create is off")
+    home = _home_table(settings)
+    ranges = landing.chunks(described)
+    parsed_rdd = spark.sparkContext.parallelize(ranges, max(len(ranges), 1)).mapPartitions(
+        _parse_partition(settings.target, home))
+    parsed = spark.createDataFrame(parsed_rdd, PARSED_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        return _ingest_parsed(spark, catalog_name, settings, parsed, bid, uris, home, templated)
+    finally:
+        parsed.unpersist()
+
+
+def _ingest_parsed(spark: Any, catalog_name: str, settings: IngestSettings, parsed: DataFrame, bid: str,
+                   uris: tuple[str, ...], home: str, templated: bool) -> IngestResult:
+    good = parsed.where(F.col("reason").isNull() & (F.col("op") != TOMBSTONE))
+    types: dict[str, dict[str, set[str]]] = {}
+    exploded = good.select("target", F.posexplode("field_types").alias("pos", "name", "type"))
+    triples = exploded.groupBy("target", "name", "type").agg(F.min("pos").alias("pos")).collect()
+    for target, name, type_, _ in sorted(triples, key=lambda r: (r.target, r.pos, r.name)):
+        types.setdefault(target, {}).setdefault(name, set()).add(type_)
+    counts_by_target = {r.target: r["count"] for r in parsed.groupBy("target").count().collect()}
+    tombstones = parsed.where(F.col("op") == TOMBSTONE).count()
+    if not templated and settings.target not in types:
+        types[settings.target] = {}
+    targets = sorted(types)
+    for target in targets:  # fail early, before any write, when a target is missing
+        if not settings.auto_create and not table_exists(spark, catalog_name, target):
+            raise TargetTableMissingError(f"ingest {settings.landing}: routed target table {target} does not "
+                                          "exist and auto_create is off")
+    plans: dict[str, DataFrame] = {}
+    results: dict[str, TargetResult] = {}
+    written_tables: list[str] = []
+    added: dict[str, list[str]] = {}
+    dead_by_table: dict[str, DataFrame] = {}
+    persisted = []
+    for target in targets:
+        field_types = {name: widest(ts) for name, ts in types[target].items()}
+        if not field_types and not settings.schema and not table_exists(spark, catalog_name, target):
+            continue  # nothing valid to create it from: only dead letters this batch
+        added[target] = _prepare_target(spark, catalog_name, settings, target, field_types)
+        fields = spark.table(f"{catalog_name}.{target}").schema.fields
+        jschema = java_table(spark, f"{catalog_name}.{target}").schema()
+        keys = settings.keys_for(target) or tuple(sorted(jschema.identifierFieldNames()))
+        columns = [(f.name, f.dataType.json(), f.nullable) for f in fields]
+        out_schema = T.StructType([T.StructField(f.name, f.dataType, True) for f in fields] + [
+            T.StructField(OP_COLUMN, T.StringType()), T.StructField(ORDER_COLUMN, T.LongType()),
+            T.StructField("reason", T.StringType()), T.StructField("raw", T.StringType()),
+            T.StructField("source_file", T.StringType()), T.StructField("source_offset", T.LongType()),
+            T.StructField("_nulls", T.LongType()), T.StructField("_ignored", T.LongType())])
+        rows = spark.createDataFrame(
+            good.where(F.col("target") == target).rdd.mapPartitions(
+                _coerce_partition(columns, keys, {f.name for f in fields})), out_schema)
+        rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+        persisted.append(rows)
+        plans[target] = rows
+        stats = rows.agg(F.count(F.when(F.col("reason").isNotNull(), 1)).alias("dead"),
+                         F.coalesce(F.sum("_nulls"), F.lit(0)).alias("nulls"),
+                         F.coalesce(F.sum("_ignored"), F.lit(0)).alias("ignored")).first()
+        results[target] = TargetResult(target, False, None, {
+            "dead_lettered": int(stats.dead), "coercion_nulls": int(stats.nulls), "ignored_fields": int(stats.ignored)},
+            tuple(added[target]))
+        dead = rows.where(F.col("reason").isNotNull()).select("raw", "reason", "source_file", "source_offset",
+                                                              F.lit(target).alias("target"))
+        dead_by_table[routing.dead_letter_table(target)] = dead
+        written_tables.append(target)
+    # Events that failed parsing or routing.
+    early_dead = parsed.where(F.col("reason").isNotNull()).select("raw", "reason", "source_file", "source_offset",
+                                                                  "target")
+    for target, n in counts_by_target.items():
+        dl_table = home if target == home else routing.dead_letter_table(target)
+        part = early_dead.where(F.col("target") == target)
+        dead_by_table[dl_table] = dead_by_table[dl_table].unionByName(part) if dl_table in dead_by_table else part
+    dead_counts = {t: df.count() for t, df in dead_by_table.items()}
+    dl_tables = sorted(t for t, n in dead_counts.items() if n)
+    all_tables = written_tables + dl_tables
+    if not all_tables:
+        all_tables = [home]
+        dl_tables = [home]
+        dead_by_table.setdefault(home, early_dead)
+    props = {LANDING_PROPERTY: settings.landing, TARGETS_PROPERTY: json.dumps(sorted(all_tables))}
+    try:
+        for dl_table in dl_tables:
+            dead_letters.ensure_table(spark, catalog_name, dl_table)
+            frame = dead_letters.frame(dead_by_table[dl_table], bid).withColumn(OP_COLUMN, F.lit(OP_INSERT))
+            write_batch(spark, f"{catalog_name}.{dl_table}", frame, (), bid, props)
+            owner = dl_table[: -len("__dead_letters")]
+            if owner in results:
+                counts = {**results[owner].counts, "dead_lettered": dead_counts[dl_table]}
+                results[owner] = TargetResult(owner, False, None, counts, results[owner].added_columns)
+        for target in written_tables:
+            rows = plans[target]
+            fields = [f.name for f in spark.table(f"{catalog_name}.{target}").schema.fields]
+            jschema = java_table(spark, f"{catalog_name}.{target}").schema()
+            keys = settings.keys_for(target) or tuple(sorted(jschema.identifierFieldNames()))
+            outcome = write_batch(spark, f"{catalog_name}.{target}",
+                                  rows.where(F.col("reason").isNull()).select(*fields, OP_COLUMN, ORDER_COLUMN),
+                                  keys, bid, props)
+            prior = results[target]
+            results[target] = TargetResult(target, outcome.skipped, outcome.snapshot_id,
+                                           {**prior.counts, **outcome.counts}, prior.added_columns)
+    finally:
+        for df in persisted:
+            df.unpersist()
+    return IngestResult(bid, uris, False, results, int(tombstones))

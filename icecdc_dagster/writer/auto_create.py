@@ -1,0 +1,98 @@
+"""Create an ingestion target: from a declared schema, or from the field types of the first batch.
+
+Declared schema (YAML)::
+
+    schema:
+      columns: [{name: id, type: long, required: true}, {name: ts, type: timestamptz}]
+      partition_spec: [{column: ts, transform: day}, "bucket[16](id)"]
+      table_properties: {format-version: "2"}
+
+Auto-created tables default to format v2 and merge-on-read (cheap CDC upserts, still
+readable by pyiceberg/DuckDB because Spark writes positional deletes only).
+"""
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from icecdc_dagster.errors import SchemaDeclarationError
+from icecdc_dagster.ingest.schema_inference import spark_ddl
+
+DEFAULT_PROPERTIES = {"format-version": "2", "write.merge.mode": "merge-on-read",
+                      "write.update.mode": "merge-on-read", "write.delete.mode": "merge-on-read"}
+_TRANSFORM = re.compile(r"^(identity|year|month|day|hour|void|bucket\[(\d+)\]|truncate\[(\d+)\])(?:\((\w+)\))?$")
+_SPARK_TRANSFORM = {"year": "years", "month": "months", "day": "days", "hour": "hours"}
+
+
+def declared_columns(schema: Mapping[str, Any], where: str) -> list[tuple[str, str, bool]]:
+    """(name, iceberg type, required) from ``columns`` as a list of dicts or a name -> type mapping."""
+    raw = schema.get("columns") or []
+    if isinstance(raw, Mapping):
+        return [(n, str(t), False) for n, t in raw.items()]
+    out = []
+    for i, col in enumerate(raw):
+        if not isinstance(col, Mapping) or "name" not in col or "type" not in col:
+            raise SchemaDeclarationError(f"{where}: schema.columns[{i}] needs 'name' and 'type'")
+        out.append((str(col["name"]), str(col["type"]), bool(col.get("required", False))))
+    return out
+
+
+def partition_clause(spec: Sequence[Any], columns: set[str], where: str) -> str:
+    parts = []
+    for i, item in enumerate(spec or []):
+        if isinstance(item, Mapping):
+            text = f"{item.get('transform', 'identity')}({item.get('column') or item.get('source')})"
+        else:
+            text = str(item) if "(" in str(item) else f"identity({item})"
+        m = _TRANSFORM.match(text.replace(" ", ""))
+        if not m or m.group(4) not in columns:
+            raise SchemaDeclarationError(f"{where}: schema.partition_spec[{i}] {item!r} is not a transform "
+                                         "(identity/year/month/day/hour/bucket[N]/truncate[W]) of a declared column")
+        kind, column = m.group(1), f"`{m.group(4)}`"
+        if kind == "identity":
+            parts.append(column)
+        elif kind.startswith("bucket"):
+            parts.append(f"bucket({m.group(2)}, {column})")
+        elif kind.startswith("truncate"):
+            parts.append(f"truncate({m.group(3)}, {column})")
+        else:
+            parts.append(f"{_SPARK_TRANSFORM.get(kind, kind)}({column})")
+    return f"PARTITIONED BY ({', '.join(parts)})" if parts else ""
+
+
+def create_table(spark: Any, catalog_name: str, table: str, columns: Sequence[tuple[str, str, bool]],
+                 key_columns: Sequence[str] = (), partition_spec: Sequence[Any] = (),
+                 properties: Mapping[str, Any] | None = None) -> None:
+    """CREATE TABLE IF NOT EXISTS (a concurrent creator wins harmlessly), then set identifier fields."""
+    where = f"table {table}"
+    names = {c[0] for c in columns}
+    missing = [k for k in key_columns if k not in names]
+    if missing:
+        raise SchemaDeclarationError(f"{where}: identifier columns {missing} are not in the schema")
+    cols = ", ".join(f"`{n}` {spark_ddl(t, f'{where} column {n}')}"
+                     f"{' NOT NULL' if required or n in key_columns else ''}" for n, t, required in columns)
+    props = {**DEFAULT_PROPERTIES, **{str(k): str(v) for k, v in (properties or {}).items()}}
+    tblprops = ", ".join(f"'{k}'='{v}'" for k, v in props.items())
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {catalog_name}.{table} ({cols}) USING iceberg "
+              f"{partition_clause(partition_spec, names, where)} TBLPROPERTIES ({tblprops})")
+    if key_columns:
+        from icecdc_dagster.writer.tables import set_identifier_fields
+
+        set_identifier_fields(spark, f"{catalog_name}.{table}", key_columns)
+
+
+def add_columns(spark: Any, catalog_name: str, table: str, columns: Mapping[str, str]) -> list[str]:
+    """Add optional columns; one that a concurrent writer added meanwhile is fine."""
+    added = []
+    for name, iceberg_type in columns.items():
+        existing = {f.name for f in spark.table(f"{catalog_name}.{table}").schema.fields}
+        if name in existing:
+            continue
+        try:
+            spark.sql(f"ALTER TABLE {catalog_name}.{table} ADD COLUMN `{name}` "
+                      f"{spark_ddl(iceberg_type, f'table {table} column {name}')}")
+            added.append(name)
+        except Exception as exc:  # noqa: BLE001 - concurrent add of the same column
+            if "already exists" not in str(exc):
+                raise
+    return added
