@@ -48,6 +48,9 @@ def read_files(spark, catalog_name: str, table, snapshot_id: int, paths: set[str
             task = iterator.next()
             if paths is None or task.file().location() in paths:
                 tasks.add(task)
+    if tasks.isEmpty():
+        # Nothing to read: an empty relation of the current schema (metadata columns stay selectable).
+        return spark.table(identifier).where("false")
     group_id = f"icecdc-{uuid.uuid4()}"
     jvm.org.apache.iceberg.spark.ScanTaskSetManager.get().stageTasks(jtable, group_id, tasks)
     _table_cache(spark).add(group_id, jtable)

@@ -1,0 +1,96 @@
+"""Changelog engine benchmark.
+
+1. 1M-row partitioned copy-on-write table, 1% of rows updated in one snapshot: our change rows vs
+   Iceberg's create_changelog_view(compute_updates => true) in the same SparkSession.
+2. The same 100-row change (one partition) on a 1M and a BIG-row table (partitions of constant
+   size, like daily partitions): our time on BIG / our time on 1M (cost follows the change).
+
+Run: /work/venv/bin/python bench/changelog.py [--big-rows N]
+"""
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+
+from icecdc_dagster import changelog
+from icecdc_dagster.runtime.catalog import CatalogSettings
+from icecdc_dagster.runtime.spark import SparkSettings, attach_catalog, build_spark_session
+
+ROWS_PER_PARTITION = 62_500
+CAT = "bench_cl"
+
+
+def create(spark, name: str, rows: int) -> None:
+    spark.sql(f"CREATE TABLE {CAT}.db.{name} (id bigint, day int, v string, amount double) USING iceberg "
+              "PARTITIONED BY (day) TBLPROPERTIES ('format-version'='2', 'write.update.mode'='copy-on-write')")
+    (spark.range(0, rows).selectExpr("id", f"cast(id div {ROWS_PER_PARTITION} as int) day",
+                                     "concat('value-', id) v", "id * 0.5 amount")
+     .repartition("day").sortWithinPartitions("id").writeTo(f"{CAT}.db.{name}").append())
+
+
+def time_ours(spark, catalog, name: str) -> tuple[float, int]:
+    table = catalog.load_table(f"db.{name}")
+    started = time.monotonic()
+    change_set = changelog.changes(spark, CAT, table, table.metadata.current_snapshot().snapshot_id, ["id"])
+    count = change_set.rows.count()
+    return time.monotonic() - started, count
+
+
+def time_icv(spark, catalog, name: str) -> tuple[float, int]:
+    table = catalog.load_table(f"db.{name}")
+    snapshot = table.metadata.current_snapshot()
+    started = time.monotonic()
+    spark.sql(f"CALL {CAT}.system.create_changelog_view(table => 'db.{name}', changelog_view => 'icv_{name}', "
+              f"options => map('start-snapshot-id', '{snapshot.parent_snapshot_id}', "
+              f"'end-snapshot-id', '{snapshot.snapshot_id}'), compute_updates => true, "
+              f"identifier_columns => array('id'))")
+    count = spark.table(f"icv_{name}").count()
+    return time.monotonic() - started, count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--big-rows", type=int, default=10_000_000)
+    args = parser.parse_args()
+    os.environ.setdefault("ICECDC_CACHE_DIR", os.path.expanduser("~/.cache/icecdc"))
+    spark = build_spark_session(SparkSettings(master="local[2]", app_name="bench-changelog",
+                                              conf={"spark.ui.enabled": "false", "spark.driver.memory": "4g"}))
+    work = tempfile.mkdtemp(prefix="bench-changelog-")
+    try:
+        settings = CatalogSettings(name=CAT, uri=f"sqlite:///{work}/catalog.db", warehouse=f"file://{work}/wh")
+        catalog = settings.load_pyiceberg()
+        attach_catalog(spark, settings)
+        catalog.create_namespace("db")
+        create(spark, "t1m", args.rows)
+        spark.sql(f"UPDATE {CAT}.db.t1m SET v = concat(v, '-u') WHERE id % 100 = 0")
+        time_ours(spark, catalog, "t1m")  # warm-up (JIT, catalog), untimed
+        time_icv(spark, catalog, "t1m")
+        ours, ours_n = min(time_ours(spark, catalog, "t1m") for _ in range(2))
+        icv, icv_n = min(time_icv(spark, catalog, "t1m") for _ in range(2))
+        print(f"1% update of {args.rows:,} rows: ours {ours:.2f}s ({ours_n} rows), "
+              f"create_changelog_view {icv:.2f}s ({icv_n} rows), ratio {ours / icv:.2f}")
+        if ours_n != icv_n:
+            print(f"WARNING: row counts differ: ours {ours_n}, view {icv_n}")
+
+        small_times = {}
+        for name, rows in (("s1m", args.rows), ("sbig", args.big_rows)):
+            started = time.monotonic()
+            create(spark, name, rows)
+            print(f"created {name} ({rows:,} rows) in {time.monotonic() - started:.1f}s")
+            spark.sql(f"UPDATE {CAT}.db.{name} SET v = concat(v, '-u') WHERE day = 3 AND id % 625 = 0")
+            time_ours(spark, catalog, name)
+            small_times[name] = min(time_ours(spark, catalog, name) for _ in range(3))
+            print(f"100-row change on {rows:,} rows: ours {small_times[name][0]:.2f}s "
+                  f"({small_times[name][1]} change rows)")
+        scale = small_times["sbig"][0] / small_times["s1m"][0]
+        print(f"scale ratio ({args.big_rows:,} vs {args.rows:,} rows): {scale:.2f}")
+        print(f"RESULT ours_s={ours:.3f} icv_s={icv:.3f} ratio={ours / icv:.3f} scale_ratio={scale:.3f}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
