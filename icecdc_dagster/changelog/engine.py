@@ -6,7 +6,10 @@ that must fail the batch with a named error before any sink sees it.
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+import weakref
 from functools import reduce
+
+from pyspark import StorageLevel
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -241,13 +244,24 @@ def changes(spark, catalog_name: str, table, snapshot_id,  # noqa: ANN001
     raw = reduce(DataFrame.unionByName, parts)
     rows = remove_carry_over(raw)
     row_keys = list(keys) or ([ROW_ID] if uses_row_lineage(table) else [])
+    cached = None
     if row_keys:
-        rows = detect_updates(rows, row_keys, name)
+        # The duplicate/null key check runs before any sink sees the batch; keep what it computed
+        # (change rows after carry-over removal, small next to the rows read) for the real use.
+        cached = rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            rows = detect_updates(rows, row_keys, name)
+        except Exception:
+            cached.unpersist()
+            raise
     if net and len(plans) > 1:
         rows = net_changes(rows, row_keys, data_columns(table))
     stats = {"snapshots": len(plans), "files_read": files_read,
              "delete_files_added": sum(len(p.added_delete_files) for p in plans)}
-    return ChangeSet(rows=rows, plans=plans, stats=stats, raw_rows=raw)
+    change_set = ChangeSet(rows=rows, plans=plans, stats=stats, raw_rows=raw)
+    if cached is not None:
+        weakref.finalize(change_set, cached.unpersist)
+    return change_set
 
 
 _NO_PLAN = SnapshotPlan(table_name="", snapshot_id=0, parent_id=None, sequence_number=0, operation="append",

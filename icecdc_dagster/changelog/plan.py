@@ -7,7 +7,10 @@ which data files (or partitions) a time-travel diff has to look at.
 
 from dataclasses import dataclass
 
-from pyiceberg.manifest import DataFileContent, ManifestContent, ManifestEntryStatus
+from pyiceberg.avro.file import AvroFile
+from pyiceberg.manifest import (
+    MANIFEST_ENTRY_SCHEMAS, DataFile, DataFileContent, FileFormat, ManifestContent, ManifestEntry,
+    ManifestEntryStatus, _inherit_from_manifest)
 
 from icecdc_dagster.errors import SnapshotNotFoundError
 
@@ -70,6 +73,29 @@ class SnapshotPlan:
         return tuple(sorted(set(self.removed_data_files) | refs))
 
 
+def manifest_entries(io, manifest, format_version: int, discard_deleted: bool = False) -> list:  # noqa: ANN001
+    """Entries of a manifest, read with the table's format version: pyiceberg 0.12's
+    ``fetch_manifest_entry`` reads v2 fields only and loses v3's ``referenced_data_file`` (DVs)."""
+    if format_version < 3:
+        return manifest.fetch_manifest_entry(io, discard_deleted=discard_deleted)
+    with AvroFile[ManifestEntry](
+            io.new_input(manifest.manifest_path), MANIFEST_ENTRY_SCHEMAS[3],
+            read_types={-1: ManifestEntry, 2: DataFile},
+            read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent}) as reader:
+        return [_inherit_from_manifest(entry, manifest) for entry in reader
+                if not discard_deleted or entry.status != ManifestEntryStatus.DELETED]
+
+
+_V3_FIELDS = [f.name for f in MANIFEST_ENTRY_SCHEMAS[3].find_field("data_file").field_type.fields]
+
+
+def referenced_data_file(data_file, format_version: int) -> str | None:  # noqa: ANN001
+    """v3 ``referenced_data_file`` (deletion vectors); pyiceberg's DataFile has no accessor for it."""
+    if format_version < 3 or len(data_file) <= _V3_FIELDS.index("referenced_data_file"):
+        return None
+    return data_file[_V3_FIELDS.index("referenced_data_file")]
+
+
 def table_name(table) -> str:  # noqa: ANN001
     return ".".join(table.name())
 
@@ -112,7 +138,7 @@ def plan_snapshot(table, snapshot_id: int) -> SnapshotPlan:  # noqa: ANN001
             live_deletes = True
         if manifest.added_snapshot_id != snapshot.snapshot_id:
             continue
-        for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
+        for entry in manifest_entries(io, manifest, int(table.metadata.format_version)):
             if entry.snapshot_id != snapshot.snapshot_id or entry.status == ManifestEntryStatus.EXISTING:
                 continue
             data_file = entry.data_file
@@ -130,7 +156,7 @@ def plan_snapshot(table, snapshot_id: int) -> SnapshotPlan:  # noqa: ANN001
                 deletes.append(DeleteFileInfo(
                     path=data_file.file_path, content=_delete_content(data_file),
                     spec_id=manifest.partition_spec_id, partition=key[1], record_count=data_file.record_count,
-                    referenced_data_file=getattr(data_file, "referenced_data_file", None)))
+                    referenced_data_file=referenced_data_file(data_file, int(table.metadata.format_version))))
             else:
                 removed_deletes.append(data_file.file_path)
     summary = snapshot.summary
