@@ -18,7 +18,8 @@ from icecdc_dagster.errors import CheckpointError
 META_KEY = "icecdc"
 
 
-def _mappings(client: Any, index: str) -> dict | None:
+def index_mappings(client: Any, index: str) -> dict | None:
+    """The index's ``mappings`` (properties and ``_meta``), or None when the index does not exist."""
     from opensearchpy.exceptions import NotFoundError
 
     try:
@@ -32,7 +33,7 @@ def _mappings(client: Any, index: str) -> dict | None:
 
 
 def read_checkpoint(client: Any, index: str, sink_name: str) -> Checkpoint | None:
-    mappings = _mappings(client, index)
+    mappings = index_mappings(client, index)
     if mappings is None:
         return None
     entry = ((mappings.get("_meta") or {}).get(META_KEY) or {}).get("checkpoints", {}).get(sink_name)
@@ -45,7 +46,7 @@ def read_checkpoint(client: Any, index: str, sink_name: str) -> Checkpoint | Non
 
 
 def write_checkpoint(client: Any, index: str, sink_name: str, batch: BatchInfo) -> Checkpoint:
-    mappings = _mappings(client, index)
+    mappings = index_mappings(client, index)
     if mappings is None:
         raise CheckpointError(f"{sink_name}: index {index} disappeared before snapshot {batch.snapshot_id} "
                               f"of {batch.table_name} could be checkpointed")

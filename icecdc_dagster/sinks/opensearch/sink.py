@@ -5,6 +5,14 @@ sequence number as an external version, so the index only ever moves forward
 per document (a replayed or stale batch answers 409, counted as already
 applied); and the checkpoint in the index ``_meta`` advances only after every
 action of the batch succeeded and the index was refreshed.
+
+Documents hold the source table's columns only: change columns, event
+columns and v3 lineage columns are dropped (``include_iceberg_metadata``
+keeps iceberg_operation / iceberg_table_name / iceberg_snapshot_id).
+Caveat: OpenSearch keeps delete tombstones (which refuse older versions) for
+``index.gc_deletes`` (60 s by default); past that only the checkpoint guard
+stops a stale batch from re-creating a deleted document. Raise it through
+``index_settings`` if batches may be replayed by hand around the guard.
 """
 
 import time
@@ -82,7 +90,7 @@ class OpenSearchSink:
 
     def ensure_index(self, schema: Schema | None = None) -> None:
         """Create the index if missing; map columns it does not know yet (schema evolution)."""
-        from opensearchpy.exceptions import NotFoundError, RequestError
+        from opensearchpy.exceptions import RequestError
 
         schema = schema or self.source_schema
         index, client = self.settings.index, self.client
@@ -102,10 +110,7 @@ class OpenSearchSink:
                     raise
         if not self.settings.evolve_mapping:
             return
-        try:
-            current = cp._mappings(client, index) or {}
-        except NotFoundError:
-            current = {}
+        current = cp.index_mappings(client, index) or {}
         additions = missing_properties(derived, current)
         if additions:
             client.indices.put_mapping(index=index, body={"properties": additions})
@@ -140,7 +145,7 @@ class OpenSearchSink:
             self.name, skipped=False, checkpoint=checkpoint,
             counts={**summary.counts, "actions": summary.actions},
             details={"index": self.settings.index, "partitions": summary.partitions,
-                     "write_seconds": round(time.monotonic() - started, 3)})
+                     "seconds": round(time.monotonic() - started, 3)})
 
     def _failure_message(self, batch: BatchInfo, before: Checkpoint | None, summary: WriteSummary) -> str:
         where = (f"{self.name}: snapshot {batch.snapshot_id} of {batch.table_name} was not fully applied to "
