@@ -57,7 +57,7 @@ def check_replay(spark, catalog, catalog_settings, seed: int, version: int, part
             types[r["id"]].add(r["_change_type"])
         assert all(t in ({"INSERT"}, {"DELETE"}, {UPDATE_BEFORE, UPDATE_AFTER}) for t in types.values())
     ids = [p.snapshot_id for p in plans]
-    for start in (0, 1, len(ids) // 2):
+    for start in sorted({0, len(ids) // 2}):
         end = len(ids) - 1
         net_rows = ours(spark, catalog_settings, table, (ids[start], ids[end]), net=True)
         replayed = apply_changes(rows_at(spark, ident, ids[start], COLUMNS), net_rows, COLUMNS)

@@ -18,7 +18,7 @@ def create_table(spark, ident: str, version: int, mode: str, partitioned: bool) 
               f"{partition} {mode_properties(version, mode)}")
 
 
-def run_workload(spark, ident: str, seed: int, steps: int = 6) -> None:
+def run_workload(spark, ident: str, seed: int, steps: int = 5) -> None:
     """Random inserts, updates (value and partition moves), deletes and MERGEs, one snapshot each."""
     rng = random.Random(seed)
     next_id = 0
