@@ -96,15 +96,17 @@ def comparable(df: DataFrame, name: str) -> Column:
     return F.to_json(F.col(name)) if _has_map(dtype) else F.col(name)
 
 
-def remove_carry_over(rows: DataFrame, per_snapshot: bool = True) -> DataFrame:
+def remove_carry_over(rows: DataFrame, per_snapshot: bool = True,
+                      cluster_by: Sequence[str] = ()) -> DataFrame:
     """Cancel DELETE/INSERT pairs of identical rows (pairwise: 3 deletes + 2 inserts leave 1 delete).
 
     Compares every column but the change columns, so with v3 row lineage a carry-over also needs the
-    same ``_row_id`` and ``_last_updated_sequence_number``.
+    same ``_row_id`` and ``_last_updated_sequence_number``. ``cluster_by`` (snapshot + key columns)
+    shuffles by the key once, so that update detection after it needs no second shuffle.
     """
     value_columns = [c for c in rows.columns if c not in CHANGE_COLUMNS]
     keys = [comparable(rows, c).alias(f"{_TMP}v{i}") for i, c in enumerate(value_columns)]
-    df = rows.select("*", *keys)
+    df = (rows.repartition(*cluster_by) if cluster_by else rows).select("*", *keys)
     group = [f"{_TMP}v{i}" for i in range(len(value_columns))]
     if per_snapshot:
         group = [COMMIT_SNAPSHOT_ID, *group]
@@ -242,8 +244,8 @@ def changes(spark, catalog_name: str, table, snapshot_id,  # noqa: ANN001
         source = read_files(spark, catalog_name, table, table.metadata.current_snapshot().snapshot_id, set())
         parts.append(_with_change_columns(source, columns, INSERT, empty_plan or _NO_PLAN, 0))
     raw = reduce(DataFrame.unionByName, parts)
-    rows = remove_carry_over(raw)
     row_keys = list(keys) or ([ROW_ID] if uses_row_lineage(table) else [])
+    rows = remove_carry_over(raw, cluster_by=[COMMIT_SNAPSHOT_ID, *row_keys] if row_keys else ())
     cached = None
     if row_keys:
         # The duplicate/null key check runs before any sink sees the batch; keep what it computed
