@@ -111,13 +111,17 @@ def remove_carry_over(rows: DataFrame, per_snapshot: bool = True,
     if per_snapshot:
         group = [COMMIT_SNAPSHOT_ID, *group]
     is_insert = (F.col(CHANGE_TYPE) == INSERT).cast("long")
-    by_value = Window.partitionBy(*group)
-    by_type = Window.partitionBy(*group, CHANGE_TYPE).orderBy(COMMIT_SEQUENCE_NUMBER, CHANGE_ORDINAL)
-    df = (df.withColumn(f"{_TMP}ins", F.sum(is_insert).over(by_value))
-            .withColumn(f"{_TMP}del", F.sum(1 - is_insert).over(by_value))
-            .withColumn(f"{_TMP}rn", F.row_number().over(by_type)))
-    keep = (((F.col(CHANGE_TYPE) == INSERT) & (F.col(f"{_TMP}rn") > F.col(f"{_TMP}del")))
-            | ((F.col(CHANGE_TYPE) == DELETE) & (F.col(f"{_TMP}rn") > F.col(f"{_TMP}ins"))))
+    # One window (one sort): DELETE sorts before INSERT, so an INSERT's rank among inserts is
+    # row_number - deletes; the k-th INSERT cancels the k-th DELETE.
+    ordered = Window.partitionBy(*group).orderBy(CHANGE_TYPE, COMMIT_SEQUENCE_NUMBER, CHANGE_ORDINAL)
+    whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    df = (df.withColumn(f"{_TMP}ins", F.sum(is_insert).over(whole))
+            .withColumn(f"{_TMP}del", F.sum(1 - is_insert).over(whole))
+            .withColumn(f"{_TMP}rn", F.row_number().over(ordered)))
+    rank_in_type = F.when(F.col(CHANGE_TYPE) == INSERT, F.col(f"{_TMP}rn") - F.col(f"{_TMP}del")) \
+        .otherwise(F.col(f"{_TMP}rn"))
+    keep = (((F.col(CHANGE_TYPE) == INSERT) & (rank_in_type > F.col(f"{_TMP}del")))
+            | ((F.col(CHANGE_TYPE) == DELETE) & (rank_in_type > F.col(f"{_TMP}ins"))))
     return df.where(keep).select(*rows.columns)
 
 
