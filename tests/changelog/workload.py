@@ -34,7 +34,7 @@ def run_workload(spark, ident: str, seed: int, steps: int = 5) -> None:
     insert(rng.randrange(15, 30))
     for _ in range(steps):
         op = rng.choice(["insert", "update", "update", "move", "delete", "merge", "noop_update"])
-        ids = ", ".join(str(rng.randrange(next_id)) for _ in range(rng.randrange(1, 6)))
+        ids = ", ".join(str(i) for i in sorted({rng.randrange(next_id) for _ in range(rng.randrange(1, 6))}))
         if op == "insert":
             insert(rng.randrange(1, 6))
         elif op == "update":
