@@ -36,6 +36,10 @@ def parse_duration(text: str) -> float:
             + parts.get("minutes", 0) * 60 + parts.get("seconds", 0))
 
 
+# Counts where 0 means "never" (e.g. no automatic retry).
+_MAY_BE_ZERO = frozenset({"max_retries"})
+
+
 @dataclass(frozen=True)
 class EnvRef:
     """A value taken from an environment variable when it is used, never stored."""
@@ -212,8 +216,10 @@ class _Reader:
                 raise self.fail(path, f"expected true or false, got {value!r}")
             return value
         if spec.type is int:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise self.fail(path, f"expected a positive integer, got {value!r}")
+            lowest = 0 if spec.name in _MAY_BE_ZERO else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+                kind = "a non-negative" if lowest == 0 else "a positive"
+                raise self.fail(path, f"expected {kind} integer, got {value!r}")
             return value
         if spec.type is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:

@@ -53,6 +53,7 @@ class ChangelogStore:
              .option("snapshot-property.icecdc.batch-id", batch_id)
              .create())
         else:
+            rows = self._in_table_order(rows)
             (rows.writeTo(self.spark_name)
              .option("mergeSchema", "true")
              .option("snapshot-property.icecdc.batch-id", batch_id)
@@ -61,6 +62,17 @@ class ChangelogStore:
         snapshot = self.spark.sql(
             f"SELECT snapshot_id FROM {self.spark_name}.snapshots ORDER BY committed_at DESC LIMIT 1").first()
         return StoredBatch(self.table_name, snapshot.snapshot_id if snapshot else None, counts)
+
+    def _in_table_order(self, rows):  # noqa: ANN001, ANN202 - Spark DataFrame
+        """Existing columns in the table's order, new ones (source schema evolution) last.
+
+        Iceberg checks column order on write; a column added to the source lands
+        before our batch columns in the events, but after them in the table.
+        """
+        existing = [field.name for field in self.spark.table(self.spark_name).schema.fields]
+        present = set(rows.columns)
+        ordered = [c for c in existing if c in present]
+        return rows.select(*ordered, *[c for c in rows.columns if c not in set(existing)])
 
     def read(self, batch: BatchInfo):  # noqa: ANN201 - Spark DataFrame
         from pyspark.sql import functions as F

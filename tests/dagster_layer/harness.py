@@ -1,0 +1,51 @@
+"""Drive the real sensor and real runs against a real Dagster instance, tick by tick,
+as the daemon would: apply the sensor's partition requests, then launch its run requests."""
+
+from dataclasses import dataclass, field
+
+from dagster import DagsterInstance, Definitions, build_sensor_context
+
+from icecdc_dagster.assets import naming
+from icecdc_dagster.config import TableConfig
+from icecdc_dagster.sensors.snapshots import asset_keys
+
+
+@dataclass
+class Tick:
+    added: list[str] = field(default_factory=list)
+    requested: list[tuple[str, str]] = field(default_factory=list)  # (first, last) partition keys
+    succeeded: list[bool] = field(default_factory=list)
+    skip_reason: str | None = None
+
+
+def tick(defs: Definitions, instance: DagsterInstance, table: TableConfig, run: bool = True) -> Tick:
+    sensor = defs.get_sensor_def(naming.sensor_name(table))
+    context = build_sensor_context(instance=instance, instance_ref=instance.get_ref(), resources=defs.resources,
+                                   definitions=defs)
+    result = sensor.evaluate_tick(context)
+    out = Tick(skip_reason=result.skip_message)
+    for request in result.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+        out.added.extend(request.partition_keys)
+    job = defs.resolve_implicit_global_asset_job_def()
+    for request in result.run_requests or []:
+        range_ = request.partition_key_range
+        first, last = (range_.start, range_.end) if range_ else (request.partition_key, request.partition_key)
+        out.requested.append((first, last))
+        if run:
+            execution = job.execute_in_process(instance=instance, partition_key=request.partition_key,
+                                               asset_selection=asset_keys(table), tags=request.tags,
+                                               raise_on_error=False)
+            out.succeeded.append(execution.success)
+    return out
+
+
+def drain(defs: Definitions, instance: DagsterInstance, table: TableConfig, limit: int = 30) -> list[Tick]:
+    """Tick until the sensor has nothing left to request (or a run fails)."""
+    ticks = []
+    for _ in range(limit):
+        current = tick(defs, instance, table)
+        ticks.append(current)
+        if not current.requested or not all(current.succeeded):
+            break
+    return ticks
