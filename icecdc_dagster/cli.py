@@ -4,6 +4,7 @@ import argparse
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from icecdc_dagster.errors import IcecdcError
@@ -60,6 +61,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Dagster flags APIs we rely on as beta/preview on every import; users of the CLI can't act on it.
+    warnings.filterwarnings("ignore", message=".*is currently in (beta|preview).*")
     parser = argparse.ArgumentParser(prog="icecdc", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, func, helptext in (("sync", cmd_sync, "apply all pending batches of every table, in order"),

@@ -29,12 +29,12 @@ CHANGES = (
     ("INSERT of 100 new orders",
      "INSERT INTO {t} SELECT id, concat('customer-', id % 37), CAST(id * 2 AS DECIMAL(12, 2)), 'NEW', "
      "TIMESTAMP '2026-03-01 00:00:00' FROM range(1001, 1101)"),
-    ("merge-on-read MERGE: 30 updated, 10 inserted",
+    ("merge-on-read MERGE: 20 updated, 20 inserted",
      "MERGE INTO {t} t USING (SELECT id AS order_id FROM range(1081, 1121)) s ON t.order_id = s.order_id "
      "WHEN MATCHED THEN UPDATE SET t.status = 'PAID' "
      "WHEN NOT MATCHED THEN INSERT (order_id, customer, amount, status, updated_at) "
      "VALUES (s.order_id, 'walk-in', CAST(9.99 AS DECIMAL(12, 2)), 'PAID', TIMESTAMP '2026-04-01 00:00:00')"),
-    ("compaction (REPLACE: no logical change)", "CALL {c}.system.rewrite_data_files(table => '{n}', options => map('min-input-files','1'))"),
+    ("compaction (REPLACE: no logical change)", "CALL {c}.system.rewrite_data_files(table => '{c}.{n}', options => map('rewrite-all','true'))"),
 )
 
 
