@@ -12,15 +12,15 @@ from icecdc_dagster import changelog
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.metadata import batch_metadata
 from icecdc_dagster.config import TableConfig
-from icecdc_dagster.pipeline.batches import compute_batch, keys_to_request
+from icecdc_dagster.pipeline.batches import compute_batch, identifier_columns_of, keys_to_request
 from icecdc_dagster.pipeline.changelog_store import ChangelogStore
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 
 
-def batch_request(context: AssetExecutionContext, table: TableConfig):  # noqa: ANN201
+def batch_request(context: AssetExecutionContext, table: TableConfig, source):  # noqa: ANN001, ANN201
     all_keys = context.instance.get_dynamic_partitions(naming.partitions_name(table))
     return keys_to_request(table.table_name, context.partition_keys, all_keys, table.disable_export,
-                           table.identifier_columns)
+                           identifier_columns_of(table.identifier_columns, source))
 
 
 def build_changelog_asset(table: TableConfig):  # noqa: ANN201 - AssetsDefinition
@@ -34,14 +34,14 @@ def build_changelog_asset(table: TableConfig):  # noqa: ANN201 - AssetsDefinitio
         description=(f"Row-level changes of {table.table_name}, one partition per snapshot, stored in "
                      f"{table.table_name}__changelog (export of the bootstrap snapshot first)."),
         metadata={"source_table": table.table_name,
-                  "identifier_columns": ", ".join(table.identifier_columns) or "(none)"},
+                  "identifier_columns": ", ".join(table.identifier_columns) or "(the table's identifier fields)"},
     )
     def _changelog(context: AssetExecutionContext, spark: SparkResource,
                    catalog: IcebergCatalogResource) -> MaterializeResult:
         started = time.monotonic()
         session = spark.session(catalog)
         source = catalog.load_table(table.table_name)
-        request = batch_request(context, table)
+        request = batch_request(context, table, source)
         computed = compute_batch(session, catalog.name, source, request)
         stored = ChangelogStore(session, catalog.name, table.table_name).write(computed.info, computed.events)
         parent = changelog.plan_snapshot(source, computed.info.first_snapshot_id).parent_id

@@ -41,7 +41,8 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig):  # noqa: ANN201 - As
         catalog: IcebergCatalogResource = context.resources.catalog
         session = spark.session(catalog)
         source = catalog.load_table(table.table_name)
-        info = batch_info(source, batch_request(context, table))
+        request = batch_request(context, table, source)
+        info = batch_info(source, request)
         settings = None
         if is_opensearch:
             cluster = getattr(context.resources, resource_key)
@@ -49,7 +50,7 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig):  # noqa: ANN201 - As
                                            password=cluster.password, verify_certs=cluster.verify_certs,
                                            ca_certs=cluster.ca_certs)
         target = open_sink(sink, spark=session, catalog_name=catalog.name, pyiceberg_catalog=catalog.load(),
-                           source_table=source, identifier_columns=table.identifier_columns, opensearch=settings)
+                           source_table=source, identifier_columns=request.identifier_columns, opensearch=settings)
         events = ChangelogStore(session, catalog.name, table.table_name).read(info)
         result = target.apply(info, events)
         parent = changelog.plan_snapshot(source, info.first_snapshot_id).parent_id

@@ -9,7 +9,7 @@ from dagster import AssetCheckResult, AssetCheckSeverity, asset_check
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import IcebergSinkConfig, OpenSearchSinkConfig, SinkConfig, TableConfig
-from icecdc_dagster.pipeline.batches import uses_row_lineage
+from icecdc_dagster.pipeline.batches import identifier_columns_of, uses_row_lineage
 from icecdc_dagster.pipeline.sinks import open_sink, opensearch_settings
 
 SAMPLE_SIZE = 20
@@ -42,7 +42,9 @@ def _build_check(table: TableConfig, sink: SinkConfig):  # noqa: ANN202
                                            password=cluster.password, verify_certs=cluster.verify_certs,
                                            ca_certs=cluster.ca_certs)
         target = open_sink(sink, spark=spark, catalog_name=catalog.name, pyiceberg_catalog=catalog.load(),
-                           source_table=source, identifier_columns=table.identifier_columns, opensearch=settings)
+                           source_table=source,
+                           identifier_columns=identifier_columns_of(table.identifier_columns, source),
+                           opensearch=settings)
         checkpoint = target.read_checkpoint()
         if checkpoint is None:
             return AssetCheckResult(passed=False, severity=AssetCheckSeverity.WARN,
@@ -82,11 +84,12 @@ def _opensearch_compare(spark, catalog_name: str, source, table: TableConfig, se
     client = settings.client()
     client.indices.refresh(index=settings.index)
     sink_count = int(client.count(index=settings.index)["count"])
-    if not table.identifier_columns and not uses_row_lineage(source):
+    key = identifier_columns_of(table.identifier_columns, source)
+    if not key and not uses_row_lineage(source):
         return sink_count, [], 0  # generated document ids: only the count can be compared
     rows = changelog.export(spark, catalog_name, source, snapshot_id).rows
-    events = changelog.to_events(rows, table.table_name, table.identifier_columns, "append", snapshot_id,
-                                 use_row_id=uses_row_lineage(source) and not table.identifier_columns)
+    events = changelog.to_events(rows, table.table_name, key, "append", snapshot_id,
+                                 use_row_id=uses_row_lineage(source) and not key)
     expected = {r[ID]: json.loads(r[SOURCE]) for r in bulk_rows(events).limit(SAMPLE_SIZE).collect()}
     if not expected:
         return sink_count, [], 0

@@ -32,6 +32,15 @@ class ComputedBatch:
     kind: str = "cdc"  # "export", "bootstrap" (export disabled), "cdc" or "net"
 
 
+def identifier_columns_of(configured: Sequence[str], table) -> tuple[str, ...]:  # noqa: ANN001
+    """The configured identifier columns, else the table's own identifier fields (schema order)."""
+    if configured:
+        return tuple(configured)
+    schema = table.schema()
+    ids = set(schema.identifier_field_ids)
+    return tuple(f.name for f in schema.fields if f.field_id in ids)
+
+
 def keys_to_request(table_name: str, keys: Sequence[str], all_keys: Sequence[str], disable_export: bool,
                     identifier_columns: Sequence[str]) -> BatchRequest:
     """``all_keys`` are the table's partition keys in commit order; the first is the bootstrap."""

@@ -73,9 +73,10 @@ def test_sensor_requests_every_snapshot_in_commit_order(spark, catalog_settings,
 def test_catch_up_range_runs_net_changes_in_one_run(spark, catalog_settings, catalog, instance, tmp_path):
     t = f"{catalog_settings.name}.db.items"
     spark.sql(f"CREATE TABLE {t} (id BIGINT NOT NULL, v STRING) USING iceberg TBLPROPERTIES ('format-version'='2')")
-    spark.sql(f"INSERT INTO {t} VALUES (1, 'a'), (2, 'b')")
+    spark.sql(f"ALTER TABLE {t} SET IDENTIFIER FIELDS id")   # no identifier_columns in the config: the
+    spark.sql(f"INSERT INTO {t} VALUES (1, 'a'), (2, 'b')")   # table's identifier fields are the key
     config = load_config(write_pipeline(tmp_path / "p.yaml", catalog_settings, [
-        {"table_name": "db.items", "identifier_columns": ["id"], "max_snapshots_per_run": 3}]))
+        {"table_name": "db.items", "max_snapshots_per_run": 3}]))
     defs = build_definitions(config)
     table = config.tables[0]
     assert tick(defs, instance, table).succeeded == [True]
