@@ -96,6 +96,9 @@ class TableConfig:
     polling_interval: str = "PT30S"
     max_snapshots_per_run: int = 10
     max_retries: int = 3
+    # Declares a table without identifier columns (and without v3 row lineage) insert-only, so an
+    # OpenSearch sink may index it with generated ids; a DELETE then fails its batch.
+    append_only: bool = False
     sinks: tuple[SinkConfig, ...] = ()
 
     @property

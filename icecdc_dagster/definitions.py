@@ -44,10 +44,26 @@ def check_tables_exist(config: PipelineConfig) -> None:
     catalog = config.catalog.settings().load_pyiceberg()
     for table in config.tables:
         try:
-            catalog.load_table(table.table_name)
+            source = catalog.load_table(table.table_name)
         except NoSuchTableError:
             raise ConfigError(f"{config.source}: tables: table {table.table_name!r} does not exist in catalog "
                               f"{config.catalog.name!r} ({config.catalog.uri})") from None
+        check_documents_have_ids(config, table, source)
+
+
+def check_documents_have_ids(config: PipelineConfig, table, source) -> None:  # noqa: ANN001
+    """An OpenSearch sink deletes documents by id: a table with no key and no v3 row lineage has
+    none, so it is accepted only when declared ``append_only`` (its deletes then fail the batch)."""
+    from icecdc_dagster.pipeline.batches import identifier_columns_of, uses_row_lineage
+
+    if not any(isinstance(s, OpenSearchSinkConfig) for s in table.sinks) or table.append_only:
+        return
+    if identifier_columns_of(table.identifier_columns, source) or uses_row_lineage(source):
+        return
+    raise ConfigError(
+        f"{config.source}: tables: {table.table_name!r} has an OpenSearch sink but no identifier columns "
+        f"(config or table identifier fields) and no v3 row lineage, so its deletes cannot name a document; "
+        f"set identifier_columns, or declare the table append_only: true")
 
 
 def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Definitions:

@@ -57,3 +57,16 @@ def test_missing_table_fails_at_load_naming_it(tmp_path, catalog_settings):
     path = write_pipeline(tmp_path / "p.yaml", catalog_settings, [{"table_name": "db.nope"}])
     with pytest.raises(ConfigError, match=r"p.yaml: tables: table 'db.nope' does not exist"):
         build_definitions(load_config(path))
+
+
+def test_keyless_table_with_opensearch_sink_needs_append_only(tmp_path, catalog_settings):
+    catalog = catalog_settings.load_pyiceberg()
+    catalog.create_namespace("db")
+    catalog.create_table("db.logs", schema=pa.schema([("line", pa.string())]))
+    sink = {"opensearch": {"index": "logs", "hosts": ["http://127.0.0.1:1"]}}
+    path = write_pipeline(tmp_path / "p.yaml", catalog_settings, [{"table_name": "db.logs", "sinks": [sink]}])
+    with pytest.raises(ConfigError, match=r"'db.logs' has an OpenSearch sink but no identifier columns.*append_only"):
+        build_definitions(load_config(path))
+    path = write_pipeline(tmp_path / "p.yaml", catalog_settings,
+                          [{"table_name": "db.logs", "append_only": True, "sinks": [sink]}])
+    assert build_definitions(load_config(path)).resolve_asset_graph().has(AssetKey(["opensearch", "logs"]))
