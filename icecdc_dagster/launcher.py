@@ -9,24 +9,93 @@ process serves them all. Enable it in ``$DAGSTER_HOME/dagster.yaml``::
     run_launcher:
       module: icecdc_dagster.launcher
       class: WarmRunLauncher
+    run_queue:                     # the queued run coordinator (Dagster's default)
+      max_concurrent_runs: 1       # runs wait as QUEUED, not in the launcher
+      dequeue_interval_seconds: 1  # default 5 s: up to 5 s added to every batch
+    run_monitoring:                # fails runs whose worker died with the daemon
+      enabled: true
+      max_resume_run_attempts: 0   # this launcher cannot resume a run
+      poll_interval_seconds: 30
 
-Trade-offs: runs of all code locations share the daemon's process (a run that
-crashes the JVM takes the daemon down; Dagster's run monitoring then fails the
-run and the sensor retries it) and run one at a time. Use the default or a
-container launcher when that matters more than latency.
+How a run goes: ``launch_run`` (called by the queued run coordinator daemon)
+puts the run on an in-process queue; one worker thread executes the runs in
+order with ``core_execute_run`` - the same code path as Dagster's run worker
+(``dagster api execute_run``), so the job definition is loaded from the run's
+code origin (module / file / python package), the cached repository load data
+is used and events go to the instance exactly as from a run worker. The
+definitions module is imported once and stays imported; so does the
+SparkSession its resources start.
+
+Guarantees: a run this launcher accepts always ends SUCCESS, FAILURE or
+CANCELED in the instance, also when loading the code or the framework raises
+(the worker reports the failure and carries on with the next run). A run that
+was waiting on the queue when it is terminated is CANCELED without running.
+Runs record the worker's host and pid (tags ``icecdc/warm_launcher_*``); when
+the daemon dies with a run in flight, ``check_run_worker_health`` (run
+monitoring) reports the worker FAILED and Dagster fails the run, so the
+sensor's retry/blocking rule takes over; the same check also runs once when the
+launcher starts (a restarted daemon fails the orphans of the dead one at
+once, so the table's line is not blocked by a run stuck in STARTED).
+
+Trade-offs:
+
+- Runs share the daemon's process: no isolation. A run that exhausts memory
+  or crashes the JVM/interpreter takes the daemon (sensors, schedules, queue)
+  down with it; a run that leaks state (module globals, Spark conf) leaks it
+  into the next. Code or config changes need a daemon restart (the default
+  launcher picks them up per run).
+- Runs must use the in-process executor (our definitions do): the
+  multiprocess executor would start a process (and a JVM) per step again.
+- One run at a time for the whole instance (all tables, all code locations):
+  a long batch (a big export) delays every other table. Keep
+  ``max_concurrent_runs: 1`` so waiting runs stay QUEUED - with more, runs
+  would wait on this launcher's queue in STARTING and run monitoring's
+  ``start_timeout_seconds`` (180 s) could fail them.
+- Termination is cooperative: ``terminate`` (UI or daemon) marks the run
+  CANCELING; within a second the daemon's watcher thread cancels the running
+  Spark jobs and raises ``DagsterExecutionInterruptedError`` in the worker
+  thread at its next Python instruction, and the run ends CANCELED (Dagster's
+  run worker signals its main thread instead, which a worker thread cannot
+  receive). A step blocked in C code stops when that call returns; the
+  interrupt may land in framework code rather than at a step boundary. A run
+  stuck beyond that can be force-terminated in the UI.
+- Step compute logs are captured per process: output of the daemon's own
+  threads printed during a run can land in that run's captured logs.
+- Launches must happen in the daemon: with the queued coordinator (default)
+  they do. With ``DefaultRunCoordinator`` a run launched from the UI would
+  execute inside the webserver process instead.
 """
 
+import ctypes
+import logging
+import os
 import queue
+import socket
+import sys
 import threading
+import time
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from dagster import DagsterRunStatus
-from dagster._core.execution.api import execute_run
-from dagster._core.launcher import LaunchRunContext, RunLauncher
+from dagster import DagsterRunStatus, RunsFilter
+from dagster._core.errors import DagsterExecutionInterruptedError
+from dagster._core.events import EngineEventData
+from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, RunLauncher, WorkerStatus
+from dagster._core.storage.dagster_run import DagsterRun
 from dagster._serdes import ConfigurableClass
 from dagster._serdes.config_class import ConfigurableClassData
-from dagster._utils.hosted_user_process import recon_job_from_origin
+from dagster._utils.error import serializable_error_info_from_exc_info
+
+HOST_TAG = "icecdc/warm_launcher_host"
+PID_TAG = "icecdc/warm_launcher_pid"
+SESSION_TAG = "icecdc/warm_launcher_session"
+
+CANCEL_POLL_S = 1.0
+_IN_FLIGHT = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
+_log = logging.getLogger("icecdc_dagster.launcher")
+# Sessions of the launchers alive in this process (several instance objects may share a process).
+_LIVE_SESSIONS: set[str] = set()
 
 
 class WarmRunLauncher(RunLauncher, ConfigurableClass):
@@ -34,7 +103,15 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
         self._inst_data = inst_data
         self._queue: queue.Queue = queue.Queue()
         self._worker: threading.Thread | None = None
+        self._watcher: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._pending: set[str] = set()  # accepted, not yet picked up by the worker
+        self._current: str | None = None  # executing now
+        self._idle = threading.Condition(self._lock)
+        self._session = uuid.uuid4().hex
+        _LIVE_SESSIONS.add(self._session)
+        self._host = socket.gethostname()
+        self._pid = os.getpid()
         super().__init__()
 
     @property
@@ -49,27 +126,213 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
     def from_config_value(cls, inst_data: ConfigurableClassData, config_value: Mapping[str, Any]) -> "WarmRunLauncher":
         return cls(inst_data=inst_data)
 
+    def register_instance(self, instance) -> None:  # noqa: ANN001
+        super().register_instance(instance)
+        try:
+            self.fail_orphaned_runs()
+        except Exception:  # noqa: BLE001 - never break instance loading; monitoring retries later
+            _log.exception("icecdc warm launcher: checking for orphaned runs failed")
+
+    # -- launching ---------------------------------------------------------------------------
+
     def launch_run(self, context: LaunchRunContext) -> None:
+        run = context.dagster_run
+        if run.job_code_origin is None:
+            raise ValueError(f"run {run.run_id} has no job code origin; the warm launcher cannot load its job")
+        instance = self._instance
+        instance.add_run_tags(run.run_id, {HOST_TAG: self._host, PID_TAG: str(self._pid),
+                                           SESSION_TAG: self._session})
         with self._lock:
+            self._pending.add(run.run_id)
             if self._worker is None or not self._worker.is_alive():
                 self._worker = threading.Thread(target=self._work, name="icecdc-warm-runs", daemon=True)
                 self._worker.start()
-        self._queue.put((context.job_code_origin, context.dagster_run.run_id))
+            if self._watcher is None or not self._watcher.is_alive():
+                self._watcher = threading.Thread(target=self._watch_cancellation, name="icecdc-warm-cancel",
+                                                 daemon=True)
+                self._watcher.start()
+        self._queue.put(run.run_id)
 
     def _work(self) -> None:
         while True:
-            origin, run_id = self._queue.get()
-            instance = self._instance
-            run = instance.get_run_by_id(run_id)
-            if run is None or run.status in (DagsterRunStatus.CANCELED, DagsterRunStatus.CANCELING):
+            try:
+                run_id = self._queue.get()
+                with self._lock:
+                    if run_id not in self._pending:  # terminated while waiting
+                        continue
+                    self._pending.discard(run_id)
+                    self._current = run_id
+                try:
+                    self._execute(run_id)
+                finally:
+                    with self._lock:
+                        self._current = None
+                        self._idle.notify_all()
+            except BaseException:  # noqa: BLE001 - incl. a late interrupt: the worker must go on
+                _log.exception("icecdc warm launcher: worker error")
+
+    def _watch_cancellation(self) -> None:
+        """Like the run worker's cancellation thread: a run marked CANCELING (by ``terminate`` in
+        any process, e.g. the webserver) is interrupted here, in the process that executes it."""
+        interrupted: str | None = None
+        while True:
+            time.sleep(CANCEL_POLL_S)
+            run_id = self._current
+            if run_id is None or run_id == interrupted or not self.has_instance:
                 continue
             try:
-                execute_run(recon_job_from_origin(origin), run, instance)
-            except Exception as exc:  # noqa: BLE001 - the run is marked failed; the worker goes on
-                instance.report_run_failed(run, f"icecdc warm launcher: {type(exc).__name__}: {exc}")
+                run = self._instance.get_run_by_id(run_id)
+            except Exception:  # noqa: BLE001 - storage hiccup: try again next poll
+                continue
+            if run is None or run.status != DagsterRunStatus.CANCELING:
+                continue
+            interrupted = run_id
+            _cancel_spark_jobs()
+            with self._lock:
+                if self._current == run_id and self._worker is not None:
+                    _raise_in_thread(self._worker, DagsterExecutionInterruptedError)
+
+    def _execute(self, run_id: str) -> None:
+        from dagster._grpc.impl import core_execute_run
+        from dagster._utils.hosted_user_process import recon_job_from_origin
+
+        instance = self._instance
+        run = instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            return
+        if run.status == DagsterRunStatus.CANCELING:
+            instance.report_run_canceled(run, "terminated before it started")
+            return
+        try:
+            instance.report_engine_event(
+                f"Executing in the warm launcher's worker thread (pid: {self._pid}).", run,
+                EngineEventData.in_process(self._pid))
+            recon_job = recon_job_from_origin(run.job_code_origin)
+            for _ in core_execute_run(recon_job, run, instance, inject_env_vars=True):
+                pass
+        except BaseException:  # noqa: BLE001 - reported below; never leave the run in flight
+            error = serializable_error_info_from_exc_info(sys.exc_info())
+            self._finish_unfinished(run_id, error)
+            return
+        self._finish_unfinished(run_id, None)
+
+    def _finish_unfinished(self, run_id: str, error) -> None:  # noqa: ANN001
+        instance = self._instance
+        run = instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            return
+        if run.status == DagsterRunStatus.CANCELING:
+            instance.report_run_canceled(run, "terminated")
+            return
+        message = "icecdc warm launcher: the run ended without a final status"
+        if error is not None:
+            instance.report_engine_event(f"{message}: {error.message}", run, EngineEventData.engine_error(error))
+        instance.report_run_failed(run, message)
+
+    # -- termination -------------------------------------------------------------------------
 
     def terminate(self, run_id: str) -> bool:
-        return False
+        """Mark the run CANCELING; the process executing it interrupts it (see the watcher).
+        Called in the webserver (UI) as often as in the daemon, so nothing here assumes the run
+        is executing in this process. A run still waiting on this process's queue ends CANCELED
+        at once; one waiting in another process's queue when that worker picks it up."""
+        instance = self._instance
+        run = instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            return False
+        with self._lock:
+            waiting = run_id in self._pending
+            self._pending.discard(run_id)
+        if waiting:
+            instance.report_run_canceled(run, "terminated before it started")
+            self._notify_idle()
+            return True
+        instance.report_run_canceling(run)
+        return True
+
+    def _notify_idle(self) -> None:
+        with self._lock:
+            self._idle.notify_all()
+
+    # -- monitoring --------------------------------------------------------------------------
+
+    @property
+    def supports_check_run_worker_health(self) -> bool:
+        return True
+
+    def check_run_worker_health(self, run: DagsterRun) -> CheckRunHealthResult:
+        with self._lock:
+            if run.run_id == self._current or run.run_id in self._pending:
+                return CheckRunHealthResult(WorkerStatus.RUNNING)
+        if run.tags.get(SESSION_TAG) == self._session:
+            # Launched here but no longer queued or executing: the worker lost it.
+            return CheckRunHealthResult(WorkerStatus.FAILED, "the warm launcher's worker no longer runs it")
+        if _worker_alive(run):
+            return CheckRunHealthResult(WorkerStatus.RUNNING)
+        return CheckRunHealthResult(WorkerStatus.FAILED, "the process that ran it is gone")
+
+    def fail_orphaned_runs(self) -> list[str]:
+        """Fail the in-flight runs this launcher started in a process of this host that is gone."""
+        instance = self._instance
+        failed = []
+        for record in instance.get_run_records(RunsFilter(statuses=_IN_FLIGHT)):
+            run = record.dagster_run
+            if PID_TAG not in run.tags or run.tags.get(SESSION_TAG) == self._session or _worker_alive(run):
+                continue
+            instance.report_run_failed(
+                run, f"icecdc warm launcher: the process that ran it (pid {run.tags[PID_TAG]}) is gone")
+            failed.append(run.run_id)
+        return failed
 
     def join(self, timeout: int = 30) -> None:
-        return None
+        """Wait until every accepted run has finished (tests, shutdown)."""
+        with self._idle:
+            self._idle.wait_for(lambda: not self._pending and self._current is None, timeout=timeout)
+
+    def dispose(self) -> None:
+        """Runs still waiting when the instance is disposed (daemon shutdown) fail now; a run
+        still executing is failed by ``fail_orphaned_runs`` / run monitoring after a restart."""
+        if not self.has_instance:
+            return
+        with self._lock:
+            waiting, self._pending = list(self._pending), set()
+        for run_id in waiting:
+            run = self._instance.get_run_by_id(run_id)
+            if run is not None and not run.is_finished:
+                self._instance.report_run_failed(run, "icecdc warm launcher: shut down before the run started")
+
+
+def _worker_alive(run: DagsterRun) -> bool:
+    """Whether the process recorded on the run may still be executing it."""
+    if run.tags.get(HOST_TAG) != socket.gethostname():
+        return True  # another host: we cannot tell; leave it to that host's daemon
+    try:
+        pid = int(run.tags.get(PID_TAG, ""))
+    except ValueError:
+        return False
+    if pid == os.getpid():
+        # This process, or an earlier one whose pid it reuses: alive if the session is ours.
+        return run.tags.get(SESSION_TAG) in _LIVE_SESSIONS
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _cancel_spark_jobs() -> None:
+    """Cancel the running Spark jobs of this process's SparkContext, if Spark is in use here."""
+    pyspark = sys.modules.get("pyspark")
+    context = getattr(getattr(pyspark, "SparkContext", None), "_active_spark_context", None)
+    if context is not None:
+        try:
+            context.cancelAllJobs()
+        except Exception:  # noqa: BLE001 - best effort
+            _log.exception("icecdc warm launcher: cancelling Spark jobs failed")
+
+
+def _raise_in_thread(thread: threading.Thread, error: type[BaseException]) -> None:
+    if thread.ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(error))

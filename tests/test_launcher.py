@@ -1,0 +1,139 @@
+"""WarmRunLauncher with a real DagsterInstance: real runs of small jobs, loaded through the
+run's job code origin (this module), executed in the launcher's worker thread."""
+
+import os
+import socket
+import threading
+import time
+
+import pytest
+from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, in_process_executor, job, op, reconstructable
+from dagster._core.test_utils import instance_for_test
+
+from icecdc_dagster.launcher import HOST_TAG, PID_TAG, SESSION_TAG, WarmRunLauncher
+
+LAUNCHER = {"run_launcher": {"module": "icecdc_dagster.launcher", "class": "WarmRunLauncher"}}
+
+
+@op
+def where_am_i(context):  # noqa: ANN001, ANN201
+    context.add_output_metadata({"pid": os.getpid(), "thread": threading.get_ident()})
+    return 1
+
+
+@op
+def boom() -> None:
+    raise RuntimeError("boom")
+
+
+@op
+def slow() -> None:
+    for _ in range(300):  # 30 s unless terminated
+        time.sleep(0.1)
+
+
+@job(executor_def=in_process_executor)
+def ok_job() -> None:
+    where_am_i()
+
+
+@job(executor_def=in_process_executor)
+def failing_job() -> None:
+    boom()
+
+
+@job(executor_def=in_process_executor)
+def slow_job() -> None:
+    slow()
+
+
+@pytest.fixture
+def instance():  # noqa: ANN201
+    with instance_for_test(overrides=LAUNCHER) as instance:
+        assert isinstance(instance.run_launcher, WarmRunLauncher)
+        yield instance
+
+
+def launch(instance, job_def, origin=None):  # noqa: ANN001, ANN201
+    origin = origin or reconstructable(job_def).get_python_origin()
+    run = instance.create_run_for_job(job_def=job_def, job_code_origin=origin)
+    instance.launch_run(run.run_id, workspace=None)
+    return run.run_id
+
+
+def wait_status(instance, run_id: str, statuses: set, timeout: float = 20) -> DagsterRunStatus:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = instance.get_run_by_id(run_id).status
+        if status in statuses:
+            return status
+        time.sleep(0.05)
+    raise AssertionError(f"run {run_id} still {instance.get_run_by_id(run_id).status}")
+
+
+def output_metadata(instance, run_id: str) -> dict:  # noqa: ANN001
+    (event,) = instance.all_logs(run_id, of_type=DagsterEventType.STEP_OUTPUT)
+    return {k: v.value for k, v in event.dagster_event.step_output_data.metadata.items()}
+
+
+def test_runs_succeed_in_one_warm_worker_thread(instance):  # noqa: ANN001
+    first, second = launch(instance, ok_job), launch(instance, ok_job)
+    instance.run_launcher.join(timeout=20)
+    assert instance.get_run_by_id(first).status == DagsterRunStatus.SUCCESS
+    assert instance.get_run_by_id(second).status == DagsterRunStatus.SUCCESS
+    a, b = output_metadata(instance, first), output_metadata(instance, second)
+    assert a["pid"] == b["pid"] == os.getpid()  # no new process per run
+    assert a["thread"] == b["thread"] != threading.get_ident()  # the same long-lived worker thread
+    tags = instance.get_run_by_id(first).tags
+    assert tags[PID_TAG] == str(os.getpid()) and tags[HOST_TAG] == socket.gethostname()
+
+
+def test_failing_run_ends_failure_and_the_worker_goes_on(instance):  # noqa: ANN001
+    failed = launch(instance, failing_job)
+    after = launch(instance, ok_job)
+    instance.run_launcher.join(timeout=20)
+    assert instance.get_run_by_id(failed).status == DagsterRunStatus.FAILURE
+    assert instance.get_run_by_id(after).status == DagsterRunStatus.SUCCESS
+
+
+def test_job_that_cannot_be_loaded_ends_failure(instance):  # noqa: ANN001
+    origin = reconstructable(ok_job).get_python_origin()
+    missing = origin._replace(job_name="no_such_job")
+    run_id = launch(instance, ok_job, origin=missing)
+    instance.run_launcher.join(timeout=20)
+    assert instance.get_run_by_id(run_id).status == DagsterRunStatus.FAILURE
+
+
+def test_terminate_running_and_waiting_runs(instance):  # noqa: ANN001
+    running = launch(instance, slow_job)
+    waiting = launch(instance, ok_job)
+    wait_status(instance, running, {DagsterRunStatus.STARTED})
+    assert instance.run_launcher.terminate(waiting)
+    assert instance.get_run_by_id(waiting).status == DagsterRunStatus.CANCELED
+    # Terminate from another instance object (the webserver's): the executing process interrupts.
+    webserver = DagsterInstance.from_ref(instance.get_ref())
+    started = time.monotonic()
+    assert webserver.run_launcher.terminate(running)
+    assert wait_status(instance, running, {DagsterRunStatus.CANCELED, DagsterRunStatus.FAILURE}) == \
+        DagsterRunStatus.CANCELED
+    assert time.monotonic() - started < 5
+    after = launch(instance, ok_job)  # the worker survived the interrupt
+    instance.run_launcher.join(timeout=20)
+    assert instance.get_run_by_id(after).status == DagsterRunStatus.SUCCESS
+
+
+def test_runs_of_a_dead_worker_process_are_failed(instance):  # noqa: ANN001
+    run = instance.create_run_for_job(job_def=ok_job,
+                                      job_code_origin=reconstructable(ok_job).get_python_origin())
+    from dagster._core.events import DagsterEvent
+
+    instance.report_dagster_event(DagsterEvent(event_type_value=DagsterEventType.PIPELINE_START.value,
+                                               job_name=run.job_name), run_id=run.run_id)
+    gone = 2 ** 22 + 12345  # above the default pid_max: no such process
+    instance.add_run_tags(run.run_id, {HOST_TAG: socket.gethostname(), PID_TAG: str(gone), SESSION_TAG: "old"})
+    launcher = instance.run_launcher
+    stale = instance.get_run_by_id(run.run_id)
+    assert stale.status == DagsterRunStatus.STARTED
+    assert launcher.check_run_worker_health(stale).status.value == "FAILED"
+    assert launcher.fail_orphaned_runs() == [run.run_id]
+    assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.FAILURE
