@@ -8,9 +8,8 @@ from dagster import DagsterInstance, Definitions
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import OpenSearchSinkConfig, TableConfig
-from icecdc_dagster.pipeline.batches import identifier_columns_of
 from icecdc_dagster.pipeline.ordering import KeyStatus
-from icecdc_dagster.pipeline.sinks import open_sink, opensearch_settings, sink_name
+from icecdc_dagster.pipeline.sinks import open_configured_sink, sink_name
 from icecdc_dagster.sensors.snapshots import discover_new_keys, key_statuses
 
 
@@ -60,16 +59,10 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
         try:
             if spark is None and not isinstance(sink, OpenSearchSinkConfig):
                 spark = defs.resources["spark"].session(catalog)
-            settings = None
-            if isinstance(sink, OpenSearchSinkConfig):
-                cluster = defs.resources[naming.opensearch_resource_key(sink)]
-                settings = opensearch_settings(sink, hosts=cluster.hosts, username=cluster.username,
-                                               password=cluster.password, verify_certs=cluster.verify_certs,
-                                               ca_certs=cluster.ca_certs)
-            target = open_sink(sink, spark=spark, catalog_name=catalog.name, pyiceberg_catalog=catalog.load(),
-                               source_table=source,
-                               identifier_columns=identifier_columns_of(table.identifier_columns, source),
-                               opensearch=settings)
+            is_opensearch = isinstance(sink, OpenSearchSinkConfig)
+            cluster = defs.resources[naming.opensearch_resource_key(sink)] if is_opensearch else None
+            target = open_configured_sink(sink, table, spark=spark, catalog=catalog, source_table=source,
+                                          cluster=cluster)
             checkpoint = target.read_checkpoint()
         except Exception as exc:  # noqa: BLE001 - status reports, it does not fail
             status.sinks.append(SinkStatus(sink_name(sink), None, len(keys), None, error=str(exc)[:200]))

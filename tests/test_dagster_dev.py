@@ -11,7 +11,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
 from dagster import DagsterInstance
 
 from tests.test_definitions import two_table_config  # noqa: F401 - fixture

@@ -15,7 +15,7 @@ from icecdc_dagster.assets.metadata import batch_metadata
 from icecdc_dagster.config import OpenSearchSinkConfig, SinkConfig, TableConfig
 from icecdc_dagster.pipeline.batches import batch_info
 from icecdc_dagster.pipeline.changelog_store import ChangelogStore
-from icecdc_dagster.pipeline.sinks import open_sink, opensearch_settings
+from icecdc_dagster.pipeline.sinks import open_configured_sink
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 
 
@@ -43,14 +43,9 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig):  # noqa: ANN201 - As
         source = catalog.load_table(table.table_name)
         request = batch_request(context, table, source)
         info = batch_info(source, request)
-        settings = None
-        if is_opensearch:
-            cluster = getattr(context.resources, resource_key)
-            settings = opensearch_settings(sink, hosts=cluster.hosts, username=cluster.username,
-                                           password=cluster.password, verify_certs=cluster.verify_certs,
-                                           ca_certs=cluster.ca_certs)
-        target = open_sink(sink, spark=session, catalog_name=catalog.name, pyiceberg_catalog=catalog.load(),
-                           source_table=source, identifier_columns=request.identifier_columns, opensearch=settings)
+        cluster = getattr(context.resources, resource_key) if is_opensearch else None
+        target = open_configured_sink(sink, table, spark=session, catalog=catalog, source_table=source,
+                                      cluster=cluster)
         events = ChangelogStore(session, catalog.name, table.table_name).read(info)
         result = target.apply(info, events)
         parent = changelog.plan_snapshot(source, info.first_snapshot_id).parent_id

@@ -10,7 +10,7 @@ from icecdc_dagster import changelog
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import IcebergSinkConfig, OpenSearchSinkConfig, SinkConfig, TableConfig
 from icecdc_dagster.pipeline.batches import identifier_columns_of, uses_row_lineage
-from icecdc_dagster.pipeline.sinks import open_sink, opensearch_settings
+from icecdc_dagster.pipeline.sinks import open_configured_sink
 
 SAMPLE_SIZE = 20
 
@@ -35,16 +35,10 @@ def _build_check(table: TableConfig, sink: SinkConfig):  # noqa: ANN202
         catalog = context.resources.catalog
         spark = context.resources.spark.session(catalog)
         source = catalog.load_table(table.table_name)
-        settings = None
-        if is_opensearch:
-            cluster = getattr(context.resources, resource_key)
-            settings = opensearch_settings(sink, hosts=cluster.hosts, username=cluster.username,
-                                           password=cluster.password, verify_certs=cluster.verify_certs,
-                                           ca_certs=cluster.ca_certs)
-        target = open_sink(sink, spark=spark, catalog_name=catalog.name, pyiceberg_catalog=catalog.load(),
-                           source_table=source,
-                           identifier_columns=identifier_columns_of(table.identifier_columns, source),
-                           opensearch=settings)
+        cluster = getattr(context.resources, resource_key) if is_opensearch else None
+        target = open_configured_sink(sink, table, spark=spark, catalog=catalog, source_table=source,
+                                      cluster=cluster)
+        settings = getattr(target, "settings", None)
         checkpoint = target.read_checkpoint()
         if checkpoint is None:
             return AssetCheckResult(passed=False, severity=AssetCheckSeverity.WARN,

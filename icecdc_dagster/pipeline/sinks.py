@@ -26,6 +26,23 @@ def opensearch_settings(sink: OpenSearchSinkConfig, hosts: list[str] | None = No
         mapping=sink.mapping)
 
 
+def open_configured_sink(sink: SinkConfig, table: Any, *, spark: Any, catalog: Any, source_table: Any,
+                         cluster: Any = None) -> Sink:
+    """The sink of a table's sink config. ``catalog``: the catalog resource (``name``, ``load()``);
+    ``cluster``: the OpenSearch connection resource (hosts, credentials) for an OpenSearch sink."""
+    from icecdc_dagster.pipeline.batches import identifier_columns_of
+
+    settings = None
+    if isinstance(sink, OpenSearchSinkConfig) and cluster is not None:
+        settings = opensearch_settings(sink, hosts=cluster.hosts, username=cluster.username,
+                                       password=cluster.password, verify_certs=cluster.verify_certs,
+                                       ca_certs=cluster.ca_certs)
+    return open_sink(sink, spark=spark, catalog_name=catalog.name, pyiceberg_catalog=catalog.load(),
+                     source_table=source_table,
+                     identifier_columns=identifier_columns_of(table.identifier_columns, source_table),
+                     opensearch=settings)
+
+
 def open_sink(sink: SinkConfig, *, spark: Any, catalog_name: str, pyiceberg_catalog: Any, source_table: Any,
               identifier_columns: tuple[str, ...], opensearch: Any = None) -> Sink:
     """``opensearch``: OpenSearchSinkSettings for an OpenSearch sink (credentials already resolved)."""

@@ -8,7 +8,7 @@ import pytest
 
 from icecdc_dagster import changelog
 from icecdc_dagster.batch import UPDATE_AFTER, UPDATE_BEFORE
-from tests.changelog.workload import apply_changes, create_table, rows_at, run_workload, snapshot_ids
+from tests.changelog.workload import apply_changes, create_table, rows_at, run_workload
 
 COLUMNS = ["id", "p", "v", "n"]
 

@@ -2,14 +2,13 @@
 updates, equality deletes, plans, and the named errors."""
 
 import base64
-import datetime as dt
 import decimal
 from collections import Counter
 
 import pytest
 
 from icecdc_dagster import changelog
-from icecdc_dagster.batch import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
+from icecdc_dagster.batch import DELETE, UPDATE_AFTER, UPDATE_BEFORE
 from icecdc_dagster.errors import DuplicateKeyChangeError, IdentifierColumnError, SnapshotNotFoundError
 from tests.changelog.workload import apply_changes, mode_properties, rows_at
 
