@@ -65,6 +65,10 @@ def test_sensor_requests_every_snapshot_in_commit_order(spark, catalog_settings,
     assert (update["update_before_rows"], update["update_after_rows"], update["insert_rows"]) == (5, 5, 0)
     assert (update["count_update_after"], update["count_insert"], update["rows"]) == (5, 0, 5)
     assert update["operation"] == "overwrite"
+    assert update["parent_snapshot_id"] == bootstrap and update["snapshot_id"] == later[0]
+    assert update["files_read"] >= 1 and update["rows_read"] >= 10 and update["carry_over_removed"] >= 0
+    assert update["changelog_table"] == "db.items__changelog" and update["changelog_snapshot_id"].isdigit()
+    assert {"commit_time", "lag_commit_to_applied_s", "duration_s", "count_delete"} <= set(update)
     assert delete["count_delete"] == 5 and delete["count_insert"] == 0
     assert replace["operation"] == "replace" and replace["rows"] == 0
     assert append["count_insert"] == 1
