@@ -42,8 +42,9 @@ def build_changelog_asset(table: TableConfig):  # noqa: ANN201 - AssetsDefinitio
         session = spark.session(catalog)
         source = catalog.load_table(table.table_name)
         request = batch_request(context, table, source)
-        computed = compute_batch(session, catalog.name, source, request)
-        stored = ChangelogStore(session, catalog.name, table.table_name).write(computed.info, computed.events)
+        with changelog.staged_scans(session):
+            computed = compute_batch(session, catalog.name, source, request)
+            stored = ChangelogStore(session, catalog.name, table.table_name).write(computed.info, computed.events)
         parent = changelog.plan_snapshot(source, computed.info.first_snapshot_id).parent_id
         context.log.info(f"{table.table_name}: stored {stored.rows} change rows of snapshots "
                          f"{computed.info.first_snapshot_id}..{computed.info.snapshot_id} ({computed.kind})")

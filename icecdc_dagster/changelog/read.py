@@ -12,12 +12,44 @@ the delete files of that snapshot and projects every file onto the table's CURRE
 """
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from pyiceberg.manifest import DataFileContent, ManifestContent
 
 from icecdc_dagster.changelog.plan import SnapshotPlan, snapshot_or_raise
 
 FILE_PATH_FIELD_ID = 2147483546  # position delete files: the data file path column
+
+# Scan-task sets staged while a ``staged_scans`` block is open (None: not tracked).
+_STAGED: ContextVar[list | None] = ContextVar("icecdc_staged_scans", default=None)
+
+
+@contextmanager
+def staged_scans(spark) -> Iterator[None]:  # noqa: ANN001
+    """Release, at the end of the block, the scan-task sets ``read_files`` staged inside it.
+
+    A staged set pins its task list and table in the driver JVM until removed; a long-lived
+    process (warm launcher, ``icecdc sync``) would otherwise grow with every batch. Only use the
+    DataFrames built inside the block before it ends.
+    """
+    staged: list = []
+    token = _STAGED.set(staged)
+    try:
+        yield
+    finally:
+        _STAGED.reset(token)
+        manager = spark._jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()
+        cache = _table_cache(spark)
+        for jtable, group_id in staged:
+            manager.removeTasks(jtable, group_id)
+            cache.remove(group_id)
+
+
+def staged_scan_count(spark) -> int:  # noqa: ANN001
+    """Tables pinned by staged scans in this JVM (observability and tests)."""
+    return int(_table_cache(spark).size())
 
 
 def spark_identifier(catalog_name: str, table) -> str:  # noqa: ANN001
@@ -54,6 +86,9 @@ def read_files(spark, catalog_name: str, table, snapshot_id: int, paths: set[str
     group_id = f"icecdc-{uuid.uuid4()}"
     jvm.org.apache.iceberg.spark.ScanTaskSetManager.get().stageTasks(jtable, group_id, tasks)
     _table_cache(spark).add(group_id, jtable)
+    tracked = _STAGED.get()
+    if tracked is not None:
+        tracked.append((jtable, group_id))
     return spark.read.format("iceberg").option("scan-task-set-id", group_id).load(group_id)
 
 

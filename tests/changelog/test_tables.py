@@ -187,3 +187,19 @@ def test_duplicate_key_and_identifier_errors(spark, catalog, catalog_settings):
         changelog.changes(spark, catalog_settings.name, table, sid, ["s.x"])
     with pytest.raises(IdentifierColumnError, match=rf"column\(s\) id of table db\.t hold null in snapshot {null_sid}"):
         changelog.changes(spark, catalog_settings.name, table, null_sid, ["id", "v"])
+
+
+def test_staged_scans_are_released_after_the_block(spark, catalog, catalog_settings):
+    """Reading touched files stages scan-task sets in the JVM; a staged_scans block releases them,
+    so a long-lived process does not grow with every batch."""
+    ident = f"{catalog_settings.name}.db.t"
+    spark.sql(f"CREATE TABLE {ident} (id bigint NOT NULL, v string) USING iceberg {mode_properties(2, 'merge-on-read')}")
+    spark.sql(f"INSERT INTO {ident} VALUES (1, 'a'), (2, 'b')")
+    spark.sql(f"UPDATE {ident} SET v = 'b2' WHERE id = 2")
+    table, sid = current(catalog)
+    before = changelog.staged_scan_count(spark)
+    with changelog.staged_scans(spark):
+        rows = changelog.changes(spark, catalog_settings.name, table, sid, ["id"]).rows
+        assert change_types(rows.collect()) == Counter({"UPDATE_BEFORE": 1, "UPDATE_AFTER": 1})
+        assert changelog.staged_scan_count(spark) > before
+    assert changelog.staged_scan_count(spark) == before
