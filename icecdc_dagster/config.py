@@ -125,6 +125,7 @@ class IngestConfig:
     schema_evolution: bool = False
     files_per_batch: int = 1
     polling_interval: str = "PT30S"
+    max_retries: int = 3
 
     @property
     def polling_interval_s(self) -> float:

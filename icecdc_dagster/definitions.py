@@ -4,12 +4,15 @@ from dagster import Definitions, EnvVar, in_process_executor
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.changelog import build_changelog_asset
+from icecdc_dagster.assets.ingest import build_ingest_asset
 from icecdc_dagster.assets.sinks import build_sink_asset
 from icecdc_dagster.assets.source import build_source_asset
 from icecdc_dagster.checks.stuck import build_stuck_check
 from icecdc_dagster.errors import ConfigError
 from icecdc_dagster.config import EnvRef, OpenSearchSinkConfig, PipelineConfig, load_config
 from icecdc_dagster.resources import IcebergCatalogResource, OpenSearchResource, SparkResource
+from icecdc_dagster.pipeline.ingest import fixed_target
+from icecdc_dagster.sensors.ingest import build_ingest_sensor
 from icecdc_dagster.sensors.snapshots import build_snapshot_sensor
 
 
@@ -35,17 +38,37 @@ def build_resources(config: PipelineConfig) -> dict:
     return resources
 
 
+def ingest_writers(config: PipelineConfig) -> dict[str, tuple]:
+    """Table name -> keys of the ingest assets whose fixed target it is."""
+    writers: dict[str, tuple] = {}
+    for entry in config.ingest:
+        target = fixed_target(entry)
+        if target:
+            writers[target] = (*writers.get(target, ()), naming.ingest_key(entry))
+    return writers
+
+
 def check_tables_exist(config: PipelineConfig) -> None:
-    """A table name that does not exist in the catalog fails at load, naming the table."""
-    if not config.tables:
+    """A table name that does not exist in the catalog fails at load, naming the table; so does the
+    fixed target of an ingest entry without auto_create. A table that an auto-creating ingest entry
+    writes may not exist yet (its sensor waits for it)."""
+    if not config.tables and not config.ingest:
         return
     from pyiceberg.exceptions import NoSuchTableError
 
     catalog = config.catalog.settings().load_pyiceberg()
+    created_later = {fixed_target(e) for e in config.ingest if e.auto_create}
+    for i, entry in enumerate(config.ingest):
+        target = fixed_target(entry)
+        if target and not entry.auto_create and not catalog.table_exists(target):
+            raise ConfigError(f"{config.source}: ingest[{i}] ({entry.name}).target: table {target!r} does not "
+                              f"exist in catalog {config.catalog.name!r} and auto_create is false")
     for table in config.tables:
         try:
             source = catalog.load_table(table.table_name)
         except NoSuchTableError:
+            if table.table_name in created_later:
+                continue
             raise ConfigError(f"{config.source}: tables: table {table.table_name!r} does not exist in catalog "
                               f"{config.catalog.name!r} ({config.catalog.uri})") from None
         check_documents_have_ids(config, table, source)
@@ -70,8 +93,12 @@ def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Defi
     if check_tables:
         check_tables_exist(config)
     assets, checks, sensors = [], [], []
+    writers = ingest_writers(config)
+    for entry in config.ingest:
+        assets.append(build_ingest_asset(entry))
+        sensors.append(build_ingest_sensor(entry))
     for table in config.tables:
-        assets.append(build_source_asset(table))
+        assets.append(build_source_asset(table, written_by=writers.get(table.table_name, ())))
         assets.append(build_changelog_asset(table))
         assets.extend(build_sink_asset(table, sink) for sink in table.sinks)
         checks.append(build_stuck_check(table))

@@ -1,23 +1,26 @@
-"""Apply every pending batch of every table now, in order, through the Dagster definitions.
+"""Apply every pending batch now, in order, through the Dagster definitions.
 
-What the sensor and daemon do over time, done in one process with one warm
+What the sensors and daemon do over time, done in one process with one warm
 SparkSession: same ordering logic, same assets, every run and materialisation
 recorded in the Dagster instance (``DAGSTER_HOME``), so the UI shows it all.
+Ingest entries go first, so tables they write are synced onward in the same call.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dagster import DagsterInstance, Definitions
 
-from icecdc_dagster.assets import naming
-from icecdc_dagster.config import PipelineConfig, TableConfig
+from icecdc_dagster.config import IngestConfig, PipelineConfig, TableConfig
 from icecdc_dagster.pipeline.ordering import Blocked, NextRun
-from icecdc_dagster.sensors.snapshots import asset_keys, evaluate, run_request
+from icecdc_dagster.sensors import ingest as ingest_sensor
+from icecdc_dagster.sensors import line as lines
+from icecdc_dagster.sensors import snapshots
 
 
 @dataclass
 class TableSyncReport:
-    table_name: str
+    table_name: str  # a table name, or "ingest:<name>" for an ingest entry
     runs: list[tuple[str, str, bool]] = field(default_factory=list)  # (first, last, success)
     blocked: str | None = None
 
@@ -26,35 +29,54 @@ class TableSyncReport:
         return self.blocked is None and all(success for *_, success in self.runs)
 
 
-def sync_table(defs: Definitions, instance: DagsterInstance, table: TableConfig, max_runs: int = 1000) -> TableSyncReport:
-    report = TableSyncReport(table.table_name)
-    catalog = defs.resources["catalog"]
+def _sync_line(defs: Definitions, instance: DagsterInstance, line: lines.Line,
+               evaluate: Callable[[], tuple[list[str], NextRun | Blocked | None]], max_runs: int) -> TableSyncReport:
+    report = TableSyncReport(line.line_id)
     job = defs.resolve_implicit_global_asset_job_def()
-    partitions = naming.partitions_def(table)
     for _ in range(max_runs):
-        source = catalog.load_table(table.table_name)
-        new_keys, planned = evaluate(instance, table, source)
+        new_keys, planned = evaluate()
         if new_keys:
-            instance.add_dynamic_partitions(partitions.name, new_keys)
+            instance.add_dynamic_partitions(line.partitions_def.name, new_keys)
         if isinstance(planned, Blocked):
             report.blocked = planned.reason
             return report
         if planned is None:
             return report
         if report.runs and not report.runs[-1][2] and report.runs[-1][0] == planned.first_key:
-            report.blocked = f"snapshot {planned.first_key} failed again; see the run's logs"
+            report.blocked = f"{planned.first_key} failed again; see the run's logs"
             return report
-        request = run_request(table, planned)
+        request = lines.run_request(line, planned)
         result = job.execute_in_process(
-            instance=instance, partition_key=request.partition_key, asset_selection=asset_keys(table),
+            instance=instance, partition_key=request.partition_key, asset_selection=list(line.asset_keys),
             tags=request.tags, raise_on_error=False)
         report.runs.append((planned.first_key, planned.last_key, result.success))
     return report
 
 
+def sync_table(defs: Definitions, instance: DagsterInstance, table: TableConfig, max_runs: int = 1000) -> TableSyncReport:
+    catalog = defs.resources["catalog"]
+
+    def evaluate():  # noqa: ANN202
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return snapshots.evaluate(instance, table, catalog.load_table(table.table_name))
+        except NoSuchTableError:  # written by an auto-creating ingest entry that has not run yet
+            return [], None
+
+    return _sync_line(defs, instance, snapshots.table_line(table), evaluate, max_runs)
+
+
+def sync_ingest(defs: Definitions, instance: DagsterInstance, entry: IngestConfig,
+                max_runs: int = 1000) -> TableSyncReport:
+    return _sync_line(defs, instance, ingest_sensor.ingest_line(entry),
+                      lambda: ingest_sensor.evaluate(instance, entry), max_runs)
+
+
 def sync_all(config: PipelineConfig, defs: Definitions, instance: DagsterInstance) -> list[TableSyncReport]:
-    """Every table is synced independently: one blocked table does not stop the others."""
-    return [sync_table(defs, instance, table) for table in config.tables]
+    """Every line is synced independently: one blocked line does not stop the others."""
+    return ([sync_ingest(defs, instance, entry) for entry in config.ingest]
+            + [sync_table(defs, instance, table) for table in config.tables])
 
 
-__all__ = ["NextRun", "TableSyncReport", "sync_all", "sync_table"]
+__all__ = ["NextRun", "TableSyncReport", "sync_all", "sync_ingest", "sync_table"]

@@ -4,7 +4,7 @@ import re
 
 from dagster import AssetKey, DynamicPartitionsDefinition
 
-from icecdc_dagster.config import IcebergSinkConfig, OpenSearchSinkConfig, SinkConfig, TableConfig
+from icecdc_dagster.config import IcebergSinkConfig, IngestConfig, OpenSearchSinkConfig, SinkConfig, TableConfig
 
 
 def _slug(text: str) -> str:
@@ -45,6 +45,26 @@ def sensor_name(table: TableConfig) -> str:
 
 def opensearch_resource_key(sink: OpenSearchSinkConfig) -> str:
     return "opensearch__" + _slug(sink.index)
+
+
+def ingest_key(entry: IngestConfig) -> AssetKey:
+    return AssetKey(["ingest", _slug(entry.name)])
+
+
+def ingest_partitions_def(entry: IngestConfig) -> DynamicPartitionsDefinition:
+    return DynamicPartitionsDefinition(name="landing__" + _slug(entry.name))
+
+
+def ingest_sensor_name(entry: IngestConfig) -> str:
+    return "landing__" + _slug(entry.name)
+
+
+def ingest_group_name(entry: IngestConfig) -> str:
+    return "ingest__" + _slug(entry.name)
+
+
+def ingest_line_id(entry: IngestConfig) -> str:
+    return f"ingest:{entry.name}"
 
 
 TABLE_TAG = "icecdc/table"

@@ -6,7 +6,16 @@ from icecdc_dagster.assets import naming
 from icecdc_dagster.config import TableConfig
 
 
-def build_source_asset(table: TableConfig):  # noqa: ANN201 - SourceAsset
+def build_source_asset(table: TableConfig, written_by: tuple = ()):  # noqa: ANN201 - SourceAsset | AssetSpec
+    """``written_by``: keys of ingest assets that write this table. Then the table is an external
+    asset downstream of them (one lineage graph: landing -> table -> changelog -> sinks); its
+    observations still come from the sensor."""
+    if written_by:
+        return AssetSpec(
+            key=naming.source_key(table), deps=list(written_by), group_name=naming.group_name(table),
+            description=f"Iceberg table {table.table_name}, written by ingestion; data version = snapshot id.",
+            metadata={"table_name": table.table_name}, kinds={"iceberg"})
+
     @observable_source_asset(
         key=naming.source_key(table),
         group_name=naming.group_name(table),

@@ -58,10 +58,10 @@ def plan_next_run(keys: Sequence[str], status: Mapping[str, KeyStatus], failures
         if state is KeyStatus.DONE:
             continue
         if state is KeyStatus.IN_PROGRESS:
-            return Blocked(key, f"snapshot {key} is in progress")
+            return Blocked(key, f"{key} is in progress")
         attempts = failures.get(key, 0)
         if state is KeyStatus.FAILED and attempts > max_retries:
-            return Blocked(key, f"snapshot {key} failed {attempts} times; re-execute it to unblock the line")
+            return Blocked(key, f"{key} failed {attempts} times; re-execute it to unblock the line")
         batch = [key]
         if state is KeyStatus.PENDING:
             for later in keys[index + 1:]:

@@ -19,7 +19,11 @@ class Tick:
 
 
 def tick(defs: Definitions, instance: DagsterInstance, table: TableConfig, run: bool = True) -> Tick:
-    sensor = defs.get_sensor_def(naming.sensor_name(table))
+    return tick_sensor(defs, instance, naming.sensor_name(table), asset_keys(table), run)
+
+
+def tick_sensor(defs: Definitions, instance: DagsterInstance, sensor_name: str, selection, run: bool = True) -> Tick:  # noqa: ANN001
+    sensor = defs.get_sensor_def(sensor_name)
     context = build_sensor_context(instance=instance, instance_ref=instance.get_ref(), resources=defs.resources,
                                    definitions=defs)
     result = sensor.evaluate_tick(context)
@@ -34,17 +38,22 @@ def tick(defs: Definitions, instance: DagsterInstance, table: TableConfig, run: 
         out.requested.append((first, last))
         if run:
             execution = job.execute_in_process(instance=instance, partition_key=request.partition_key,
-                                               asset_selection=asset_keys(table), tags=request.tags,
+                                               asset_selection=list(selection), tags=request.tags,
                                                raise_on_error=False)
             out.succeeded.append(execution.success)
     return out
 
 
 def drain(defs: Definitions, instance: DagsterInstance, table: TableConfig, limit: int = 30) -> list[Tick]:
+    return drain_sensor(defs, instance, naming.sensor_name(table), asset_keys(table), limit)
+
+
+def drain_sensor(defs: Definitions, instance: DagsterInstance, sensor_name: str, selection,  # noqa: ANN001
+                 limit: int = 30) -> list[Tick]:
     """Tick until the sensor has nothing left to request (or a run fails)."""
     ticks = []
     for _ in range(limit):
-        current = tick(defs, instance, table)
+        current = tick_sensor(defs, instance, sensor_name, selection)
         ticks.append(current)
         if not current.requested or not all(current.succeeded):
             break

@@ -1,0 +1,45 @@
+"""The per-entry landing sensor: new landing files become partitions (name order) and are
+ingested strictly in order, one batch at a time, with the same retry/blocking rule as tables."""
+
+from dagster import DefaultSensorStatus, SensorEvaluationContext, SensorResult, SkipReason, sensor
+
+from icecdc_dagster.assets import naming
+from icecdc_dagster.config import IngestConfig
+from icecdc_dagster.pipeline.ingest import landing_keys
+from icecdc_dagster.pipeline.ordering import Blocked, NextRun
+from icecdc_dagster.sensors import line
+
+
+def ingest_line(entry: IngestConfig) -> line.Line:
+    return line.Line(line_id=naming.ingest_line_id(entry), partitions_def=naming.ingest_partitions_def(entry),
+                     asset_keys=(naming.ingest_key(entry),), max_keys_per_run=entry.files_per_batch,
+                     max_retries=entry.max_retries)
+
+
+def evaluate(instance, entry: IngestConfig) -> tuple[list[str], NextRun | Blocked | None]:  # noqa: ANN001
+    """Landing files not yet known as partitions, and the next run to request."""
+    known = list(instance.get_dynamic_partitions(naming.ingest_partitions_def(entry).name))
+    seen = set(known)
+    new_keys = [key for key in landing_keys(entry) if key not in seen]
+    return new_keys, line.plan(instance, ingest_line(entry), known + new_keys)
+
+
+def build_ingest_sensor(entry: IngestConfig):  # noqa: ANN201 - SensorDefinition
+    @sensor(
+        name=naming.ingest_sensor_name(entry),
+        minimum_interval_seconds=max(1, int(entry.polling_interval_s)),
+        asset_selection=[naming.ingest_key(entry)],
+        default_status=DefaultSensorStatus.RUNNING,
+        description=f"Adds each new landing file of {entry.landing} as a partition and ingests them in order.",
+    )
+    def _sensor(context: SensorEvaluationContext):  # noqa: ANN202
+        new_keys, planned = evaluate(context.instance, entry)
+        partitions = naming.ingest_partitions_def(entry)
+        add = [partitions.build_add_request(new_keys)] if new_keys else []
+        if isinstance(planned, NextRun):
+            return SensorResult(run_requests=[line.run_request(ingest_line(entry), planned)],
+                                dynamic_partitions_requests=add)
+        reason = planned.reason if isinstance(planned, Blocked) else "every landing file is ingested"
+        return SensorResult(skip_reason=SkipReason(reason), dynamic_partitions_requests=add)
+
+    return _sensor

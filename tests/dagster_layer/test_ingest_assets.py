@@ -1,0 +1,130 @@
+"""Debezium ingestion as Dagster assets, with the real landing sensor, runs, Spark and Iceberg:
+landing files are ingested in name order, exactly once, bad events go to dead letters, a failed
+batch blocks the next one, and the ingested table syncs onward (one lineage graph)."""
+
+import json
+
+import pytest
+from dagster import AssetKey, AssetRecordsFilter, instance_for_test
+
+from icecdc_dagster.assets import naming
+from icecdc_dagster.config import load_config
+from icecdc_dagster.definitions import build_definitions
+from icecdc_dagster.errors import ConfigError
+from tests.dagster_layer.harness import drain, drain_sensor, tick_sensor
+from tests.helpers import write_pipeline
+
+INGEST = AssetKey(["ingest", "orders_cdc"])
+SENSOR = "landing__orders_cdc"
+
+
+@pytest.fixture
+def instance():
+    with instance_for_test() as dagster_instance:
+        yield dagster_instance
+
+
+def _envelope(op, before=None, after=None):
+    return json.dumps({"payload": {"op": op, "before": before, "after": after, "ts_ms": 1,
+                                   "source": {"schema": "shop", "table": "orders"}}})
+
+
+def _land(landing, name, lines):
+    landing.mkdir(exist_ok=True)
+    (landing / name).write_text("\n".join(lines) + "\n")
+
+
+def _metadata(instance, key, partition):
+    records = instance.fetch_materializations(AssetRecordsFilter(asset_key=key, asset_partitions=[partition]),
+                                              limit=1).records
+    assert records, f"{key.to_user_string()} [{partition}] was not materialised"
+    return {k: getattr(v, "value", v) for k, v in records[0].asset_materialization.metadata.items()}
+
+
+def _rows(spark, table):
+    return {r.id: r.status for r in spark.table(table).collect()}
+
+
+def test_landing_files_ingest_in_order_exactly_once_then_sync_onward(spark, catalog_settings, catalog, instance,
+                                                                      tmp_path):
+    cat = catalog_settings.name
+    landing = tmp_path / "landing"
+    _land(landing, "001.json", [_envelope("c", after={"id": i, "status": "new"}) for i in range(1, 5)])
+    _land(landing, "002.json", [_envelope("u", before={"id": 2, "status": "new"}, after={"id": 2, "status": "paid"}),
+                                _envelope("d", before={"id": 3, "status": "new"}),
+                                "{not json",
+                                "null"])
+    _land(landing, "003.json", [_envelope("c", after={"id": 5, "status": "new", "note": "gift"}),
+                                _envelope("x", after={"id": 6, "status": "?"})])
+    config = load_config(write_pipeline(
+        tmp_path / "p.yaml", catalog_settings,
+        [{"table_name": "db.orders", "sinks": [{"iceberg": {"table_name": "db.orders_replica"}}]}],
+        ingest=[{"name": "orders_cdc", "landing": str(landing), "target": "db.orders", "identifier_columns": ["id"],
+                 "auto_create": True, "schema_evolution": True, "polling_interval": "PT5S"}]))
+    defs = build_definitions(config)   # db.orders does not exist yet: ingestion creates it
+
+    graph = defs.resolve_asset_graph()
+    source = AssetKey(["iceberg", "db", "orders"])
+    assert INGEST in graph.get(source).parent_keys                       # landing -> table -> changelog -> sink
+    assert source in graph.get(AssetKey(["changelog", "db", "orders"])).parent_keys
+    assert drain(defs, instance, config.tables[0])[0].skip_reason == "table db.orders does not exist yet"
+
+    ticks = drain_sensor(defs, instance, SENSOR, [INGEST])
+    assert ticks[0].added == ["001.json", "002.json", "003.json"]
+    assert [t.requested for t in ticks if t.requested] == [[(k, k)] for k in ("001.json", "002.json", "003.json")]
+    assert all(all(t.succeeded) for t in ticks) and "ingested" in ticks[-1].skip_reason
+
+    assert _rows(spark, f"{cat}.db.orders") == {1: "new", 2: "paid", 4: "new", 5: "new"}
+    assert spark.table(f"{cat}.db.orders").where("id = 5").first().note == "gift"   # schema evolution
+    dead = spark.table(f"{cat}.db.orders__dead_letters").collect()
+    assert len(dead) == 2 and any("x" in r.raw and "op" in r.reason for r in dead)
+    second, third = _metadata(instance, INGEST, "002.json"), _metadata(instance, INGEST, "003.json")
+    assert second["dead_lettered"] == 1 and second["tombstones"] == 1 and second["skipped_already_committed"] is False
+    assert third["dead_lettered"] == 1 and third["targets"]["db.orders"]["added_columns"] == ["note"]
+
+    # Re-executing an ingested file changes nothing.
+    snapshot = catalog.load_table("db.orders").current_snapshot().snapshot_id
+    job = defs.resolve_implicit_global_asset_job_def()
+    assert job.execute_in_process(instance=instance, partition_key="002.json", asset_selection=[INGEST]).success
+    assert _metadata(instance, INGEST, "002.json")["skipped_already_committed"] is True
+    assert catalog.load_table("db.orders").current_snapshot().snapshot_id == snapshot
+
+    # The ingested table is itself a CDC source: its snapshots flow on to the replica.
+    synced = drain(defs, instance, config.tables[0])
+    assert all(all(t.succeeded) for t in synced) and synced[0].requested
+    assert _rows(spark, f"{cat}.db.orders_replica") == _rows(spark, f"{cat}.db.orders")
+
+
+def test_failed_landing_batch_blocks_the_next_until_re_executed(spark, catalog_settings, catalog, instance, tmp_path):
+    cat = catalog_settings.name
+    landing = tmp_path / "landing"
+    _land(landing, "a.json", [_envelope("c", after={"id": 1, "status": "new"})])
+    _land(landing, "b.json", [_envelope("u", after={"id": 1, "status": "paid"})])
+    config = load_config(write_pipeline(
+        tmp_path / "p.yaml", catalog_settings, [],
+        ingest=[{"name": "orders_cdc", "landing": str(landing), "target": "db.orders", "identifier_columns": ["id"],
+                 "auto_create": True, "max_retries": 0}]))
+    defs = build_definitions(config)
+    moved = tmp_path / "a.json.moved"
+    first = tick_sensor(defs, instance, SENSOR, [INGEST], run=False)      # both files known
+    assert first.added == ["a.json", "b.json"]
+    (landing / "a.json").rename(moved)                                   # the file vanishes before its run
+    failed = tick_sensor(defs, instance, SENSOR, [INGEST])
+    assert failed.requested == [("a.json", "a.json")] and failed.succeeded == [False]
+    blocked = tick_sensor(defs, instance, SENSOR, [INGEST])
+    assert blocked.requested == [] and "a.json failed 1 times" in blocked.skip_reason
+    assert not catalog.table_exists("db.orders")                          # b.json was never applied alone
+
+    moved.rename(landing / "a.json")
+    job = defs.resolve_implicit_global_asset_job_def()
+    assert job.execute_in_process(instance=instance, partition_key="a.json", asset_selection=[INGEST]).success
+    rest = drain_sensor(defs, instance, SENSOR, [INGEST])
+    assert [t.requested for t in rest if t.requested] == [[("b.json", "b.json")]]
+    assert _rows(spark, f"{cat}.db.orders") == {1: "paid"}
+
+
+def test_missing_ingest_target_without_auto_create_fails_at_load(tmp_path, catalog_settings, catalog):
+    path = write_pipeline(tmp_path / "p.yaml", catalog_settings, [],
+                          ingest=[{"name": "e", "landing": str(tmp_path), "target": "db.absent"}])
+    with pytest.raises(ConfigError, match=r"ingest\[0\] \(e\)\.target: table 'db.absent' does not exist"):
+        build_definitions(load_config(path))
