@@ -31,7 +31,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     defs = build_definitions(config)
     instance = _instance(args.config, args.dagster_home)
     started = time.monotonic()
-    reports = sync_all(config, defs, instance)
+    reports = sync_all(config, defs, instance, retry_failed=args.retry_failed)
     for report in reports:
         done = sum(1 for *_, ok in report.runs if ok)
         state = "ok" if report.ok else f"BLOCKED: {report.blocked or 'a run failed'}"
@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="pipeline YAML (default: $ICECDC_CONFIG)")
         p.add_argument("--dagster-home", default=None,
                        help="Dagster instance directory (default: $DAGSTER_HOME, else .dagster_home next to the config)")
+        if name == "sync":
+            p.add_argument("--retry-failed", action="store_true",
+                           help="re-execute, once, each batch that used up its retries and blocks its line")
         p.set_defaults(func=func)
     demo = sub.add_parser("demo", help="local warehouse + demo table with several snapshots, synced end to end")
     demo.add_argument("--dir", default="icecdc-demo", help="where the demo's warehouse, catalog and instance live")

@@ -30,13 +30,19 @@ class TableSyncReport:
 
 
 def _sync_line(defs: Definitions, instance: DagsterInstance, line: lines.Line,
-               evaluate: Callable[[], tuple[list[str], NextRun | Blocked | None]], max_runs: int) -> TableSyncReport:
+               evaluate: Callable[[], tuple[list[str], NextRun | Blocked | None]], max_runs: int,
+               retry_failed: bool = False) -> TableSyncReport:
     report = TableSyncReport(line.line_id)
     job = defs.resolve_implicit_global_asset_job_def()
+    retried: set[str] = set()
     for _ in range(max_runs):
         new_keys, planned = evaluate()
         if new_keys:
             instance.add_dynamic_partitions(line.partitions_def.name, new_keys)
+        if isinstance(planned, Blocked) and planned.failed and retry_failed and planned.key not in retried:
+            # The operator's re-execution, once per sync: the line continues only if it succeeds.
+            retried.add(planned.key)
+            planned = NextRun(planned.key, planned.key, (planned.key,), attempt=0)
         if isinstance(planned, Blocked):
             report.blocked = planned.reason
             return report
@@ -53,7 +59,8 @@ def _sync_line(defs: Definitions, instance: DagsterInstance, line: lines.Line,
     return report
 
 
-def sync_table(defs: Definitions, instance: DagsterInstance, table: TableConfig, max_runs: int = 1000) -> TableSyncReport:
+def sync_table(defs: Definitions, instance: DagsterInstance, table: TableConfig, max_runs: int = 1000,
+               retry_failed: bool = False) -> TableSyncReport:
     catalog = defs.resources["catalog"]
 
     def evaluate():  # noqa: ANN202
@@ -64,19 +71,21 @@ def sync_table(defs: Definitions, instance: DagsterInstance, table: TableConfig,
         except NoSuchTableError:  # written by an auto-creating ingest entry that has not run yet
             return [], None
 
-    return _sync_line(defs, instance, snapshots.table_line(table), evaluate, max_runs)
+    return _sync_line(defs, instance, snapshots.table_line(table), evaluate, max_runs, retry_failed)
 
 
 def sync_ingest(defs: Definitions, instance: DagsterInstance, entry: IngestConfig,
-                max_runs: int = 1000) -> TableSyncReport:
+                max_runs: int = 1000, retry_failed: bool = False) -> TableSyncReport:
     return _sync_line(defs, instance, ingest_sensor.ingest_line(entry),
-                      lambda: ingest_sensor.evaluate(instance, entry), max_runs)
+                      lambda: ingest_sensor.evaluate(instance, entry), max_runs, retry_failed)
 
 
-def sync_all(config: PipelineConfig, defs: Definitions, instance: DagsterInstance) -> list[TableSyncReport]:
-    """Every line is synced independently: one blocked line does not stop the others."""
-    return ([sync_ingest(defs, instance, entry) for entry in config.ingest]
-            + [sync_table(defs, instance, table) for table in config.tables])
+def sync_all(config: PipelineConfig, defs: Definitions, instance: DagsterInstance,
+             retry_failed: bool = False) -> list[TableSyncReport]:
+    """Every line is synced independently: one blocked line does not stop the others.
+    ``retry_failed``: re-execute (once) a batch that used up its retries, as an operator would."""
+    return ([sync_ingest(defs, instance, entry, retry_failed=retry_failed) for entry in config.ingest]
+            + [sync_table(defs, instance, table, retry_failed=retry_failed) for table in config.tables])
 
 
 __all__ = ["NextRun", "TableSyncReport", "sync_all", "sync_ingest", "sync_table"]

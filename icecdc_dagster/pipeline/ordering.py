@@ -32,6 +32,7 @@ class NextRun:
 class Blocked:
     key: str
     reason: str
+    failed: bool = False  # True: the key used up its retries (an operator re-executes it)
 
 
 def combine_status(statuses: Sequence[KeyStatus | None]) -> KeyStatus:
@@ -61,7 +62,7 @@ def plan_next_run(keys: Sequence[str], status: Mapping[str, KeyStatus], failures
             return Blocked(key, f"{key} is in progress")
         attempts = failures.get(key, 0)
         if state is KeyStatus.FAILED and attempts > max_retries:
-            return Blocked(key, f"{key} failed {attempts} times; re-execute it to unblock the line")
+            return Blocked(key, f"{key} failed {attempts} times; re-execute it to unblock the line", failed=True)
         batch = [key]
         if state is KeyStatus.PENDING:
             for later in keys[index + 1:]:

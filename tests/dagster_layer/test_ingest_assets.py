@@ -7,7 +7,6 @@ import json
 import pytest
 from dagster import AssetKey, AssetRecordsFilter, instance_for_test
 
-from icecdc_dagster.assets import naming
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
 from icecdc_dagster.errors import ConfigError
