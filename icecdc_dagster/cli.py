@@ -43,7 +43,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from icecdc_dagster.config import load_config
     from icecdc_dagster.definitions import build_definitions
-    from icecdc_dagster.status import table_status
+    from icecdc_dagster.status import ingest_status, table_status
 
     config = load_config(args.config)
     defs = build_definitions(config)
@@ -51,6 +51,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     for table in config.tables:
         status = table_status(defs, instance, table)
         print(status.render())
+    for entry in config.ingest:
+        print(ingest_status(instance, entry).render())
     return 0
 
 

@@ -7,7 +7,7 @@ from dagster import DagsterInstance, Definitions
 
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import naming
-from icecdc_dagster.config import OpenSearchSinkConfig, TableConfig
+from icecdc_dagster.config import IngestConfig, OpenSearchSinkConfig, TableConfig
 from icecdc_dagster.pipeline.ordering import KeyStatus
 from icecdc_dagster.pipeline.sinks import open_configured_sink, sink_name
 from icecdc_dagster.sensors.snapshots import discover_new_keys, key_statuses
@@ -43,9 +43,44 @@ class TableStatus:
         return "\n".join(lines)
 
 
+@dataclass
+class IngestStatus:
+    name: str
+    landing: str
+    files: int
+    not_ingested: list[str]
+    failed: list[str]
+
+    def render(self) -> str:
+        waiting = f", next: {self.not_ingested[0]}" if self.not_ingested else ""
+        return (f"ingest {self.name} ({self.landing}): {self.files} landing files, "
+                f"{len(self.not_ingested)} not yet ingested{waiting}"
+                + (f", FAILED: {', '.join(self.failed)}" if self.failed else ""))
+
+
+def ingest_status(instance: DagsterInstance, entry: IngestConfig) -> IngestStatus:
+    """Landing files known or new, and which of them are not ingested or failed (Dagster's view)."""
+    from icecdc_dagster.pipeline.ingest import landing_keys
+    from icecdc_dagster.sensors import line
+    from icecdc_dagster.sensors.ingest import ingest_line
+
+    files = landing_keys(entry)
+    known = list(instance.get_dynamic_partitions(naming.ingest_partitions_def(entry).name))
+    statuses = line.key_statuses(instance, ingest_line(entry), known)
+    keys = known + [f for f in files if f not in set(known)]
+    return IngestStatus(entry.name, entry.landing, len(files),
+                        [k for k in keys if statuses.get(k) is not KeyStatus.DONE],
+                        [k for k in known if statuses.get(k) is KeyStatus.FAILED])
+
+
 def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfig) -> TableStatus:
+    from pyiceberg.exceptions import NoSuchTableError
+
     catalog = defs.resources["catalog"]
-    source = catalog.load_table(table.table_name)
+    try:
+        source = catalog.load_table(table.table_name)
+    except NoSuchTableError:  # created later by an ingest entry
+        return TableStatus(table.table_name, None, 0, 0, [])
     current = source.current_snapshot()
     known = list(instance.get_dynamic_partitions(naming.partitions_name(table)))
     keys = known + discover_new_keys(source, known)

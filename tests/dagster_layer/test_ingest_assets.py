@@ -10,6 +10,7 @@ from dagster import AssetKey, AssetRecordsFilter, instance_for_test
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
 from icecdc_dagster.errors import ConfigError
+from icecdc_dagster.status import ingest_status
 from tests.dagster_layer.harness import drain, drain_sensor, tick_sensor
 from tests.helpers import write_pipeline
 
@@ -112,6 +113,8 @@ def test_failed_landing_batch_blocks_the_next_until_re_executed(spark, catalog_s
     assert failed.requested == [("a.json", "a.json")] and failed.succeeded == [False]
     blocked = tick_sensor(defs, instance, SENSOR, [INGEST])
     assert blocked.requested == [] and "a.json failed 1 times" in blocked.skip_reason
+    status = ingest_status(instance, config.ingest[0])
+    assert (status.files, status.not_ingested, status.failed) == (1, ["a.json", "b.json"], ["a.json"])
     assert not catalog.table_exists("db.orders")                          # b.json was never applied alone
 
     moved.rename(landing / "a.json")
@@ -119,6 +122,7 @@ def test_failed_landing_batch_blocks_the_next_until_re_executed(spark, catalog_s
     assert job.execute_in_process(instance=instance, partition_key="a.json", asset_selection=[INGEST]).success
     rest = drain_sensor(defs, instance, SENSOR, [INGEST])
     assert [t.requested for t in rest if t.requested] == [[("b.json", "b.json")]]
+    assert ingest_status(instance, config.ingest[0]).render().endswith("2 landing files, 0 not yet ingested")
     assert _rows(spark, f"{cat}.db.orders") == {1: "paid"}
 
 
