@@ -17,7 +17,12 @@ def write_config(directory: Path, opensearch_url: str | None) -> Path:
         "catalog": {"name": "demo", "uri": "sqlite:///catalog.db", "warehouse": "warehouse"},
         "spark": {"master": "local[2]", "conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"}},
         "tables": [{"table_name": workload.SOURCE_TABLE, "identifier_columns": ["order_id"],
-                    "polling_interval": "PT5S", "max_snapshots_per_run": 1, "sinks": sinks}],
+                    "polling_interval": "PT5S", "max_snapshots_per_run": 1, "sinks": sinks},
+                   # Written by the ingest entry below: the chain landing -> Iceberg -> changelog.
+                   {"table_name": workload.CUSTOMERS_TABLE, "polling_interval": "PT5S"}],
+        "ingest": [{"name": "customers_cdc", "landing": "landing/customers", "target": workload.CUSTOMERS_TABLE,
+                    "identifier_columns": ["id"], "auto_create": True, "schema_evolution": True,
+                    "polling_interval": "PT5S"}],
     }
     path = directory / "icecdc.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -53,6 +58,8 @@ def run_demo(directory: Path, opensearch_url: str | None = None) -> int:
         workload.create_source(spark, name)
         workload.initial_load(spark, name)
         print("demo: created demo.orders with 1000 orders")
+    landed = workload.land_customer_stream(directory / "landing" / "customers")
+    print(f"demo: landed Debezium files {', '.join(landed)} for {workload.CUSTOMERS_TABLE}")
     reports = sync_all(config, defs, instance)
     print(f"demo: first sync (export): {_runs(reports)}")
     for description in workload.apply_changes(spark, name):
@@ -67,6 +74,11 @@ def run_demo(directory: Path, opensearch_url: str | None = None) -> int:
     extra = replica.exceptAll(source).count()
     matches = missing == 0 and extra == 0
     print(f"\nsource rows: {source.count()}, replica rows: {replica.count()}, replica matches source: {matches}")
+    customers = spark.table(f"{name}.{workload.CUSTOMERS_TABLE}")
+    dead = spark.table(f"{name}.{workload.CUSTOMERS_TABLE}__dead_letters")
+    gold = customers.where(customers.tier == "gold").count()
+    print(f"ingested customers: {customers.count()} rows ({gold} gold, columns {', '.join(customers.columns)}); "
+          f"dead letters: {dead.count()}")
     print(f"demo finished in {time.monotonic() - started:.1f}s. Explore it in the UI:\n"
           f"  DAGSTER_HOME={os.environ['DAGSTER_HOME']} ICECDC_CONFIG={config_path} "
           f"dagster dev -m icecdc_dagster.definitions")
@@ -83,6 +95,7 @@ def _print_batches(defs, instance, config) -> None:  # noqa: ANN001
 
     for table in config.tables:
         key = naming.changelog_key(table)
+        print(f"\n{table.table_name}")
         print(f"{'snapshot':>20}  {'operation':<10} {'kind':<7} {'INS':>5} {'DEL':>5} {'UPD':>5}")
         for partition in instance.get_dynamic_partitions(naming.partitions_name(table)):
             meta = _latest_metadata(instance, key, partition)

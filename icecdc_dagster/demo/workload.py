@@ -1,4 +1,8 @@
-"""The demo table and the snapshots we commit to it (inserts, CoW updates, MoR deletes, MERGE, compaction)."""
+"""The demo table and the snapshots we commit to it (inserts, CoW updates, MoR deletes, MERGE, compaction),
+and a Debezium stream of customers landed as files (the OLTP side of the chain)."""
+
+import json
+from pathlib import Path
 
 SOURCE_TABLE = "demo.orders"
 REPLICA_TABLE = "demo_replica.orders"
@@ -44,3 +48,32 @@ def apply_changes(spark, catalog: str) -> list[str]:  # noqa: ANN001
         spark.sql(statement.format(t=f"{catalog}.{SOURCE_TABLE}", c=catalog, n=SOURCE_TABLE))
         done.append(description)
     return done
+
+
+CUSTOMERS_TABLE = "demo_raw.customers"
+
+
+def _envelope(op: str, before: dict | None, after: dict | None, ts_ms: int) -> str:
+    return json.dumps({"payload": {"op": op, "before": before, "after": after, "ts_ms": ts_ms,
+                                   "source": {"connector": "postgresql", "schema": "public", "table": "customers"}}})
+
+
+def land_customer_stream(landing: Path) -> list[str]:
+    """Two landing files as a Debezium connector would write them: a snapshot (``op: r``) of 50
+    customers, then a stream with updates, deletes, a new column, a tombstone and one bad line."""
+    landing.mkdir(parents=True, exist_ok=True)
+    snapshot = [_envelope("r", None, {"id": i, "name": f"customer-{i}", "tier": "basic"}, 1000 + i)
+                for i in range(50)]
+    stream = [_envelope("u", {"id": i, "name": f"customer-{i}", "tier": "basic"},
+                        {"id": i, "name": f"customer-{i}", "tier": "gold", "email": f"c{i}@example.com"}, 2000 + i)
+              for i in range(0, 50, 5)]
+    stream += [_envelope("d", {"id": i, "name": f"customer-{i}", "tier": "basic"}, None, 3000 + i)
+               for i in range(1, 50, 10)]
+    stream += ["null", '{"payload": {"op": "u", "after": {"id": "not-a-number"}}}']
+    names = []
+    for name, lines in (("0001-snapshot.json", snapshot), ("0002-stream.json", stream)):
+        path = landing / name
+        if not path.exists():
+            path.write_text("\n".join(lines) + "\n")
+        names.append(name)
+    return names
