@@ -5,7 +5,7 @@ batch blocks the next one, and the ingested table syncs onward (one lineage grap
 import json
 
 import pytest
-from dagster import AssetKey, AssetRecordsFilter, instance_for_test
+from dagster import AssetKey, AssetRecordsFilter
 
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
@@ -16,12 +16,6 @@ from tests.helpers import write_pipeline
 
 INGEST = AssetKey(["ingest", "orders_cdc"])
 SENSOR = "landing__orders_cdc"
-
-
-@pytest.fixture
-def instance():
-    with instance_for_test() as dagster_instance:
-        yield dagster_instance
 
 
 def _envelope(op, before=None, after=None):

@@ -1,19 +1,12 @@
 """The per-table sensor with a real instance, real runs, real Spark and Iceberg:
 snapshots become partitions in commit order and are materialised strictly in order."""
 
-import pytest
-from dagster import AssetKey, AssetRecordsFilter, instance_for_test
+from dagster import AssetKey, AssetRecordsFilter
 
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
 from tests.dagster_layer.harness import drain, tick
 from tests.helpers import write_pipeline
-
-
-@pytest.fixture
-def instance():
-    with instance_for_test() as dagster_instance:
-        yield dagster_instance
 
 
 def _snapshot_ids(catalog, name):

@@ -2,8 +2,7 @@
 TCP proxy we can cut) and an Iceberg replica. A failed batch blocks the line until it is
 retried, an applied partition re-run changes nothing, and the asset checks run and pass."""
 
-import pytest
-from dagster import AssetCheckKey, AssetKey, AssetRecordsFilter, instance_for_test
+from dagster import AssetCheckKey, AssetKey, AssetRecordsFilter
 from opensearchpy import OpenSearch
 
 from icecdc_dagster.assets import naming
@@ -11,26 +10,12 @@ from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
 from icecdc_dagster.sensors.snapshots import asset_keys
 from tests.dagster_layer.harness import drain, tick
-from tests.helpers import TcpProxy, write_pipeline
+from tests.helpers import write_pipeline
 
 INDEX = "items"
 CHANGELOG = AssetKey(["changelog", "db", "items"])
 OPENSEARCH = AssetKey(["opensearch", INDEX])
 REPLICA = AssetKey(["replica", "db", "items_replica"])
-
-
-@pytest.fixture
-def instance():
-    with instance_for_test() as dagster_instance:
-        yield dagster_instance
-
-
-@pytest.fixture
-def proxy(opensearch_url):
-    host, port = opensearch_url.removeprefix("http://").split(":")
-    forwarder = TcpProxy(host, int(port))
-    yield forwarder
-    forwarder.close()
 
 
 def _latest(instance, key, partition):

@@ -1,24 +1,13 @@
 """``sync_all`` (what ``icecdc sync`` runs): a table whose sink is down blocks only its own line;
 the other table is synced to the end in the same call; ``--retry-failed`` resumes the blocked one."""
 
-import pytest
-from dagster import instance_for_test
-
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
 from icecdc_dagster.sync import sync_all
-from tests.helpers import TcpProxy, write_pipeline
+from tests.helpers import write_pipeline
 
 
-@pytest.fixture
-def proxy(opensearch_url):
-    host, port = opensearch_url.removeprefix("http://").split(":")
-    forwarder = TcpProxy(host, int(port))
-    yield forwarder
-    forwarder.close()
-
-
-def test_one_blocked_table_does_not_stop_the_other(spark, catalog_settings, catalog, tmp_path, proxy):
+def test_one_blocked_table_does_not_stop_the_other(spark, catalog_settings, catalog, tmp_path, proxy, instance):
     cat = catalog_settings.name
     for name in ("a", "b"):
         spark.sql(f"CREATE TABLE {cat}.db.{name} (id BIGINT NOT NULL, v STRING) USING iceberg")
@@ -29,21 +18,20 @@ def test_one_blocked_table_does_not_stop_the_other(spark, catalog_settings, cata
          "sinks": [{"opensearch": {"hosts": [proxy.url], "index": "a", "max_retries": 1, "request_timeout_s": 5}}]},
         {"table_name": "db.b", "identifier_columns": ["id"], "sinks": [{"iceberg": {"table_name": "db.b_copy"}}]}]))
     defs = build_definitions(config)
-    with instance_for_test() as instance:
-        proxy.cut()
-        blocked, flowing = sync_all(config, defs, instance)
-        assert blocked.table_name == "db.a" and not blocked.ok and [ok for *_, ok in blocked.runs] == [False]
-        assert "failed" in blocked.blocked
-        assert flowing.ok and len(flowing.runs) == 1                   # export of b
+    proxy.cut()
+    blocked, flowing = sync_all(config, defs, instance)
+    assert blocked.table_name == "db.a" and not blocked.ok and [ok for *_, ok in blocked.runs] == [False]
+    assert "failed" in blocked.blocked
+    assert flowing.ok and len(flowing.runs) == 1                   # export of b
 
-        spark.sql(f"INSERT INTO {cat}.db.b VALUES (3, 'w')")
-        proxy.restore()
-        blocked_again, flowing = sync_all(config, defs, instance)     # max_retries 0: a waits for an operator
-        assert not blocked_again.ok and blocked_again.runs == []
-        assert flowing.ok and len(flowing.runs) == 1                   # while b keeps flowing
-        assert sorted((r.id, r.v) for r in spark.table(f"{cat}.db.b_copy").collect()) == [
-            (1, "x"), (2, "z"), (3, "w")]
+    spark.sql(f"INSERT INTO {cat}.db.b VALUES (3, 'w')")
+    proxy.restore()
+    blocked_again, flowing = sync_all(config, defs, instance)     # max_retries 0: a waits for an operator
+    assert not blocked_again.ok and blocked_again.runs == []
+    assert flowing.ok and len(flowing.runs) == 1                   # while b keeps flowing
+    assert sorted((r.id, r.v) for r in spark.table(f"{cat}.db.b_copy").collect()) == [
+        (1, "x"), (2, "z"), (3, "w")]
 
-        resumed, unchanged = sync_all(config, defs, instance, retry_failed=True)   # icecdc sync --retry-failed
-        assert resumed.ok and [ok for *_, ok in resumed.runs] == [True]
-        assert unchanged.ok and unchanged.runs == []
+    resumed, unchanged = sync_all(config, defs, instance, retry_failed=True)   # icecdc sync --retry-failed
+    assert resumed.ok and [ok for *_, ok in resumed.runs] == [True]
+    assert unchanged.ok and unchanged.runs == []
