@@ -102,8 +102,9 @@ def compute_batch(spark, catalog_name: str, table, request: BatchRequest) -> Com
     else:
         rows = change_set.rows
         # Row counts per change type (before images included), rows read and carry-over removed:
-        # aggregations over the change rows only, so their cost follows the change, not the table.
-        stats = change_set.compute_stats()
+        # aggregations over the change rows, so their cost follows the change. Not for an export,
+        # whose rows are the whole table (the stored batch's counts say the same for free).
+        stats = dict(change_set.stats) if kind == "export" else change_set.compute_stats()
     events = changelog.to_events(rows, request.table_name, request.identifier_columns, info.operation, last,
                                  use_row_id=uses_row_lineage(table) and not request.identifier_columns)
     stats["plan_s"] = round(time.monotonic() - started, 3)
