@@ -17,27 +17,44 @@ def _instance(config_path: str | None, dagster_home: str | None):  # noqa: ANN20
     if not home:
         base = Path(config_path).resolve().parent if config_path else Path.cwd()
         home = str(base / ".dagster_home")
+    from icecdc_dagster.lease.dagster_yaml import ensure_dagster_yaml
+
     Path(home).mkdir(parents=True, exist_ok=True)
+    ensure_dagster_yaml(home)
     os.environ["DAGSTER_HOME"] = str(Path(home).resolve())
     return DagsterInstance.get()
 
 
-def cmd_sync(args: argparse.Namespace) -> int:
-    from icecdc_dagster.config import load_config
-    from icecdc_dagster.definitions import build_definitions
-    from icecdc_dagster.sync import sync_all
+EXIT_BUSY = 75  # EX_TEMPFAIL: another writer holds a line; try again later (or use --wait)
 
-    config = load_config(args.config)
-    defs = build_definitions(config)
-    instance = _instance(args.config, args.dagster_home)
-    started = time.monotonic()
-    reports = sync_all(config, defs, instance, retry_failed=args.retry_failed)
-    for report in reports:
-        done = sum(1 for *_, ok in report.runs if ok)
-        state = "ok" if report.ok else f"BLOCKED: {report.blocked or 'a run failed'}"
-        print(f"{report.table_name}: {done}/{len(report.runs)} runs succeeded; {state}")
-    print(f"sync finished in {time.monotonic() - started:.1f}s (DAGSTER_HOME={os.environ['DAGSTER_HOME']})")
-    return 0 if all(r.ok for r in reports) else 1
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    from icecdc_dagster.lease.holder import Holder, set_process_role
+    from icecdc_dagster.sync import StopRequest, SyncContext, sync_all
+
+    set_process_role("icecdc sync")
+    with StopRequest().installed() as stop:
+        from icecdc_dagster.config import load_config
+        from icecdc_dagster.definitions import build_definitions
+
+        config = load_config(args.config)
+        defs = build_definitions(config)
+        instance = _instance(args.config, args.dagster_home)
+        started = time.monotonic()
+        context = SyncContext(defs=defs, instance=instance, holder=Holder.current(), retry_failed=args.retry_failed,
+                              wait=args.wait, stop=stop, say=lambda message: print(message, flush=True))
+        reports = sync_all(config, defs, instance, context=context)
+        for report in reports:
+            for message in report.failed_over:
+                print(f"{report.table_name}: failed over a dead worker's run: {message}")
+            print(report.render())
+        print(f"sync finished in {time.monotonic() - started:.1f}s (DAGSTER_HOME={os.environ['DAGSTER_HOME']})")
+        if stop.requested:
+            print(f"icecdc sync: stopped by {stop.name}; run it again to continue where each line stopped")
+            return stop.exit_code
+    if any(r.blocked or not all(ok for *_, ok in r.runs) for r in reports):
+        return 1
+    return EXIT_BUSY if any(r.busy for r in reports) else 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -77,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         if name == "sync":
             p.add_argument("--retry-failed", action="store_true",
                            help="re-execute, once, each batch that used up its retries and blocks its line")
+            p.add_argument("--wait", action="store_true",
+                           help="when another writer holds a line, wait for it (default: skip that line, "
+                                "name the holder and exit 75)")
         p.set_defaults(func=func)
     demo = sub.add_parser("demo", help="local warehouse + demo table with several snapshots, synced end to end")
     demo.add_argument("--dir", default="icecdc-demo", help="where the demo's warehouse, catalog and instance live")

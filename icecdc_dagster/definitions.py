@@ -1,6 +1,6 @@
 """Dagster definitions built from the pipeline file (``$ICECDC_CONFIG``; none = empty project)."""
 
-from dagster import Definitions, EnvVar, in_process_executor
+from dagster import Definitions, EnvVar
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.changelog import build_changelog_asset
@@ -9,7 +9,8 @@ from icecdc_dagster.assets.sinks import build_sink_asset
 from icecdc_dagster.assets.source import build_source_asset
 from icecdc_dagster.checks.stuck import build_stuck_check
 from icecdc_dagster.errors import ConfigError
-from icecdc_dagster.config import EnvRef, OpenSearchSinkConfig, PipelineConfig, load_config
+from icecdc_dagster.lease.executor import line_executor
+from icecdc_dagster.config import EnvRef, IcebergSinkConfig, OpenSearchSinkConfig, PipelineConfig, load_config
 from icecdc_dagster.resources import IcebergCatalogResource, OpenSearchResource, SparkResource
 from icecdc_dagster.pipeline.ingest import fixed_target
 from icecdc_dagster.sensors.ingest import build_ingest_sensor
@@ -71,7 +72,20 @@ def check_tables_exist(config: PipelineConfig) -> None:
                 continue
             raise ConfigError(f"{config.source}: tables: table {table.table_name!r} does not exist in catalog "
                               f"{config.catalog.name!r} ({config.catalog.uri})") from None
+        check_format_version(config, table, source)
         check_documents_have_ids(config, table, source)
+        check_replicas_can_match_rows(config, table, source)
+
+
+def check_format_version(config: PipelineConfig, table, source) -> None:  # noqa: ANN001
+    """A format v1 table has no sequence numbers to order its changes by: refused at load, with the fix."""
+    from icecdc_dagster.changelog import check_supported
+    from icecdc_dagster.errors import UnsupportedFormatVersionError
+
+    try:
+        check_supported(source)
+    except UnsupportedFormatVersionError as exc:
+        raise ConfigError(f"{config.source}: tables: {table.table_name!r}: {exc}") from None
 
 
 def check_documents_have_ids(config: PipelineConfig, table, source) -> None:  # noqa: ANN001
@@ -87,6 +101,25 @@ def check_documents_have_ids(config: PipelineConfig, table, source) -> None:  # 
         f"{config.source}: tables: {table.table_name!r} has an OpenSearch sink but no identifier columns "
         f"(config or table identifier fields) and no v3 row lineage, so its deletes cannot name a document; "
         f"set identifier_columns, or declare the table append_only: true")
+
+
+def check_replicas_can_match_rows(config: PipelineConfig, table, source) -> None:  # noqa: ANN001
+    """An Iceberg replica matches updated and deleted rows by the identifier columns, or by the source's
+    v3 ``_row_id`` (kept as ``_source_row_id``). A keyless v2 table offers neither: its replica can only
+    be appended to, so it is accepted only when declared ``append_only`` (its updates and deletes then
+    fail the batch)."""
+    from icecdc_dagster.pipeline.batches import identifier_columns_of, uses_row_lineage
+
+    replicas = [s.table_name for s in table.sinks if isinstance(s, IcebergSinkConfig)]
+    if not replicas or table.append_only:
+        return
+    if identifier_columns_of(table.identifier_columns, source) or uses_row_lineage(source):
+        return
+    raise ConfigError(
+        f"{config.source}: tables: {table.table_name!r} has an Iceberg replica sink ({', '.join(replicas)}) but no "
+        f"identifier columns (config or table identifier fields) and no v3 row lineage (format version "
+        f"{source.metadata.format_version}), so its updates and deletes cannot be matched in the replica; set "
+        f"identifier_columns, upgrade the table to format v3, or declare the table append_only: true")
 
 
 def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Definitions:
@@ -107,9 +140,10 @@ def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Defi
 
     for table in config.tables:
         checks.extend(build_consistency_checks(table))
-    # One process per run keeps one warm SparkSession for every step of the batch.
+    # One process per run keeps one warm SparkSession for every step of the batch; the executor
+    # records the worker on the run and holds the line's lock (one writer per line, crash safe).
     return Definitions(assets=assets, asset_checks=checks, sensors=sensors, resources=build_resources(config),
-                       executor=in_process_executor)
+                       executor=line_executor)
 
 
 defs = build_definitions(load_config())

@@ -47,3 +47,19 @@ class TargetTableMissingError(IngestError):
 
 class SchemaDeclarationError(IngestError):
     """A declared ingestion schema (column type, transform, property) is invalid."""
+
+
+class TableHasNoSnapshotError(SnapshotNotFoundError):
+    """The table exists but has never been written: there is no snapshot to read changes from."""
+
+
+class UnsupportedFormatVersionError(ChangelogError):
+    """The table's Iceberg format version cannot order its changes (v1 has no sequence numbers)."""
+
+
+class LineBusyError(IcecdcError):
+    """Another writer holds the line (names the line and the holder: role, host, pid, since when)."""
+
+
+class SyncInterruptedError(IcecdcError):
+    """A sync was stopped by SIGINT/SIGTERM before it finished (names where it stopped)."""

@@ -30,12 +30,17 @@ Guarantees: a run this launcher accepts always ends SUCCESS, FAILURE or
 CANCELED in the instance, also when loading the code or the framework raises
 (the worker reports the failure and carries on with the next run). A run that
 was waiting on the queue when it is terminated is CANCELED without running.
-Runs record the worker's host and pid (tags ``icecdc/warm_launcher_*``); when
-the daemon dies with a run in flight, ``check_run_worker_health`` (run
-monitoring) reports the worker FAILED and Dagster fails the run, so the
-sensor's retry/blocking rule takes over; the same check also runs once when the
-launcher starts (a restarted daemon fails the orphans of the dead one at
-once, so the table's line is not blocked by a run stuck in STARTED).
+Runs record the worker's host and pid (tags ``icecdc/warm_launcher_*``) and,
+like every icecdc run, its process start time (``lease.holder`` tags, so a
+reused pid is told apart); when the daemon dies with a run in flight,
+``check_run_worker_health`` (run monitoring) reports the worker FAILED and
+Dagster fails the run, so the sensor's retry/blocking rule takes over; the same
+check also runs once when the launcher starts (a restarted daemon fails the
+orphans of the dead one at once, so the table's line is not blocked by a run
+stuck in STARTED). The line's sensor fails such runs over too (``lease.failover``).
+
+``MonitoredRunLauncher`` (end of this module) is Dagster's default launcher with
+the same health check, for process-per-run setups (the generated dagster.yaml).
 
 Trade-offs:
 
@@ -66,7 +71,6 @@ Trade-offs:
   execute inside the webserver process instead.
 """
 
-import ctypes
 import logging
 import os
 import queue
@@ -80,12 +84,19 @@ from typing import Any
 
 from dagster import DagsterRunStatus, RunsFilter
 from dagster._core.errors import DagsterExecutionInterruptedError
+from dagster._core.launcher.default_run_launcher import DefaultRunLauncher
 from dagster._core.events import EngineEventData
 from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, RunLauncher, WorkerStatus
 from dagster._core.storage.dagster_run import DagsterRun
 from dagster._serdes import ConfigurableClass
 from dagster._serdes.config_class import ConfigurableClassData
 from dagster._utils.error import serializable_error_info_from_exc_info
+
+from icecdc_dagster.lease import failover
+from icecdc_dagster.lease.holder import Holder
+from icecdc_dagster.lease.run_thread import adopt_spark_session
+from icecdc_dagster.lease.run_thread import cancel_spark_jobs as _cancel_spark_jobs
+from icecdc_dagster.lease.run_thread import raise_in_thread as _raise_in_thread
 
 HOST_TAG = "icecdc/warm_launcher_host"
 PID_TAG = "icecdc/warm_launcher_pid"
@@ -141,7 +152,8 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
             raise ValueError(f"run {run.run_id} has no job code origin; the warm launcher cannot load its job")
         instance = self._instance
         instance.add_run_tags(run.run_id, {HOST_TAG: self._host, PID_TAG: str(self._pid),
-                                           SESSION_TAG: self._session})
+                                           SESSION_TAG: self._session,
+                                           **Holder.current(role="warm launcher (daemon)").tags()})
         with self._lock:
             self._pending.add(run.run_id)
             if self._worker is None or not self._worker.is_alive():
@@ -204,6 +216,7 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
             instance.report_run_canceled(run, "terminated before it started")
             return
         try:
+            adopt_spark_session()
             instance.report_engine_event(
                 f"Executing in the warm launcher's worker thread (pid: {self._pid}).", run,
                 EngineEventData.in_process(self._pid))
@@ -279,6 +292,11 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
             run = record.dagster_run
             if PID_TAG not in run.tags or run.tags.get(SESSION_TAG) == self._session or _worker_alive(run):
                 continue
+            holder = Holder.from_tags(run.tags)
+            if holder is not None:  # the detailed reason (pid gone / reused / rebooted), as a sync gives it
+                if failover.fail_over(instance, run, Holder.current(role="warm launcher (daemon)")):
+                    failed.append(run.run_id)
+                continue
             instance.report_run_failed(
                 run, f"icecdc warm launcher: the process that ran it (pid {run.tags[PID_TAG]}) is gone")
             failed.append(run.run_id)
@@ -304,6 +322,12 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
 
 def _worker_alive(run: DagsterRun) -> bool:
     """Whether the process recorded on the run may still be executing it."""
+    if run.tags.get(SESSION_TAG) and run.tags.get(PID_TAG) == str(os.getpid()):
+        # This process, or an earlier one whose pid it reuses: alive if the session is ours.
+        return run.tags.get(SESSION_TAG) in _LIVE_SESSIONS
+    judged = failover.judge(run)
+    if judged is not None:  # host, pid and process start time (a reused pid is told apart)
+        return judged[1].alive
     if run.tags.get(HOST_TAG) != socket.gethostname():
         return True  # another host: we cannot tell; leave it to that host's daemon
     try:
@@ -322,17 +346,26 @@ def _worker_alive(run: DagsterRun) -> bool:
     return True
 
 
-def _cancel_spark_jobs() -> None:
-    """Cancel the running Spark jobs of this process's SparkContext, if Spark is in use here."""
-    pyspark = sys.modules.get("pyspark")
-    context = getattr(getattr(pyspark, "SparkContext", None), "_active_spark_context", None)
-    if context is not None:
-        try:
-            context.cancelAllJobs()
-        except Exception:  # noqa: BLE001 - best effort
-            _log.exception("icecdc warm launcher: cancelling Spark jobs failed")
+class MonitoredRunLauncher(DefaultRunLauncher):
+    """Dagster's default launcher (a new process per run) with a worker health check, so run
+    monitoring fails a run whose process died instead of leaving it STARTED forever.
 
+    The run worker records itself on the run (host, pid, process start time; ``lease.holder``):
+    on this host the check is exact (a reused pid is told apart), for another host's worker it
+    reads the run's heartbeat. A run no icecdc worker has recorded itself on yet counts as running
+    (run monitoring's ``start_timeout_seconds`` covers a worker that never starts).
+    """
 
-def _raise_in_thread(thread: threading.Thread, error: type[BaseException]) -> None:
-    if thread.ident is not None:
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(error))
+    @property
+    def supports_check_run_worker_health(self) -> bool:
+        return True
+
+    def check_run_worker_health(self, run: DagsterRun) -> CheckRunHealthResult:
+        judged = failover.judge(run)
+        if judged is None:
+            return CheckRunHealthResult(WorkerStatus.RUNNING, "no icecdc worker recorded on the run yet")
+        holder, verdict = judged
+        if verdict.alive:
+            return CheckRunHealthResult(WorkerStatus.RUNNING, verdict.reason)
+        return CheckRunHealthResult(
+            WorkerStatus.FAILED, f"icecdc: worker {holder.host}:{holder.pid} ({holder.role}) died: {verdict.reason}")

@@ -4,63 +4,235 @@ What the sensors and daemon do over time, done in one process with one warm
 SparkSession: same ordering logic, same assets, every run and materialisation
 recorded in the Dagster instance (``DAGSTER_HOME``), so the UI shows it all.
 Ingest entries go first, so tables they write are synced onward in the same call.
+
+Crash safety: each line is synced while holding its line lock (one writer per line; the loser
+waits or reports the holder), its runs carry this process as their holder, and runs of a dead
+worker are failed over before planning. A stop request (SIGINT/SIGTERM) abandons the batch in
+flight before its commit where it can (run CANCELED) and stops before the next one.
 """
 
-from collections.abc import Callable
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from dagster import DagsterInstance, Definitions
+from dagster import DagsterInstance, DagsterRunStatus, Definitions
+from dagster._core.utils import make_new_run_id
 
 from icecdc_dagster.config import IngestConfig, PipelineConfig, TableConfig
+from icecdc_dagster.errors import LineBusyError, SyncInterruptedError
+from icecdc_dagster.lease import failover
+from icecdc_dagster.lease.holder import HEARTBEAT_TAG, Holder, run_heartbeat
+from icecdc_dagster.lease.run_thread import adopt_spark_session, interrupt_run
+from icecdc_dagster.lease.line_lock import LineLock, holding
 from icecdc_dagster.pipeline.ordering import Blocked, NextRun
 from icecdc_dagster.sensors import ingest as ingest_sensor
 from icecdc_dagster.sensors import line as lines
 from icecdc_dagster.sensors import snapshots
+
+JOIN_POLL_S = 0.2
+
+
+class StopRequest:
+    """SIGINT/SIGTERM during a sync. The handler only records the signal: the sync stops before
+    its next batch, and the batch in flight is canceled by the main thread (``execute_run``). A
+    second signal exits at once; the run left behind is failed over by the next sync."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + (self.signum or 0)
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum else "-"
+
+    def request(self, signum: int, _frame=None) -> None:  # noqa: ANN001
+        if self.signum is not None:
+            os._exit(128 + self.signum)
+        self.signum = signum
+
+    @contextmanager
+    def installed(self) -> Iterator["StopRequest"]:
+        """Handle SIGINT and SIGTERM for the block (main thread only)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {s: signal.signal(s, self.request) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield self
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
 
 
 @dataclass
 class TableSyncReport:
     table_name: str  # a table name, or "ingest:<name>" for an ingest entry
     runs: list[tuple[str, str, bool]] = field(default_factory=list)  # (first, last, success)
-    blocked: str | None = None
+    blocked: str | None = None      # the line waits for an operator (or its batch failed again)
+    busy: str | None = None         # another writer holds the line
+    stopped: str | None = None      # where a stop request (SIGINT/SIGTERM) left the line
+    failed_over: list[str] = field(default_factory=list)  # runs of dead workers failed over first
 
     @property
     def ok(self) -> bool:
-        return self.blocked is None and all(success for *_, success in self.runs)
+        return (self.blocked is None and self.busy is None and self.stopped is None
+                and all(success for *_, success in self.runs))
+
+    def render(self) -> str:
+        done = sum(1 for *_, ok in self.runs if ok)
+        head = f"{self.table_name}: {done}/{len(self.runs)} runs succeeded; "
+        if self.stopped:
+            return head + f"STOPPED: {self.stopped}"
+        if self.busy:
+            return head + f"BUSY: {self.busy}"
+        if not self.ok:
+            return head + f"BLOCKED: {self.blocked or 'a run failed'}"
+        return head + "ok"
 
 
-def _sync_line(defs: Definitions, instance: DagsterInstance, line: lines.Line,
-               evaluate: Callable[[], tuple[list[str], NextRun | Blocked | None]], max_runs: int,
-               retry_failed: bool = False) -> TableSyncReport:
-    report = TableSyncReport(line.line_id)
-    job = defs.resolve_implicit_global_asset_job_def()
+@dataclass
+class SyncContext:
+    defs: Definitions
+    instance: DagsterInstance
+    holder: Holder
+    retry_failed: bool = False
+    wait: bool = False
+    stop: StopRequest = field(default_factory=StopRequest)
+    say: Callable[[str], None] = lambda message: None
+
+
+def execute_run(context: SyncContext, line: lines.Line, planned: NextRun) -> tuple[str, DagsterRunStatus | None]:
+    """Execute one batch in a worker thread, this process recorded as its holder. The main thread
+    waits and, on a stop request, cancels the run (it ends CANCELED)."""
+    instance = context.instance
+    request = lines.run_request(line, planned)
+    job = context.defs.resolve_implicit_global_asset_job_def()
+    run_id = make_new_run_id()
+    tags = {**request.tags, **context.holder.tags(), HEARTBEAT_TAG: f"{time.time():.3f}"}
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            adopt_spark_session()
+            job.execute_in_process(instance=instance, run_id=run_id, partition_key=request.partition_key,
+                                   asset_selection=list(line.asset_keys), tags=tags, raise_on_error=False)
+        except BaseException as exc:  # noqa: BLE001 - recorded on the run below
+            errors.append(exc)
+
+    worker = threading.Thread(target=target, name="icecdc-sync-run", daemon=True)
+    canceling = False
+    with run_heartbeat(instance, run_id):
+        worker.start()
+        while worker.is_alive():
+            worker.join(JOIN_POLL_S)
+            if context.stop.requested and not canceling and worker.is_alive():
+                canceling = interrupt_run(instance, run_id, worker,
+                                          f"icecdc sync received {context.stop.name}: the batch is abandoned")
+    return run_id, _finish(instance, run_id, errors)
+
+
+def _finish(instance: DagsterInstance, run_id: str, errors: list[BaseException]) -> DagsterRunStatus | None:
+    """Every run this sync started ends final, also when the framework raised."""
+    run = instance.get_run_by_id(run_id)
+    if run is None:
+        if errors:
+            raise errors[0]
+        return None
+    if not run.is_finished:
+        if run.status == DagsterRunStatus.CANCELING:
+            instance.report_run_canceled(run, "icecdc sync: stopped")
+        else:
+            instance.report_run_failed(run, f"icecdc sync: the run ended without a final status: {errors[:1]}")
+        run = instance.get_run_by_id(run_id)
+    return run.status
+
+
+def _drain(context: SyncContext, line: lines.Line, evaluate: Callable[[], tuple[list[str], NextRun | Blocked | None]],
+           max_runs: int, report: TableSyncReport) -> str | None:
+    """Run the line's batches in order while holding its lock. Returns the id of a live run of
+    another worker that keeps the line busy (to wait for), else None."""
+    instance = context.instance
     retried: set[str] = set()
     for _ in range(max_runs):
+        if context.stop.requested:
+            report.stopped = f"{context.stop.name} received before the next batch; the next sync continues here"
+            return None
+        report.failed_over += [f.message for f in failover.fail_dead_runs(instance, line.line_id, context.holder)]
         new_keys, planned = evaluate()
         if new_keys:
             instance.add_dynamic_partitions(line.partitions_def.name, new_keys)
-        if isinstance(planned, Blocked) and planned.failed and retry_failed and planned.key not in retried:
+        if isinstance(planned, Blocked) and planned.failed and context.retry_failed and planned.key not in retried:
             # The operator's re-execution, once per sync: the line continues only if it succeeds.
             retried.add(planned.key)
             planned = NextRun(planned.key, planned.key, (planned.key,), attempt=0)
         if isinstance(planned, Blocked):
+            running = lines.active_run(instance, line)
+            if running is not None:  # a live worker (e.g. a daemon run waiting for this lock)
+                report.busy = planned.reason
+                return running.run_id
             report.blocked = planned.reason
-            return report
+            return None
         if planned is None:
-            return report
+            return None
         if report.runs and not report.runs[-1][2] and report.runs[-1][0] == planned.first_key:
             report.blocked = f"{planned.first_key} failed again; see the run's logs"
+            return None
+        run_id, status = execute_run(context, line, planned)
+        report.runs.append((planned.first_key, planned.last_key, status == DagsterRunStatus.SUCCESS))
+        if context.stop.requested and status != DagsterRunStatus.SUCCESS:
+            applied = next((last for _, last, ok in reversed(report.runs) if ok), None)
+            report.stopped = (f"{context.stop.name} received: batch {planned.first_key}..{planned.last_key} abandoned "
+                              f"(run {run_id} {status.value if status else 'not created'}); applied through "
+                              f"{applied or 'the previous sync'}; the next sync continues at {planned.first_key}")
+            return None
+    return None
+
+
+def _sync_line(context: SyncContext, line: lines.Line,
+               evaluate: Callable[[], tuple[list[str], NextRun | Blocked | None]], max_runs: int) -> TableSyncReport:
+    report = TableSyncReport(line.line_id)
+    if context.stop.requested:
+        report.stopped = f"{context.stop.name} received before this line started; nothing applied"
+        return report
+    lock = LineLock.for_instance(context.instance, line.line_id)
+    while True:
+        try:
+            with holding(lock, context.holder, wait=context.wait, on_wait=context.say,
+                         stop_requested=lambda: context.stop.requested):
+                busy_run = _drain(context, line, evaluate, max_runs, report)
+        except LineBusyError as busy:
+            report.busy = str(busy)
             return report
-        request = lines.run_request(line, planned)
-        result = job.execute_in_process(
-            instance=instance, partition_key=request.partition_key, asset_selection=list(line.asset_keys),
-            tags=request.tags, raise_on_error=False)
-        report.runs.append((planned.first_key, planned.last_key, result.success))
-    return report
+        except SyncInterruptedError as stopped:
+            report.stopped = str(stopped)
+            return report
+        if busy_run is None or not context.wait:
+            return report
+        context.say(f"waiting: {report.busy}")
+        report.busy = None
+        lines.wait_for_run_end(context.instance, busy_run, stop_requested=lambda: context.stop.requested)
+
+
+def _context(defs: Definitions, instance: DagsterInstance, retry_failed: bool = False,
+             context: SyncContext | None = None) -> SyncContext:
+    if context is not None:
+        return context
+    return SyncContext(defs=defs, instance=instance, holder=Holder.current(), retry_failed=retry_failed)
 
 
 def sync_table(defs: Definitions, instance: DagsterInstance, table: TableConfig, max_runs: int = 1000,
-               retry_failed: bool = False) -> TableSyncReport:
+               retry_failed: bool = False, context: SyncContext | None = None) -> TableSyncReport:
     catalog = defs.resources["catalog"]
 
     def evaluate():  # noqa: ANN202
@@ -71,21 +243,24 @@ def sync_table(defs: Definitions, instance: DagsterInstance, table: TableConfig,
         except NoSuchTableError:  # written by an auto-creating ingest entry that has not run yet
             return [], None
 
-    return _sync_line(defs, instance, snapshots.table_line(table), evaluate, max_runs, retry_failed)
+    return _sync_line(_context(defs, instance, retry_failed, context), snapshots.table_line(table), evaluate,
+                      max_runs)
 
 
 def sync_ingest(defs: Definitions, instance: DagsterInstance, entry: IngestConfig,
-                max_runs: int = 1000, retry_failed: bool = False) -> TableSyncReport:
-    return _sync_line(defs, instance, ingest_sensor.ingest_line(entry),
-                      lambda: ingest_sensor.evaluate(instance, entry), max_runs, retry_failed)
+                max_runs: int = 1000, retry_failed: bool = False,
+                context: SyncContext | None = None) -> TableSyncReport:
+    return _sync_line(_context(defs, instance, retry_failed, context), ingest_sensor.ingest_line(entry),
+                      lambda: ingest_sensor.evaluate(instance, entry), max_runs)
 
 
 def sync_all(config: PipelineConfig, defs: Definitions, instance: DagsterInstance,
-             retry_failed: bool = False) -> list[TableSyncReport]:
-    """Every line is synced independently: one blocked line does not stop the others.
+             retry_failed: bool = False, context: SyncContext | None = None) -> list[TableSyncReport]:
+    """Every line is synced independently: one blocked or busy line does not stop the others.
     ``retry_failed``: re-execute (once) a batch that used up its retries, as an operator would."""
-    return ([sync_ingest(defs, instance, entry, retry_failed=retry_failed) for entry in config.ingest]
-            + [sync_table(defs, instance, table, retry_failed=retry_failed) for table in config.tables])
+    context = _context(defs, instance, retry_failed, context)
+    return ([sync_ingest(defs, instance, entry, context=context) for entry in config.ingest]
+            + [sync_table(defs, instance, table, context=context) for table in config.tables])
 
 
-__all__ = ["NextRun", "TableSyncReport", "sync_all", "sync_ingest", "sync_table"]
+__all__ = ["NextRun", "StopRequest", "SyncContext", "TableSyncReport", "sync_all", "sync_ingest", "sync_table"]

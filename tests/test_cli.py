@@ -50,3 +50,44 @@ def test_demo_then_status_then_sync(spark, tmp_path, monkeypatch, capsys):
     assert newest != current and f"checkpoint {newest}, 0 snapshots pending" in status
     replica = spark.table(f"demo.{workload.REPLICA_TABLE}")
     assert replica.count() == 1095 and replica.where("order_id <= 5").count() == 0
+
+
+HOLD_LINE = """
+import sys, time
+from icecdc_dagster.lease.holder import Holder
+from icecdc_dagster.lease.line_lock import LineLock
+assert LineLock(sys.argv[1], sys.argv[2]).try_acquire(Holder.current(role="another writer"))
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
+def test_sync_exits_75_naming_the_holder_of_a_busy_line(spark, catalog_settings, catalog, tmp_path, monkeypatch,
+                                                       capsys):
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    from tests.helpers import write_pipeline
+
+    spark.sql(f"CREATE TABLE {catalog_settings.name}.db.items (id BIGINT NOT NULL, v STRING) USING iceberg")
+    spark.sql(f"INSERT INTO {catalog_settings.name}.db.items VALUES (1, 'a'), (2, 'b')")
+    config = write_pipeline(tmp_path / "p.yaml", catalog_settings, [
+        {"table_name": "db.items", "identifier_columns": ["id"], "sinks": [{"iceberg": {"table_name": "db.copy"}}]}])
+    home = tmp_path / "home"
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LINE, str(home), "db.items"], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert main(["sync", "--config", str(config)]) == 75
+        out = capsys.readouterr().out
+        assert (f"db.items: 0/0 runs succeeded; BUSY: db.items is being written by another writer on "
+                f"{socket.gethostname()} pid {holder.pid}, holding it since ") in out
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert "run_monitoring:" in (home / "dagster.yaml").read_text()   # written for a new DAGSTER_HOME
+    assert main(["sync", "--config", str(config)]) == 0                # the dead holder left no lock
+    assert "db.items: 1/1 runs succeeded; ok" in capsys.readouterr().out

@@ -14,7 +14,8 @@ TABLES = [
      "sinks": [{"opensearch": {"index": "orders", "hosts": ["http://127.0.0.1:1"],
                                "password": {"env": "TEST_OS_PASSWORD"}, "username": "admin"}},
                {"iceberg": {"table_name": "replica.orders"}}]},
-    {"table_name": "db.customers", "sinks": [{"iceberg": {"table_name": "replica.customers"}}]},
+    {"table_name": "db.customers", "identifier_columns": ["id"],
+     "sinks": [{"iceberg": {"table_name": "replica.customers"}}]},
 ]
 
 
@@ -70,3 +71,39 @@ def test_keyless_table_with_opensearch_sink_needs_append_only(tmp_path, catalog_
     path = write_pipeline(tmp_path / "p.yaml", catalog_settings,
                           [{"table_name": "db.logs", "append_only": True, "sinks": [sink]}])
     assert build_definitions(load_config(path)).resolve_asset_graph().has(AssetKey(["opensearch", "logs"]))
+
+
+def test_keyless_v2_table_with_replica_sink_is_refused_unless_append_only(tmp_path, catalog_settings):
+    catalog = catalog_settings.load_pyiceberg()
+    catalog.create_namespace("db")
+    catalog.create_table("db.logs", schema=pa.schema([("line", pa.string())]), properties={"format-version": "2"})
+    sink = {"iceberg": {"table_name": "replica.logs"}}
+    path = write_pipeline(tmp_path / "p.yaml", catalog_settings, [{"table_name": "db.logs", "sinks": [sink]}])
+    with pytest.raises(ConfigError, match=r"p.yaml: tables: 'db.logs' has an Iceberg replica sink \(replica.logs\) "
+                                          r"but no identifier columns .* no v3 row lineage \(format version 2\).*"
+                                          r"append_only: true"):
+        build_definitions(load_config(path))
+    path = write_pipeline(tmp_path / "p.yaml", catalog_settings,
+                          [{"table_name": "db.logs", "append_only": True, "sinks": [sink]}])
+    assert build_definitions(load_config(path)).resolve_asset_graph().has(AssetKey(["replica", "replica", "logs"]))
+
+
+def test_keyless_v3_table_with_replica_sink_is_accepted(spark, catalog, catalog_settings, tmp_path):
+    spark.sql(f"CREATE TABLE {catalog_settings.name}.db.logs (line string) USING iceberg "
+              "TBLPROPERTIES ('format-version'='3')")
+    path = write_pipeline(tmp_path / "p.yaml", catalog_settings,
+                          [{"table_name": "db.logs", "sinks": [{"iceberg": {"table_name": "replica.logs"}}]}])
+    assert build_definitions(load_config(path)).resolve_asset_graph().has(AssetKey(["replica", "replica", "logs"]))
+
+
+def test_format_v1_table_is_refused_at_load_with_the_upgrade_command(tmp_path, catalog_settings):
+    catalog = catalog_settings.load_pyiceberg()
+    catalog.create_namespace("db")
+    catalog.create_table("db.old", schema=pa.schema([pa.field("id", pa.int64(), nullable=False)]),
+                         properties={"format-version": "1"})
+    path = write_pipeline(tmp_path / "p.yaml", catalog_settings,
+                          [{"table_name": "db.old", "identifier_columns": ["id"],
+                            "sinks": [{"iceberg": {"table_name": "replica.old"}}]}])
+    with pytest.raises(ConfigError, match=r"p.yaml: tables: 'db.old': table db.old is Iceberg format v1: .*"
+                                          r"ALTER TABLE db.old SET TBLPROPERTIES \('format-version'='2'\)"):
+        build_definitions(load_config(path))

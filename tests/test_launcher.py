@@ -10,7 +10,11 @@ import pytest
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, in_process_executor, job, op, reconstructable
 from dagster._core.test_utils import instance_for_test
 
+from icecdc_dagster.assets import naming
 from icecdc_dagster.launcher import HOST_TAG, PID_TAG, SESSION_TAG, WarmRunLauncher
+from icecdc_dagster.lease.executor import line_executor
+from icecdc_dagster.lease.holder import ROLE_TAG, Holder
+from icecdc_dagster.lease.line_lock import LineLock
 
 LAUNCHER = {"run_launcher": {"module": "icecdc_dagster.launcher", "class": "WarmRunLauncher"}}
 
@@ -137,3 +141,65 @@ def test_runs_of_a_dead_worker_process_are_failed(instance):  # noqa: ANN001
     assert launcher.check_run_worker_health(stale).status.value == "FAILED"
     assert launcher.fail_orphaned_runs() == [run.run_id]
     assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.FAILURE
+
+
+@job(executor_def=line_executor)
+def line_job() -> None:
+    where_am_i()
+
+
+def test_warm_runs_record_their_worker_and_wait_for_a_busy_line_until_terminated(instance):  # noqa: ANN001
+    """The warm launcher's runs go through the line executor: the worker (the daemon's process) is
+    recorded on the run, and a run of a line an ``icecdc sync`` holds waits - terminating it then
+    ends it CANCELED without applying anything; once the line is free, runs of it succeed."""
+    sync_lock = LineLock.for_instance(instance, "db.orders")
+    assert sync_lock.try_acquire(Holder.current(role="icecdc sync"))
+    origin = reconstructable(line_job).get_python_origin()
+    run = instance.create_run_for_job(job_def=line_job, job_code_origin=origin, tags={naming.TABLE_TAG: "db.orders"})
+    instance.launch_run(run.run_id, workspace=None)
+    deadline = time.monotonic() + 30
+    while not [e for e in instance.all_logs(run.run_id, of_type=DagsterEventType.ENGINE_EVENT)
+               if "Waiting for the line lock" in (e.message or "")]:
+        assert time.monotonic() < deadline, "the run did not report waiting for the line"
+        time.sleep(0.05)
+    tags = instance.get_run_by_id(run.run_id).tags
+    assert tags[ROLE_TAG] == "warm launcher (daemon)" and Holder.from_tags(tags).pid == os.getpid()
+    assert instance.run_launcher.check_run_worker_health(instance.get_run_by_id(run.run_id)).status.value == "RUNNING"
+    assert instance.run_launcher.terminate(run.run_id)
+    assert wait_status(instance, run.run_id, {DagsterRunStatus.CANCELED, DagsterRunStatus.FAILURE}) == \
+        DagsterRunStatus.CANCELED
+    assert not instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_START)
+    sync_lock.release()
+    after = instance.create_run_for_job(job_def=line_job, job_code_origin=origin, tags={naming.TABLE_TAG: "db.orders"})
+    instance.launch_run(after.run_id, workspace=None)
+    instance.run_launcher.join(timeout=30)
+    assert instance.get_run_by_id(after.run_id).status == DagsterRunStatus.SUCCESS
+    assert not LineLock.for_instance(instance, "db.orders").is_busy()
+
+
+def test_orphan_whose_pid_was_reused_is_failed(instance):  # noqa: ANN001
+    """A dead daemon's run whose pid now belongs to another live process (pid reuse) is failed,
+    with the reason; a liveness check by pid alone would have kept it STARTED forever."""
+    import subprocess
+    import sys
+
+    from icecdc_dagster.lease.holder import process_state
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        run = instance.create_run_for_job(job_def=ok_job,
+                                          job_code_origin=reconstructable(ok_job).get_python_origin())
+        from dagster._core.events import DagsterEvent
+
+        instance.report_dagster_event(DagsterEvent(event_type_value=DagsterEventType.PIPELINE_START.value,
+                                                   job_name=run.job_name), run_id=run.run_id)
+        dead = Holder(host=socket.gethostname(), pid=other.pid, pid_start=process_state(other.pid).start_ticks - 1,
+                      boot_id=Holder.current().boot_id, since=time.time() - 60, role="warm launcher (daemon)")
+        instance.add_run_tags(run.run_id, {HOST_TAG: socket.gethostname(), PID_TAG: str(other.pid),
+                                           SESSION_TAG: "old", **dead.tags()})
+        assert instance.run_launcher.fail_orphaned_runs() == [run.run_id]
+        (failure,) = instance.all_logs(run.run_id, of_type=DagsterEventType.PIPELINE_FAILURE)
+        assert f"pid {other.pid} now belongs to another process" in failure.message
+    finally:
+        other.kill()
+        other.wait()

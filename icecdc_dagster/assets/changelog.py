@@ -1,4 +1,4 @@
-"""``changelog/<ns>/<table>``: the CDC events of each snapshot, persisted for every sink.
+"""``changelog/<ns>/<table>``: the change rows of each snapshot, persisted for every sink and analyst.
 
 Partition key = snapshot id. A run may cover a range of consecutive keys
 (catch-up): then the batch holds the net changes of the range.
@@ -44,7 +44,7 @@ def build_changelog_asset(table: TableConfig):  # noqa: ANN201 - AssetsDefinitio
         request = batch_request(context, table, source)
         with changelog.staged_scans(session):
             computed = compute_batch(session, catalog.name, source, request)
-            stored = ChangelogStore(session, catalog.name, table.table_name).write(computed.info, computed.events)
+            stored = ChangelogStore(session, catalog.name, table.table_name).write(computed.info, computed.rows)
         parent = changelog.plan_snapshot(source, computed.info.first_snapshot_id).parent_id
         context.log.info(f"{table.table_name}: stored {stored.rows} change rows of snapshots "
                          f"{computed.info.first_snapshot_id}..{computed.info.snapshot_id} ({computed.kind})")

@@ -1,8 +1,14 @@
 """``ingest/<name>``: Debezium landing files written into Iceberg, one partition per landing file.
 
 A run covers consecutive files (at most ``files_per_batch``) as one batch; the engine records the
-batch id in the targets' snapshot summaries and skips a batch already committed, so retries and
-re-executions never write twice.
+batch id in the targets' snapshot summaries and skips a batch already committed. A file already
+recorded as part of a batch is re-run as exactly that batch (``pipeline.ingest.batches_for``), so
+retries and re-executions of any partition, alone or in a range, never write a file twice.
+
+Metadata per run: files, batch id(s), whether everything was already committed, events read,
+tombstones, dead-lettered events, declared-rule counts (ignored_fields, stringified, nanos_truncated),
+inserted / updated / deleted / delete_missing (or appended) rows, per target table its snapshot id,
+counts, added and widened columns, and the duration.
 """
 
 import time
@@ -11,8 +17,8 @@ from dagster import AssetExecutionContext, BackfillPolicy, MaterializeResult, Me
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import IngestConfig
-from icecdc_dagster.ingest.pipeline import ingest_files
-from icecdc_dagster.pipeline.ingest import files_of, fixed_target, ingest_settings
+from icecdc_dagster.ingest.pipeline import IngestResult, ingest_files, recorded_batches
+from icecdc_dagster.pipeline.ingest import batches_for, fixed_target, ingest_settings
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 
 
@@ -34,20 +40,37 @@ def build_ingest_asset(entry: IngestConfig):  # noqa: ANN201 - AssetsDefinition
                 catalog: IcebergCatalogResource) -> MaterializeResult:
         started = time.monotonic()
         session = spark.session(catalog)
-        files = files_of(entry, context.partition_keys)
-        result = ingest_files(session, catalog.name, catalog.load(), ingest_settings(entry), files)
-        totals = result.totals()
-        context.log.info(f"ingest {entry.name}: {'skipped (already committed)' if result.skipped else 'committed'} "
-                         f"{len(files)} file(s): {totals}")
+        settings = ingest_settings(entry)
+        recorded = recorded_batches(session, catalog.name, settings)
+        results = []
+        for batch in batches_for(entry, context.partition_keys, recorded):
+            if batch.committed:  # already in every table it writes: a re-execution changes nothing
+                results.append(IngestResult(batch.batch_id, batch.files, True))
+            else:
+                results.append(ingest_files(session, catalog.name, catalog.load(), settings, list(batch.files)))
+        files = [f for r in results for f in r.files]
+        totals: dict[str, int] = {}
+        targets: dict[str, dict] = {}
+        for r in results:
+            for key, value in r.totals().items():
+                totals[key] = totals.get(key, 0) + int(value)
+            for name, t in r.targets.items():  # in batch order: the last snapshot of each table wins
+                prior = targets.get(name, {})
+                counts = {k: prior.get(k, 0) + v for k, v in t.counts.items()}
+                snapshot = str(t.snapshot_id) if t.snapshot_id is not None else prior.get("snapshot_id")
+                targets[name] = {**prior, **counts, "snapshot_id": snapshot,
+                                 "skipped": prior.get("skipped", True) and t.skipped,
+                                 "added_columns": [*prior.get("added_columns", []), *t.added_columns],
+                                 "widened_columns": [*prior.get("widened_columns", []), *t.widened_columns]}
+        skipped = all(r.skipped for r in results)
+        context.log.info(f"ingest {entry.name}: {'skipped (already committed)' if skipped else 'committed'} "
+                         f"{len(files)} file(s) in {len(results)} batch(es): {totals}")
         return MaterializeResult(metadata={
             "files": MetadataValue.json([f.rsplit("/", 1)[-1] for f in files]),
-            "batch_id": result.batch_id,
-            "skipped_already_committed": result.skipped,
-            **{key: int(value) for key, value in sorted(totals.items())},
-            "targets": MetadataValue.json({
-                name: {"snapshot_id": str(t.snapshot_id) if t.snapshot_id is not None else None,
-                       "skipped": t.skipped, "added_columns": list(t.added_columns), **t.counts}
-                for name, t in sorted(result.targets.items())}),
+            "batch_id": " | ".join(r.batch_id for r in results),
+            "skipped_already_committed": skipped,
+            **{key: value for key, value in sorted(totals.items())},
+            "targets": MetadataValue.json(dict(sorted(targets.items()))),
             "duration_s": MetadataValue.float(round(time.monotonic() - started, 3)),
         })
 

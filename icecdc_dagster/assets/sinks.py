@@ -13,7 +13,7 @@ from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.changelog import batch_request
 from icecdc_dagster.assets.metadata import batch_metadata
 from icecdc_dagster.config import OpenSearchSinkConfig, SinkConfig, TableConfig
-from icecdc_dagster.pipeline.batches import batch_info
+from icecdc_dagster.pipeline.batches import batch_info, uses_row_id
 from icecdc_dagster.pipeline.changelog_store import ChangelogStore
 from icecdc_dagster.pipeline.sinks import open_configured_sink
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
@@ -46,7 +46,8 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig):  # noqa: ANN201 - As
         cluster = getattr(context.resources, resource_key) if is_opensearch else None
         target = open_configured_sink(sink, table, spark=session, catalog=catalog, source_table=source,
                                       cluster=cluster)
-        events = ChangelogStore(session, catalog.name, table.table_name).read(info)
+        events = ChangelogStore(session, catalog.name, table.table_name).read_events(
+            info, use_row_id=uses_row_id(source, info.identifier_columns))
         result = target.apply(info, events)
         parent = changelog.plan_snapshot(source, info.first_snapshot_id).parent_id
         context.log.info(f"{target.name}: {'skipped (already applied)' if result.skipped else 'applied'} "

@@ -1,11 +1,15 @@
 """Change rows of a snapshot or a range: read, carry-over removal, update detection, net changes.
 
-Everything stays lazy in Spark except two small aggregated checks (duplicate keys, null keys)
-that must fail the batch with a named error before any sink sees it.
+Everything stays lazy in Spark except small aggregated checks (duplicate keys, null keys) that must
+fail the batch with a named error before any sink sees it.
+
+Column names come from the table and may hold dots, spaces, backticks or any unicode: every reference
+to one goes through :func:`column` (a quoted reference), never a bare string that Spark would parse.
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+import operator
 import weakref
 from functools import reduce
 
@@ -16,14 +20,22 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from icecdc_dagster.batch import (
-    CHANGE_COLUMNS, CHANGE_ORDINAL, CHANGE_TYPE, COMMIT_SEQUENCE_NUMBER, COMMIT_SNAPSHOT_ID, DELETE, INSERT,
-    LAST_UPDATED_SEQUENCE_NUMBER, ROW_ID, UPDATE_AFTER, UPDATE_BEFORE)
+    CHANGE_COLUMNS, CHANGE_ORDINAL, CHANGE_TYPE, COMMIT_SEQUENCE_NUMBER, COMMIT_SNAPSHOT_ID, COMMIT_TIMESTAMP,
+    DELETE, INSERT, LAST_UPDATED_SEQUENCE_NUMBER, ROW_ID, UPDATE_AFTER, UPDATE_BEFORE)
 from icecdc_dagster.changelog.plan import SnapshotPlan, ancestry_ids, plan_snapshot, table_name
 from icecdc_dagster.changelog.read import read_files, touched_files
-from icecdc_dagster.errors import DuplicateKeyChangeError, IdentifierColumnError, SnapshotNotFoundError
+from icecdc_dagster.column_names import column
+from icecdc_dagster.errors import (
+    DuplicateKeyChangeError, IdentifierColumnError, SnapshotNotFoundError, TableHasNoSnapshotError,
+    UnsupportedFormatVersionError)
 
 LINEAGE_COLUMNS = (ROW_ID, LAST_UPDATED_SEQUENCE_NUMBER)
+MIN_FORMAT_VERSION = 2  # v1 snapshots have no sequence numbers: their changes cannot be ordered
 _TMP = "__icecdc_"
+
+
+def _cols(names: Iterable[str]) -> list[Column]:
+    return [column(n) for n in names]
 
 
 @dataclass
@@ -37,12 +49,13 @@ class ChangeSet:
     raw_rows: DataFrame | None = None
 
     def compute_stats(self) -> dict:
-        counts = {r[CHANGE_TYPE]: r["count"] for r in self.rows.groupBy(CHANGE_TYPE).count().collect()}
+        counts = {r[CHANGE_TYPE]: r["count"] for r in self.rows.groupBy(column(CHANGE_TYPE)).count().collect()}
         result = dict(self.stats)
         result.update({f"{t.lower()}_rows": int(counts.get(t, 0)) for t in (INSERT, DELETE, UPDATE_BEFORE,
                                                                            UPDATE_AFTER)})
         if self.raw_rows is not None:
-            raw = {r[CHANGE_TYPE]: r["count"] for r in self.raw_rows.groupBy(CHANGE_TYPE).count().collect()}
+            raw = {r[CHANGE_TYPE]: r["count"]
+                   for r in self.raw_rows.groupBy(column(CHANGE_TYPE)).count().collect()}
             result["rows_read"] = int(sum(raw.values()))
             result["carry_over_removed"] = int(sum(raw.values()) - sum(counts.values()))
         self.stats.update(result)
@@ -51,6 +64,28 @@ class ChangeSet:
 
 def uses_row_lineage(table) -> bool:  # noqa: ANN001
     return int(table.metadata.format_version) >= 3
+
+
+def check_supported(table) -> None:  # noqa: ANN001
+    """Refuse a table whose changes cannot be ordered, from metadata only (call it at load).
+
+    Format v1 snapshots carry no sequence number (all 0): net changes could not tell which image is
+    the latest, and a sink comparing sequence numbers would take every batch for one already applied.
+    """
+    version = int(table.metadata.format_version)
+    if version < MIN_FORMAT_VERSION:
+        name = table_name(table)
+        raise UnsupportedFormatVersionError(
+            f"table {name} is Iceberg format v{version}: its snapshots have no sequence numbers, so the order "
+            f"of its changes cannot be established; upgrade it (a metadata-only change) with "
+            f"ALTER TABLE {name} SET TBLPROPERTIES ('format-version'='2')")
+
+
+def _require_snapshot(table) -> None:  # noqa: ANN001
+    if table.metadata.current_snapshot() is None:
+        raise TableHasNoSnapshotError(
+            f"table {table_name(table)} has no snapshot: it was created but never written, so there are no "
+            f"rows to export and no changes to read until its first commit")
 
 
 def data_columns(table) -> list[str]:  # noqa: ANN001
@@ -93,7 +128,30 @@ def comparable(df: DataFrame, name: str) -> Column:
     """A value Spark can group by: maps are not comparable in Spark, so they compare as JSON.
     Binary, decimal, struct and array values compare by value (null-safe in grouping)."""
     dtype = df.schema[name].dataType
-    return F.to_json(F.col(name)) if _has_map(dtype) else F.col(name)
+    return F.to_json(column(name)) if _has_map(dtype) else column(name)
+
+
+def value_columns(rows: DataFrame) -> list[str]:
+    """What a row is: every column but the change columns (v3 lineage columns included)."""
+    return [c for c in rows.columns if c not in CHANGE_COLUMNS]
+
+
+def _with_values(rows: DataFrame) -> tuple[DataFrame, list[Column]]:
+    """``rows`` plus one groupable column per value column, and references to those."""
+    names = [f"{_TMP}v{i}" for i in range(len(value_columns(rows)))]
+    values = [comparable(rows, c).alias(n) for c, n in zip(value_columns(rows), names)]
+    return rows.select("*", *values), _cols(names)
+
+
+def _phase() -> Column:
+    """0 for a before image (DELETE, UPDATE_BEFORE), 1 for an after image."""
+    return F.when(column(CHANGE_TYPE).isin(DELETE, UPDATE_BEFORE), 0).otherwise(1)
+
+
+def change_order() -> list[Column]:
+    """Commit order of change rows: sequence number, then the snapshot's position in the range (the
+    two agree on v2+; the ordinal alone orders snapshots whose sequence numbers tie), before images first."""
+    return [column(COMMIT_SEQUENCE_NUMBER), column(CHANGE_ORDINAL), _phase()]
 
 
 def remove_carry_over(rows: DataFrame, per_snapshot: bool = True,
@@ -104,29 +162,60 @@ def remove_carry_over(rows: DataFrame, per_snapshot: bool = True,
     same ``_row_id`` and ``_last_updated_sequence_number``. ``cluster_by`` (snapshot + key columns)
     shuffles by the key once, so that update detection after it needs no second shuffle.
     """
-    value_columns = [c for c in rows.columns if c not in CHANGE_COLUMNS]
-    keys = [comparable(rows, c).alias(f"{_TMP}v{i}") for i, c in enumerate(value_columns)]
-    df = (rows.repartition(*cluster_by) if cluster_by else rows).select("*", *keys)
-    group = [f"{_TMP}v{i}" for i in range(len(value_columns))]
+    df, group = _with_values(rows.repartition(*_cols(cluster_by)) if cluster_by else rows)
     if per_snapshot:
-        group = [COMMIT_SNAPSHOT_ID, *group]
-    is_insert = (F.col(CHANGE_TYPE) == INSERT).cast("long")
+        group = [column(COMMIT_SNAPSHOT_ID), *group]
+    is_insert = (column(CHANGE_TYPE) == INSERT).cast("long")
     # One window (one sort): DELETE sorts before INSERT, so an INSERT's rank among inserts is
     # row_number - deletes; the k-th INSERT cancels the k-th DELETE.
-    ordered = Window.partitionBy(*group).orderBy(CHANGE_TYPE, COMMIT_SEQUENCE_NUMBER, CHANGE_ORDINAL)
+    ordered = Window.partitionBy(*group).orderBy(column(CHANGE_TYPE), column(COMMIT_SEQUENCE_NUMBER),
+                                                 column(CHANGE_ORDINAL))
     whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    inserts, deletes, rn = F.col(f"{_TMP}ins"), F.col(f"{_TMP}del"), F.col(f"{_TMP}rn")
     df = (df.withColumn(f"{_TMP}ins", F.sum(is_insert).over(whole))
             .withColumn(f"{_TMP}del", F.sum(1 - is_insert).over(whole))
             .withColumn(f"{_TMP}rn", F.row_number().over(ordered)))
-    rank_in_type = F.when(F.col(CHANGE_TYPE) == INSERT, F.col(f"{_TMP}rn") - F.col(f"{_TMP}del")) \
-        .otherwise(F.col(f"{_TMP}rn"))
-    keep = (((F.col(CHANGE_TYPE) == INSERT) & (rank_in_type > F.col(f"{_TMP}del")))
-            | ((F.col(CHANGE_TYPE) == DELETE) & (rank_in_type > F.col(f"{_TMP}ins"))))
-    return df.where(keep).select(*rows.columns)
+    rank_in_type = F.when(column(CHANGE_TYPE) == INSERT, rn - deletes).otherwise(rn)
+    keep = (((column(CHANGE_TYPE) == INSERT) & (rank_in_type > deletes))
+            | ((column(CHANGE_TYPE) == DELETE) & (rank_in_type > inserts)))
+    return df.where(keep).select(*_cols(rows.columns))
 
 
 def key_string(keys: Sequence[str]) -> str:
     return ", ".join(keys)
+
+
+def check_keys(rows: DataFrame, keys: Sequence[str], name: str, export: bool = False) -> None:
+    """Fail on a null key, or on a key with more than one INSERT or DELETE row in one snapshot.
+
+    One aggregation; only the first offending key reaches the driver.
+    """
+    is_insert = (column(CHANGE_TYPE) == INSERT).cast("long")
+    inserts, deletes = f"{_TMP}inserts", f"{_TMP}deletes"
+    any_null = reduce(operator.or_, [column(k).isNull() for k in keys])
+    bad = (rows.groupBy(column(COMMIT_SNAPSHOT_ID), *_cols(keys))
+           .agg(F.sum(is_insert).alias(inserts), F.sum(1 - is_insert).alias(deletes))
+           .where((F.col(inserts) > 1) | (F.col(deletes) > 1) | any_null)
+           .limit(1).collect())
+    if not bad:
+        return
+    row = bad[0]
+    snapshot_id = row[COMMIT_SNAPSHOT_ID]
+    key = {k: row[k] for k in keys}
+    null_columns = [k for k, v in key.items() if v is None]
+    if null_columns:
+        raise IdentifierColumnError(
+            f"identifier column(s) {', '.join(null_columns)} of table {name} hold null in snapshot "
+            f"{snapshot_id} (key {key}); a key must not be null")
+    if export:
+        raise DuplicateKeyChangeError(
+            f"table {name}, snapshot {snapshot_id}: key {key} is held by {row[inserts]} rows of the export; "
+            f"the identifier columns ({key_string(keys)}) do not identify a row, so a sink keyed by them "
+            f"would keep one of them and lose the others")
+    raise DuplicateKeyChangeError(
+        f"table {name}, snapshot {snapshot_id}: key {key} has {row[inserts]} INSERT and "
+        f"{row[deletes]} DELETE rows after carry-over removal; the identifier columns "
+        f"({key_string(keys)}) do not identify a row")
 
 
 def detect_updates(rows: DataFrame, keys: Sequence[str], name: str) -> DataFrame:
@@ -135,59 +224,42 @@ def detect_updates(rows: DataFrame, keys: Sequence[str], name: str) -> DataFrame
     Fails (aggregated check, nothing collected but the first offending key) on a null key or on a
     key with more than one INSERT or DELETE left in one snapshot.
     """
-    is_insert = (F.col(CHANGE_TYPE) == INSERT).cast("long")
-    bad = (rows.groupBy(COMMIT_SNAPSHOT_ID, *keys)
-           .agg(F.sum(is_insert).alias("inserts"), F.sum(1 - is_insert).alias("deletes"))
-           .where((F.col("inserts") > 1) | (F.col("deletes") > 1)
-                  | reduce(lambda a, b: a | b, [F.col(k).isNull() for k in keys]))
-           .limit(1).collect())
-    if bad:
-        row = bad[0]
-        key = {k: row[k] for k in keys}
-        if any(v is None for v in key.values()):
-            null_cols = [k for k, v in key.items() if v is None]
-            raise IdentifierColumnError(
-                f"identifier column(s) {', '.join(null_cols)} of table {name} hold null in snapshot "
-                f"{row[COMMIT_SNAPSHOT_ID]} (key {key}); a key must not be null")
-        raise DuplicateKeyChangeError(
-            f"table {name}, snapshot {row[COMMIT_SNAPSHOT_ID]}: key {key} has {row['inserts']} INSERT and "
-            f"{row['deletes']} DELETE rows after carry-over removal; the identifier columns "
-            f"({key_string(keys)}) do not identify a row")
-    window = Window.partitionBy(COMMIT_SNAPSHOT_ID, *keys)
+    check_keys(rows, keys, name)
+    is_insert = (column(CHANGE_TYPE) == INSERT).cast("long")
+    window = Window.partitionBy(column(COMMIT_SNAPSHOT_ID), *_cols(keys))
     both = (F.sum(is_insert).over(window) == 1) & (F.sum(1 - is_insert).over(window) == 1)
-    change_type = (F.when(both & (F.col(CHANGE_TYPE) == INSERT), F.lit(UPDATE_AFTER))
-                   .when(both & (F.col(CHANGE_TYPE) == DELETE), F.lit(UPDATE_BEFORE))
-                   .otherwise(F.col(CHANGE_TYPE)))
+    change_type = (F.when(both & (column(CHANGE_TYPE) == INSERT), F.lit(UPDATE_AFTER))
+                   .when(both & (column(CHANGE_TYPE) == DELETE), F.lit(UPDATE_BEFORE))
+                   .otherwise(column(CHANGE_TYPE)))
     return rows.withColumn(CHANGE_TYPE, change_type)
 
 
-def _phase() -> Column:
-    """0 for a before image (DELETE, UPDATE_BEFORE), 1 for an after image."""
-    return F.when(F.col(CHANGE_TYPE).isin(DELETE, UPDATE_BEFORE), 0).otherwise(1)
-
-
-def net_changes(rows: DataFrame, keys: Sequence[str], value_columns: Sequence[str]) -> DataFrame:
+def net_changes(rows: DataFrame, keys: Sequence[str], compared_columns: Sequence[str] | None = None) -> DataFrame:
     """Collapse per key over a range: first before image and last after image survive.
 
     Shuffles by key only. INSERT..DELETE inside the range vanishes; an update chain becomes one
-    UPDATE_BEFORE (first image) + UPDATE_AFTER (last image); an update back to the first image vanishes.
+    UPDATE_BEFORE (first image) + UPDATE_AFTER (last image); an update back to the first image (same
+    ``compared_columns``, by default every column but the change columns) vanishes. Rows are ordered by
+    :func:`change_order`. Without keys: :func:`net_changes_without_keys`.
     """
     if not keys:
-        return remove_carry_over(rows, per_snapshot=False)
-    ordered = Window.partitionBy(*keys).orderBy(COMMIT_SEQUENCE_NUMBER, _phase())
+        return net_changes_without_keys(rows)
+    compared = list(compared_columns) if compared_columns is not None else value_columns(rows)
+    ordered = Window.partitionBy(*_cols(keys)).orderBy(*change_order())
     whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    image = F.to_json(F.struct(*[F.col(c) for c in value_columns]))
+    image = F.to_json(F.struct(*_cols(compared)))
+    phase, rn, n = F.col(f"{_TMP}phase"), F.col(f"{_TMP}rn"), F.col(f"{_TMP}n")
     df = (rows.withColumn(f"{_TMP}phase", _phase())
           .withColumn(f"{_TMP}image", image)
           .withColumn(f"{_TMP}rn", F.row_number().over(ordered))
           .withColumn(f"{_TMP}n", F.count(F.lit(1)).over(whole))
-          .withColumn(f"{_TMP}first", F.first(f"{_TMP}phase").over(whole))
-          .withColumn(f"{_TMP}last", F.last(f"{_TMP}phase").over(whole))
-          .withColumn(f"{_TMP}first_image", F.first(f"{_TMP}image").over(whole))
-          .withColumn(f"{_TMP}last_image", F.last(f"{_TMP}image").over(whole)))
+          .withColumn(f"{_TMP}first", F.first(phase).over(whole))
+          .withColumn(f"{_TMP}last", F.last(phase).over(whole))
+          .withColumn(f"{_TMP}first_image", F.first(F.col(f"{_TMP}image")).over(whole))
+          .withColumn(f"{_TMP}last_image", F.last(F.col(f"{_TMP}image")).over(whole)))
     first, last = F.col(f"{_TMP}first"), F.col(f"{_TMP}last")
-    is_first_before = (F.col(f"{_TMP}rn") == 1) & (first == 0)
-    is_last_after = (F.col(f"{_TMP}rn") == F.col(f"{_TMP}n")) & (last == 1)
+    is_first_before = (rn == 1) & (first == 0)
+    is_last_after = (rn == n) & (last == 1)
     unchanged = (first == 0) & (last == 1) & (F.col(f"{_TMP}first_image") == F.col(f"{_TMP}last_image"))
     updated = (first == 0) & (last == 1)
     change_type = (F.when(is_first_before & updated, F.lit(UPDATE_BEFORE))
@@ -196,7 +268,42 @@ def net_changes(rows: DataFrame, keys: Sequence[str], value_columns: Sequence[st
                    .otherwise(F.lit(INSERT)))
     return (df.where((is_first_before | is_last_after) & ~unchanged)
               .withColumn(CHANGE_TYPE, change_type)
-              .select(*rows.columns))
+              .select(*_cols(rows.columns)))
+
+
+def net_changes_without_keys(rows: DataFrame) -> DataFrame:
+    """Net changes of identical rows, as Iceberg's ``create_changelog_view(net_changes => true)``.
+
+    The copies of one row are walked in :func:`change_order`: an INSERT and a DELETE cancel, and a run
+    that cancels out ends. What survives is |inserts - deletes| copies of the first row of the last run,
+    credited to that row's snapshot. Fed the rows as read (carry-over included, like Iceberg), a row
+    inserted at s1 and rewritten unchanged at s2 and s3 is credited to s3, its last rewrite.
+    """
+    df, group = _with_values(rows)
+    ordered = Window.partitionBy(*group).orderBy(*change_order())
+    whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    so_far = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    sign = F.when(column(CHANGE_TYPE).isin(INSERT, UPDATE_AFTER), 1).otherwise(-1)
+    rn, balance, total, last_zero = (F.col(f"{_TMP}{n}") for n in ("rn", "balance", "total", "last_zero"))
+    df = (df.withColumn(f"{_TMP}rn", F.row_number().over(ordered))
+            .withColumn(f"{_TMP}balance", F.sum(sign).over(so_far))
+            .withColumn(f"{_TMP}total", F.sum(sign).over(whole)))
+    # A run ends where the balance (inserts - deletes so far) is back at 0; the last run never does.
+    df = df.withColumn(f"{_TMP}last_zero", F.max(F.when(balance == 0, rn).otherwise(0)).over(whole))
+    in_last_run = rn > last_zero
+    commit = [COMMIT_SNAPSHOT_ID, COMMIT_SEQUENCE_NUMBER, CHANGE_ORDINAL, COMMIT_TIMESTAMP]
+    commit = [c for c in commit if c in rows.columns]
+    order = [c.alias(f"{_TMP}o{i}") for i, c in enumerate(change_order())]
+    first = F.min(F.when(in_last_run, F.struct(*order, *_cols(commit)))).over(whole)
+    df = df.withColumn(f"{_TMP}first", first)
+    run_sign = F.signum(total).cast("int")
+    # Rows of the run's kind so far in the last run: (rows in run + balance * run sign) / 2.
+    rank_in_run = (rn - last_zero + balance * run_sign) / 2
+    keep = in_last_run & (total != 0) & (sign == run_sign) & (rank_in_run <= F.abs(total))
+    out = df.where(keep).withColumn(CHANGE_TYPE, F.when(total > 0, F.lit(INSERT)).otherwise(F.lit(DELETE)))
+    for name in commit:
+        out = out.withColumn(name, F.col(f"{_TMP}first").getField(name))
+    return out.select(*_cols(rows.columns))
 
 
 def _resolve_range(table, snapshot_id) -> list[int]:  # noqa: ANN001
@@ -214,11 +321,12 @@ def _resolve_range(table, snapshot_id) -> list[int]:  # noqa: ANN001
 
 def _with_change_columns(df: DataFrame, columns: Sequence[str], change_type: str, plan: SnapshotPlan,
                          ordinal: int) -> DataFrame:
-    return df.select(*[F.col(c) for c in columns],
+    return df.select(*_cols(columns),
                      F.lit(change_type).alias(CHANGE_TYPE),
                      F.lit(plan.snapshot_id).cast("long").alias(COMMIT_SNAPSHOT_ID),
                      F.lit(plan.sequence_number).cast("long").alias(COMMIT_SEQUENCE_NUMBER),
-                     F.lit(ordinal).cast("int").alias(CHANGE_ORDINAL))
+                     F.lit(ordinal).cast("int").alias(CHANGE_ORDINAL),
+                     F.timestamp_millis(F.lit(plan.committed_at_ms).cast("long")).alias(COMMIT_TIMESTAMP))
 
 
 def output_columns(table) -> list[str]:  # noqa: ANN001
@@ -230,6 +338,8 @@ def changes(spark, catalog_name: str, table, snapshot_id,  # noqa: ANN001
             identifier_columns: Sequence[str] = (), net: bool = False) -> ChangeSet:
     """Change rows of one snapshot, or of ``(start_exclusive, end_inclusive)`` along the ancestry."""
     name = table_name(table)
+    check_supported(table)
+    _require_snapshot(table)
     keys = validate_identifier_columns(table, tuple(identifier_columns))
     plans = [plan_snapshot(table, sid) for sid in _resolve_range(table, snapshot_id)]
     columns = output_columns(table)
@@ -249,19 +359,23 @@ def changes(spark, catalog_name: str, table, snapshot_id,  # noqa: ANN001
         parts.append(_with_change_columns(source, columns, INSERT, empty_plan or _NO_PLAN, 0))
     raw = reduce(DataFrame.unionByName, parts)
     row_keys = list(keys) or ([ROW_ID] if uses_row_lineage(table) else [])
-    rows = remove_carry_over(raw, cluster_by=[COMMIT_SNAPSHOT_ID, *row_keys] if row_keys else ())
     cached = None
-    if row_keys:
-        # The duplicate/null key check runs before any sink sees the batch; keep what it computed
-        # (change rows after carry-over removal, small next to the rows read) for the real use.
-        cached = rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            rows = detect_updates(rows, row_keys, name)
-        except Exception:
-            cached.unpersist()
-            raise
-    if net and len(plans) > 1:
-        rows = net_changes(rows, row_keys, data_columns(table))
+    if net and len(plans) > 1 and not row_keys:
+        # Like Iceberg, keyless net changes start from the rows as read: carry-over decides attribution.
+        rows = net_changes_without_keys(raw)
+    else:
+        rows = remove_carry_over(raw, cluster_by=[COMMIT_SNAPSHOT_ID, *row_keys] if row_keys else ())
+        if row_keys:
+            # The duplicate/null key check runs before any sink sees the batch; keep what it computed
+            # (change rows after carry-over removal, small next to the rows read) for the real use.
+            cached = rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                rows = detect_updates(rows, row_keys, name)
+            except Exception:
+                cached.unpersist()
+                raise
+        if net and len(plans) > 1:
+            rows = net_changes(rows, row_keys)
     stats = {"snapshots": len(plans), "files_read": files_read,
              "delete_files_added": sum(len(p.added_delete_files) for p in plans)}
     change_set = ChangeSet(rows=rows, plans=plans, stats=stats, raw_rows=raw)
@@ -275,9 +389,21 @@ _NO_PLAN = SnapshotPlan(table_name="", snapshot_id=0, parent_id=None, sequence_n
                         affected_partitions=(), has_delete_files=False, live_delete_files=False)
 
 
-def export(spark, catalog_name: str, table, snapshot_id: int) -> ChangeSet:  # noqa: ANN001
-    """Every row of the snapshot as INSERT (bootstrap batch), read with the current schema."""
+def export(spark, catalog_name: str, table, snapshot_id: int,  # noqa: ANN001
+           identifier_columns: Sequence[str] = ()) -> ChangeSet:
+    """Every row of the snapshot as INSERT (bootstrap batch), read with the current schema.
+
+    With identifier columns the export is held to the rule of CDC batches: a null key
+    (IdentifierColumnError) or a key held by two rows (DuplicateKeyChangeError) fails it, instead of
+    a keyed sink silently keeping one row. One aggregation; only the first offending key is collected.
+    (v3 tables without keys are identified by ``_row_id``, which cannot repeat.)
+    """
+    check_supported(table)
+    _require_snapshot(table)
+    keys = validate_identifier_columns(table, tuple(identifier_columns))
     plan = plan_snapshot(table, snapshot_id)
     source = read_files(spark, catalog_name, table, plan.snapshot_id, None)
     rows = _with_change_columns(source, output_columns(table), INSERT, plan, 0)
+    if keys:
+        check_keys(rows, keys, table_name(table), export=True)
     return ChangeSet(rows=rows, plans=[plan], stats={"snapshots": 1, "export": True})

@@ -1,7 +1,7 @@
 """CDC events for sinks: change rows + Iceberg position, document id and bulk action.
 
-``document_id`` is the identifier column values as canonical strings joined with ``|`` in
-identifier column order, so every sink derives the same id from the same key:
+``document_id`` is built from the identifier column values, each as a canonical string, so every
+sink derives the same id from the same key:
 
 - strings as they are; integers and booleans as Spark casts them (``42``, ``true``);
 - decimals plain with their full scale (``12.50``, never exponent notation);
@@ -11,8 +11,17 @@ identifier column order, so every sink derives the same id from the same key:
   (whatever the session time zone); timestamps without zone: the same without ``Z``;
 - binary: base64 (standard alphabet, padded).
 
+One identifier column: the id is its canonical string, unchanged. Several: each part is escaped
+(``\\`` becomes ``\\\\``, ``|`` becomes ``\\|``; a null part is ``\\N``) and the parts are joined with
+``|`` in identifier column order. Splitting on the unescaped ``|`` gives the parts back, so two
+different keys never share an id: ("a|b", "c") is ``a\\|b|c`` and ("a", "b|c") is ``a|b\\|c``.
+
 Without identifier columns it is ``str(_row_id)`` when the table has v3 row lineage, else null
 (append-only documents whose ids the sink generates).
+
+``iceberg_operation`` is the row's change as the source RFC defines it: INSERT, UPDATE_AFTER or
+DELETE (UPDATE_BEFORE rows never become events). ``iceberg_snapshot_operation`` keeps the Iceberg
+snapshot operation of the batch (append, overwrite, delete, replace).
 """
 
 from collections.abc import Sequence
@@ -22,32 +31,43 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from icecdc_dagster.batch import (
-    BULK_ACTION, CHANGE_ORDINAL, CHANGE_TYPE, COMMIT_SEQUENCE_NUMBER, DELETE, DELETE_ACTION, DOCUMENT_ID,
-    ICEBERG_OPERATION, ICEBERG_SNAPSHOT_ID, ICEBERG_TABLE_NAME, INDEX_ACTION, INSERT, ROW_ID, UPDATE_AFTER,
-    UPDATE_BEFORE)
+    BULK_ACTION, CHANGE_ORDINAL, CHANGE_TYPE, COMMIT_SEQUENCE_NUMBER, COMMIT_SNAPSHOT_ID, DELETE, DELETE_ACTION,
+    DOCUMENT_ID, ICEBERG_OPERATION, ICEBERG_SNAPSHOT_ID, ICEBERG_TABLE_NAME, INDEX_ACTION, INSERT, ROW_ID,
+    UPDATE_AFTER, UPDATE_BEFORE)
+from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import IdentifierColumnError
 
+ICEBERG_SNAPSHOT_OPERATION = "iceberg_snapshot_operation"
 KEY_SEPARATOR = "|"
+ESCAPE = "\\"
+NULL_PART = ESCAPE + "N"
 UTC_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"
 
 
-def canonical_string(column: Column, dtype: T.DataType) -> Column:
+def canonical_string(value: Column, dtype: T.DataType) -> Column:
     """The documented canonical string form of one key value."""
     if isinstance(dtype, T.DecimalType):
         # Spark casts decimals to a plain string with the column's full scale (12.50, 0.00000010).
-        return column.cast("string")
+        return value.cast("string")
     if isinstance(dtype, T.TimestampType):
-        utc = F.to_utc_timestamp(column, F.current_timezone())
+        utc = F.to_utc_timestamp(value, F.current_timezone())
         return F.concat(F.date_format(utc, UTC_FORMAT), F.lit("Z"))
     if isinstance(dtype, T.TimestampNTZType):
-        return F.date_format(column, UTC_FORMAT)
+        return F.date_format(value, UTC_FORMAT)
     if isinstance(dtype, T.DateType):
-        return F.date_format(column, "yyyy-MM-dd")
+        return F.date_format(value, "yyyy-MM-dd")
     if isinstance(dtype, T.BinaryType):
-        return F.base64(column)
+        return F.base64(value)
     if isinstance(dtype, T.BooleanType):
-        return F.when(column, F.lit("true")).when(~column, F.lit("false"))
-    return column.cast("string")
+        return F.when(value, F.lit("true")).when(~value, F.lit("false"))
+    return value.cast("string")
+
+
+def escaped_part(part: Column) -> Column:
+    """One part of a composite id: ``\\`` and ``|`` escaped with ``\\``, null as ``\\N``."""
+    escaped = F.replace(F.replace(part, F.lit(ESCAPE), F.lit(ESCAPE + ESCAPE)),
+                        F.lit(KEY_SEPARATOR), F.lit(ESCAPE + KEY_SEPARATOR))
+    return F.coalesce(escaped, F.lit(NULL_PART))
 
 
 def document_id(rows: DataFrame, identifier_columns: Sequence[str], use_row_id: bool) -> Column:
@@ -56,8 +76,10 @@ def document_id(rows: DataFrame, identifier_columns: Sequence[str], use_row_id: 
         if missing:
             raise IdentifierColumnError(f"identifier column(s) {missing} are not in the change rows "
                                         f"(columns: {rows.columns})")
-        parts = [canonical_string(F.col(c), rows.schema[c].dataType) for c in identifier_columns]
-        return parts[0] if len(parts) == 1 else F.concat_ws(KEY_SEPARATOR, *parts)
+        parts = [canonical_string(column(c), rows.schema[c].dataType) for c in identifier_columns]
+        if len(parts) == 1:
+            return parts[0]
+        return F.concat_ws(KEY_SEPARATOR, *[escaped_part(p) for p in parts])
     if use_row_id:
         if ROW_ID not in rows.columns:
             raise IdentifierColumnError(f"use_row_id is set but the change rows have no {ROW_ID} column")
@@ -68,12 +90,19 @@ def document_id(rows: DataFrame, identifier_columns: Sequence[str], use_row_id: 
 def to_events(rows: DataFrame, table_name: str, identifier_columns: Sequence[str], operation,  # noqa: ANN001
               snapshot_id: int, use_row_id: bool) -> DataFrame:
     """Change rows -> CDC events. UPDATE_BEFORE rows are dropped (the after image replaces the
-    document); at most one event per document id: the latest (sequence, ordinal, after image) wins."""
+    document); at most one event per document id: the latest (sequence, ordinal, after image) wins.
+
+    ``operation``: the snapshot operation of the batch (``iceberg_snapshot_operation``);
+    ``snapshot_id``: the batch's snapshot, for rows that carry no ``_commit_snapshot_id``.
+    """
     op = operation if isinstance(operation, Column) else F.lit(operation)
     events = (rows.where(F.col(CHANGE_TYPE) != UPDATE_BEFORE)
-              .withColumn(ICEBERG_OPERATION, op.cast("string"))
+              .withColumn(ICEBERG_OPERATION, F.col(CHANGE_TYPE))
+              .withColumn(ICEBERG_SNAPSHOT_OPERATION, op.cast("string"))
               .withColumn(ICEBERG_TABLE_NAME, F.lit(table_name))
-              .withColumn(ICEBERG_SNAPSHOT_ID, F.lit(int(snapshot_id)).cast("long"))
+              # The snapshot that produced the row (seed 000); in a net range, not the range's last one.
+              .withColumn(ICEBERG_SNAPSHOT_ID, F.coalesce(F.col(COMMIT_SNAPSHOT_ID), F.lit(int(snapshot_id)))
+                          .cast("long"))
               .withColumn(DOCUMENT_ID, document_id(rows, tuple(identifier_columns), use_row_id))
               .withColumn(BULK_ACTION, F.when(F.col(CHANGE_TYPE).isin(INSERT, UPDATE_AFTER), F.lit(INDEX_ACTION))
                           .when(F.col(CHANGE_TYPE) == DELETE, F.lit(DELETE_ACTION))))

@@ -19,6 +19,7 @@ from contextvars import ContextVar
 from pyiceberg.manifest import DataFileContent, ManifestContent
 
 from icecdc_dagster.changelog.plan import SnapshotPlan, snapshot_or_raise
+from icecdc_dagster.column_names import quote
 
 FILE_PATH_FIELD_ID = 2147483546  # position delete files: the data file path column
 
@@ -53,7 +54,8 @@ def staged_scan_count(spark) -> int:  # noqa: ANN001
 
 
 def spark_identifier(catalog_name: str, table) -> str:  # noqa: ANN001
-    return ".".join((catalog_name, *table.name()))
+    """``catalog.namespace.table`` with every part quoted (names may hold dots, spaces, backticks)."""
+    return ".".join(quote(part) for part in (catalog_name, *table.name()))
 
 
 def _java_table(spark, identifier: str):  # noqa: ANN001, ANN202

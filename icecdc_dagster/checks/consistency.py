@@ -1,6 +1,10 @@
 """Each sink agrees with its source at the sink's own checkpoint: same row count,
 and a random sample of source rows found in the sink exactly as the pipeline
-would write them (time travel read of the source at the checkpoint snapshot)."""
+would write them (time travel read of the source at the checkpoint snapshot).
+
+Documents written with ``include_iceberg_metadata`` are compared on the row's
+columns; their ``iceberg_operation`` must name a live row (INSERT or
+UPDATE_AFTER) and their ``iceberg_table_name`` the source table."""
 
 import json
 
@@ -8,6 +12,8 @@ from dagster import AssetCheckResult, AssetCheckSeverity, asset_check
 
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import naming
+from icecdc_dagster.batch import ICEBERG_OPERATION, ICEBERG_TABLE_NAME, INSERT, UPDATE_AFTER
+from icecdc_dagster.column_names import column
 from icecdc_dagster.config import IcebergSinkConfig, OpenSearchSinkConfig, SinkConfig, TableConfig
 from icecdc_dagster.pipeline.batches import identifier_columns_of, uses_row_lineage
 from icecdc_dagster.pipeline.sinks import open_configured_sink
@@ -66,14 +72,14 @@ def _replica_compare(spark, catalog_name: str, sink: IcebergSinkConfig, source_r
     # A Bernoulli sample (no sort of the table), capped at SAMPLE_SIZE rows.
     fraction = min(1.0, 5.0 * SAMPLE_SIZE / max(source_count, 1))
     sample = source_rows.sample(fraction=fraction, seed=7).limit(SAMPLE_SIZE).cache()
-    missing = sample.exceptAll(target.select(*source_rows.columns)).limit(5).collect()
+    missing = sample.exceptAll(target.select(*[column(c) for c in source_rows.columns])).limit(5).collect()
     sampled = sample.count()
     sample.unpersist()
     return target.count(), [str(row.asDict()) for row in missing], sampled
 
 
 def _opensearch_compare(spark, catalog_name: str, source, table: TableConfig, settings, snapshot_id: int):  # noqa: ANN001, ANN202
-    from icecdc_dagster.sinks.opensearch.documents import ID, SOURCE, bulk_rows
+    from icecdc_dagster.sinks.opensearch.documents import ICEBERG_METADATA_COLUMNS, ID, SOURCE, bulk_rows
 
     client = settings.client()
     client.indices.refresh(index=settings.index)
@@ -92,6 +98,14 @@ def _opensearch_compare(spark, catalog_name: str, source, table: TableConfig, se
     for doc in found:
         if not doc.get("found"):
             mismatches.append(f"document {doc['_id']} is missing")
-        elif doc["_source"] != expected[doc["_id"]]:
-            mismatches.append(f"document {doc['_id']} differs: {doc['_source']} != {expected[doc['_id']]}")
+            continue
+        row = {k: v for k, v in doc["_source"].items() if k not in ICEBERG_METADATA_COLUMNS}
+        if row != expected[doc["_id"]]:
+            mismatches.append(f"document {doc['_id']} differs: {row} != {expected[doc['_id']]}")
+        elif settings.include_iceberg_metadata and (
+                doc["_source"].get(ICEBERG_OPERATION) not in (INSERT, UPDATE_AFTER)
+                or doc["_source"].get(ICEBERG_TABLE_NAME) != table.table_name):
+            mismatches.append(f"document {doc['_id']} has {ICEBERG_OPERATION}={doc['_source'].get(ICEBERG_OPERATION)!r}"
+                              f", {ICEBERG_TABLE_NAME}={doc['_source'].get(ICEBERG_TABLE_NAME)!r}; a live row of "
+                              f"{table.table_name} was last written by an {INSERT} or {UPDATE_AFTER}")
     return sink_count, mismatches, len(expected)

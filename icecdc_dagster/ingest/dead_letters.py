@@ -11,6 +11,9 @@ DEAD_LETTER_COLUMNS = ("raw", "reason", "source_file", "source_offset", "target"
 
 
 def ensure_table(spark: Any, catalog_name: str, table: str) -> None:
+    from icecdc_dagster.writer.auto_create import ensure_namespace
+
+    ensure_namespace(spark, catalog_name, table)
     spark.sql(f"CREATE TABLE IF NOT EXISTS {catalog_name}.{table} ({DEAD_LETTER_DDL}) USING iceberg "
               "TBLPROPERTIES ('format-version'='2')")
 

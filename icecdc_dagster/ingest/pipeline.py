@@ -8,6 +8,7 @@ landing location and the full list of tables the batch writes.
 """
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,10 +20,11 @@ from pyspark.sql import types as T
 
 from icecdc_dagster.errors import TargetTableMissingError
 from icecdc_dagster.ingest import dead_letters, landing, routing
-from icecdc_dagster.ingest.coercion import CoercionError, coerce
-from icecdc_dagster.ingest.debezium import DELETE, INSERT, EventError, parse_line
-from icecdc_dagster.ingest.schema_inference import widest
-from icecdc_dagster.writer.auto_create import add_columns, create_table, declared_columns
+from icecdc_dagster.ingest.coercion import IGNORED_FIELDS, STRINGIFIED, CoercionError, coerce
+from icecdc_dagster.ingest.debezium import DELETE, INSERT, NANOS_TRUNCATED, EventError, loads, parse_line
+from icecdc_dagster.ingest.schema_inference import merge_types, spark_type, widened
+from icecdc_dagster.writer.auto_create import (add_columns, create_table, declared_columns, ensure_namespace,
+                                               namespace_exists, widen_columns)
 from icecdc_dagster.writer.exactly_once import BATCH_ID_PROPERTY, committed_summaries, java_table
 from icecdc_dagster.writer.merge import OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN, write_batch
 from icecdc_dagster.writer.tables import table_exists
@@ -36,7 +38,15 @@ PARSED_SCHEMA = T.StructType([
     T.StructField("source_offset", T.LongType()), T.StructField("raw", T.StringType()),
     T.StructField("target", T.StringType()), T.StructField("op", T.StringType()),
     T.StructField("reason", T.StringType()),
-    T.StructField("field_types", T.MapType(T.StringType(), T.StringType()))])
+    # (name, Iceberg type) in the envelope's field order: a list, since a map would lose that order
+    T.StructField("field_types", T.ArrayType(T.StructType([T.StructField("name", T.StringType()),
+                                                           T.StructField("type", T.StringType())])))])
+# Columns the coercion pass adds next to the table's own (prefixed: a table may have a column "raw" or "reason").
+REASON, RAW, SOURCE_FILE, SOURCE_OFFSET = ("_icecdc_reason", "_icecdc_raw", "_icecdc_source_file",
+                                           "_icecdc_source_offset")
+NOTES, WIDEN = "_icecdc_notes", "_icecdc_widen"
+# Declared coercion rules whose applications every run counts (README, "Event ingestion").
+RULE_COUNTS = (IGNORED_FIELDS, STRINGIFIED, NANOS_TRUNCATED)
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,7 @@ class TargetResult:
     snapshot_id: int | None
     counts: dict[str, int] = field(default_factory=dict)
     added_columns: tuple[str, ...] = ()
+    widened_columns: tuple[str, ...] = ()  # "name: old -> new" promotions made for this batch
 
 
 @dataclass(frozen=True)
@@ -75,13 +86,18 @@ class IngestResult:
     skipped: bool
     targets: dict[str, TargetResult] = field(default_factory=dict)
     tombstones: int = 0
+    events_read: int = 0  # every line of the batch: events, tombstones and dead letters
 
     def totals(self) -> dict[str, int]:
-        out: dict[str, int] = {"tombstones": self.tombstones}
+        out: dict[str, int] = {"events_read": self.events_read, "tombstones": self.tombstones}
         for target in self.targets.values():
             for key, value in target.counts.items():
                 out[key] = out.get(key, 0) + value
         return out
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
 
 
 def _home_table(settings: IngestSettings) -> str:
@@ -94,14 +110,17 @@ def _home_table(settings: IngestSettings) -> str:
 def _ledger_tables(spark: Any, catalog_name: str, settings: IngestSettings) -> list[str]:
     if routing.is_template(settings.target):
         namespace = routing.namespace_of(settings.target)
+        if not namespace_exists(spark, catalog_name, namespace):
+            return []  # a fresh catalog: nothing ingested yet
         rows = spark.sql(f"SHOW TABLES IN {catalog_name}.{namespace}").collect()
         return [f"{namespace}.{r.tableName}" for r in rows]
     return [t for t in (settings.target, routing.dead_letter_table(settings.target))
             if table_exists(spark, catalog_name, t)]
 
 
-def committed_batches(spark: Any, catalog_name: str, settings: IngestSettings) -> set[str]:
-    """Batch ids of this landing location committed to every table they write."""
+def recorded_batches(spark: Any, catalog_name: str, settings: IngestSettings) -> dict[str, bool]:
+    """Batch id -> True when committed to every table it writes, False when only to some of them
+    (a crash between two commits: re-ingesting it with the SAME id completes it, nothing twice)."""
     seen: dict[str, set[str]] = {}
     wanted: dict[str, set[str]] = {}
     for table in _ledger_tables(spark, catalog_name, settings):
@@ -110,7 +129,12 @@ def committed_batches(spark: Any, catalog_name: str, settings: IngestSettings) -
                 bid = summary[BATCH_ID_PROPERTY]
                 seen.setdefault(bid, set()).add(table)
                 wanted[bid] = set(json.loads(summary.get(TARGETS_PROPERTY, "[]")))
-    return {bid for bid, tables in seen.items() if wanted[bid] <= tables}
+    return {bid: wanted[bid] <= tables for bid, tables in seen.items()}
+
+
+def committed_batches(spark: Any, catalog_name: str, settings: IngestSettings) -> set[str]:
+    """Batch ids of this landing location committed to every table they write."""
+    return {bid for bid, complete in recorded_batches(spark, catalog_name, settings).items() if complete}
 
 
 def pending_files(spark: Any, catalog_name: str, settings: IngestSettings) -> list[str]:
@@ -140,58 +164,78 @@ def _parse_partition(target: str, home: str):
                         continue
                     if templated:
                         routed = routing.route(target, env.payload)
-                    yield (file_index, uri, offset, line, routed, env.op, None, env.field_types)
+                    yield (file_index, uri, offset, line, routed, env.op, None, list(env.field_types.items()))
                 except EventError as exc:
                     if templated:
                         routed = home
                         try:
-                            routed = routing.route(target, json.loads(line).get("payload") or json.loads(line))
+                            doc = loads(line)
+                            routed = routing.route(target, doc.get("payload") or doc)
                         except Exception:  # noqa: BLE001 - unroutable: stays in the home table
                             pass
                     yield (file_index, uri, offset, line, routed, None, str(exc), None)
     return run
 
 
-def _coerce_partition(columns: list[tuple[str, str, bool]], keys: tuple[str, ...], known: set[str]):
-    """Executor function: parsed rows of one target -> table rows + op/order, or a dead-letter reason."""
+def _coerce_partition(columns: list[tuple[str, str, bool]], keys: tuple[str, ...], known: set[str],
+                      evolve: bool):
+    """Executor function: parsed rows of one target -> table rows + op/order, or a dead-letter reason.
+
+    A value that only a wider column type would hold (int -> long, float -> double, more decimal
+    digits) is recorded in ``_widen``: with schema evolution the pipeline widens and runs again.
+    """
     schema = [(name, T._parse_datatype_json_string(dtype), nullable) for name, dtype, nullable in columns]
     ops = {INSERT: OP_INSERT, DELETE: OP_DELETE}
+    no_widening = "" if evolve else " (schema_evolution is off, so the column is not widened)"
 
     def run(rows):
         for row in rows:
             env = parse_line(row.raw)
-            values, nulls, reason = [], 0, None
+            notes: Counter = Counter(env.notes)
+            values, reason, widen = [], None, {}
             for name, dtype, nullable in schema:
-                raw = env.image.get(name)
+                needed = name in keys or (not nullable and env.op != DELETE)
+                if env.op == DELETE and name not in keys:
+                    values.append(None)  # a delete matches on its key only
+                    continue
                 try:
-                    value = coerce(raw, dtype)
+                    value = coerce(env.image.get(name), dtype, notes)
                 except CoercionError as exc:
-                    if name in keys or (not nullable and env.op != DELETE):
-                        reason = f"column {name}: {exc}"
+                    if exc.widen_to is not None:
+                        widen[name] = exc.widen_to.json()
+                        reason = reason or f"column {name}: {exc}{no_widening}"
+                    else:
+                        reason, widen = f"column {name}: {exc}", {}
                         break
-                    value, nulls = None, nulls + (env.op != DELETE)
-                if value is None and (name in keys or (not nullable and env.op != DELETE)):
-                    reason = f"{'key' if name in keys else 'required'} column {name} is null or missing"
+                    value = None
+                    needed = False
+                if value is None and needed:
+                    reason, widen = f"{'key' if name in keys else 'required'} column {name} is null or missing", {}
                     break
                 values.append(value)
             if reason is None and env.op == DELETE and not keys:
                 reason = "delete on a table without identifier columns (append only)"
-            ignored = sum(1 for k in env.image if k not in known)
+            notes[IGNORED_FIELDS] += sum(1 for k in env.image if k not in known)
             if reason is not None:
-                values = [None] * len(schema)
+                values, notes = [None] * len(schema), Counter()
             order = row.file_index * ORDER_FILE_SHIFT + row.source_offset
             yield (*values, ops.get(env.op, OP_UPSERT), order, reason, row.raw, row.source_file, row.source_offset,
-                   nulls, ignored)
+                   {k: v for k, v in notes.items() if v}, widen or None)
     return run
 
 
 def _prepare_target(spark: Any, catalog_name: str, settings: IngestSettings, table: str,
-                    field_types: dict[str, str]) -> list[str]:
-    """Create (auto_create) and evolve (schema_evolution) one target; returns added columns."""
+                    field_types: dict[str, str]) -> tuple[list[str], list[str]]:
+    """Create (auto_create) and evolve (schema_evolution) one target; returns added and widened columns.
+
+    Evolution adds new fields as optional columns and promotes existing columns whose field type
+    is wider (int -> long, float -> double, decimal precision), as Iceberg allows.
+    """
     if not table_exists(spark, catalog_name, table):
         if not settings.auto_create:
             raise TargetTableMissingError(f"ingest {settings.landing}: target table {table} does not exist "
                                           "and auto_create is off")
+        ensure_namespace(spark, catalog_name, table)
         if settings.schema:
             columns = declared_columns(settings.schema, f"ingest {settings.landing} target {table}")
         else:
@@ -200,11 +244,65 @@ def _prepare_target(spark: Any, catalog_name: str, settings: IngestSettings, tab
                      (settings.schema or {}).get("partition_spec") or (),
                      (settings.schema or {}).get("table_properties"))
         if settings.schema and settings.schema_evolution:
-            return add_columns(spark, catalog_name, table, field_types)
-        return [c[0] for c in columns] if not settings.schema else []
+            return add_columns(spark, catalog_name, table, field_types), _promote(spark, catalog_name, table,
+                                                                                   field_types)
+        return ([c[0] for c in columns] if not settings.schema else []), []
     if settings.schema_evolution:
-        return add_columns(spark, catalog_name, table, field_types)
-    return []
+        return add_columns(spark, catalog_name, table, field_types), _promote(spark, catalog_name, table, field_types)
+    return [], []
+
+
+def _promote(spark: Any, catalog_name: str, table: str, wanted: Mapping[str, Any]) -> list[str]:
+    """Widen columns to the wider type a batch needs (Iceberg type strings or Spark types)."""
+    current = {f.name: f.dataType for f in spark.table(f"{catalog_name}.{table}").schema.fields}
+    changes = {}
+    for name, want in wanted.items():
+        if name not in current:
+            continue
+        try:
+            target = want if isinstance(want, T.DataType) else spark_type(want)
+        except Exception:  # noqa: BLE001 - not a primitive we can compare; nothing to promote
+            continue
+        promoted = widened(current[name], target)
+        if promoted is not None:
+            changes[name] = (current[name], promoted)
+    return widen_columns(spark, catalog_name, table, changes)
+
+
+def _coerce_target(spark: Any, catalog_name: str, settings: IngestSettings, target: str,
+                   good: DataFrame) -> tuple[DataFrame, list[str]]:
+    """Rows of one target coerced to its columns (persisted), widening columns first when values need it."""
+    widened_columns: list[str] = []
+    for _ in range(2):
+        fields = spark.table(f"{catalog_name}.{target}").schema.fields
+        jschema = java_table(spark, f"{catalog_name}.{target}").schema()
+        keys = settings.keys_for(target) or tuple(sorted(jschema.identifierFieldNames()))
+        columns = [(f.name, f.dataType.json(), f.nullable) for f in fields]
+        out_schema = T.StructType([T.StructField(f.name, f.dataType, True) for f in fields] + [
+            T.StructField(OP_COLUMN, T.StringType()), T.StructField(ORDER_COLUMN, T.LongType()),
+            T.StructField(REASON, T.StringType()), T.StructField(RAW, T.StringType()),
+            T.StructField(SOURCE_FILE, T.StringType()), T.StructField(SOURCE_OFFSET, T.LongType()),
+            T.StructField(NOTES, T.MapType(T.StringType(), T.LongType())),
+            T.StructField(WIDEN, T.MapType(T.StringType(), T.StringType()))])
+        rows = spark.createDataFrame(
+            good.where(F.col("target") == target).rdd.mapPartitions(
+                _coerce_partition(columns, keys, {f.name for f in fields}, settings.schema_evolution)), out_schema)
+        rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+        if not settings.schema_evolution or widened_columns:
+            return rows, widened_columns
+        wanted: dict[str, T.DataType] = {}
+        for name, types in rows.select(F.explode(WIDEN)).groupBy("key").agg(
+                F.collect_set("value").alias("types")).collect():
+            for t in map(T._parse_datatype_json_string, types):
+                prior = wanted.get(name)
+                if prior is None or (isinstance(t, T.DecimalType) and t.precision > prior.precision):
+                    wanted[name] = t
+        promoted = _promote(spark, catalog_name, target, wanted) if wanted else []
+        if not promoted:
+            return rows, widened_columns
+        rows.unpersist()
+        widened_columns = promoted
+    return rows, widened_columns
 
 
 def ingest_files(spark: Any, catalog_name: str, pyiceberg_catalog: Any, settings: IngestSettings,
@@ -233,11 +331,18 @@ def ingest_files(spark: Any, catalog_name: str, pyiceberg_catalog: Any, settings
 def _ingest_parsed(spark: Any, catalog_name: str, settings: IngestSettings, parsed: DataFrame, bid: str,
                    uris: tuple[str, ...], home: str, templated: bool) -> IngestResult:
     good = parsed.where(F.col("reason").isNull() & (F.col("op") != TOMBSTONE))
-    types: dict[str, dict[str, set[str]]] = {}
-    exploded = good.select("target", F.posexplode("field_types").alias("pos", "name", "type"))
-    triples = exploded.groupBy("target", "name", "type").agg(F.min("pos").alias("pos")).collect()
-    for target, name, type_, _ in sorted(triples, key=lambda r: (r.target, r.pos, r.name)):
-        types.setdefault(target, {}).setdefault(name, set()).add(type_)
+    types: dict[str, dict[str, list[str]]] = {}
+    order = F.col("file_index") * F.lit(ORDER_FILE_SHIFT) + F.col("source_offset")
+    exploded = good.select("target", order.alias("order"), F.posexplode("field_types").alias("pos", "field")).select(
+        "target", "order", "pos", F.col("field.name").alias("name"), F.col("field.type").alias("type"))
+    triples = exploded.groupBy("target", "name", "type").agg(F.min("pos").alias("pos"),
+                                                             F.min("order").alias("first")).collect()
+    position = {}
+    for r in triples:
+        position[(r.target, r.name)] = min(position.get((r.target, r.name), r.pos), r.pos)
+    # columns in schema order; for a field seen with several types, the types in event order
+    for r in sorted(triples, key=lambda r: (r.target, position[(r.target, r.name)], r.name, r.first)):
+        types.setdefault(r.target, {}).setdefault(r.name, []).append(r.type)
     counts_by_target = {r.target: r["count"] for r in parsed.groupBy("target").count().collect()}
     tombstones = parsed.where(F.col("op") == TOMBSTONE).count()
     if not templated and settings.target not in types:
@@ -250,37 +355,26 @@ def _ingest_parsed(spark: Any, catalog_name: str, settings: IngestSettings, pars
     plans: dict[str, DataFrame] = {}
     results: dict[str, TargetResult] = {}
     written_tables: list[str] = []
-    added: dict[str, list[str]] = {}
     dead_by_table: dict[str, DataFrame] = {}
     persisted = []
     for target in targets:
-        field_types = {name: widest(ts) for name, ts in types[target].items()}
+        field_types = {name: merge_types(ts) for name, ts in types[target].items()}
         if not field_types and not settings.schema and not table_exists(spark, catalog_name, target):
             continue  # nothing valid to create it from: only dead letters this batch
-        added[target] = _prepare_target(spark, catalog_name, settings, target, field_types)
-        fields = spark.table(f"{catalog_name}.{target}").schema.fields
-        jschema = java_table(spark, f"{catalog_name}.{target}").schema()
-        keys = settings.keys_for(target) or tuple(sorted(jschema.identifierFieldNames()))
-        columns = [(f.name, f.dataType.json(), f.nullable) for f in fields]
-        out_schema = T.StructType([T.StructField(f.name, f.dataType, True) for f in fields] + [
-            T.StructField(OP_COLUMN, T.StringType()), T.StructField(ORDER_COLUMN, T.LongType()),
-            T.StructField("reason", T.StringType()), T.StructField("raw", T.StringType()),
-            T.StructField("source_file", T.StringType()), T.StructField("source_offset", T.LongType()),
-            T.StructField("_nulls", T.LongType()), T.StructField("_ignored", T.LongType())])
-        rows = spark.createDataFrame(
-            good.where(F.col("target") == target).rdd.mapPartitions(
-                _coerce_partition(columns, keys, {f.name for f in fields})), out_schema)
-        rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+        added_columns, promoted = _prepare_target(spark, catalog_name, settings, target, field_types)
+        rows, value_promoted = _coerce_target(spark, catalog_name, settings, target, good)
         persisted.append(rows)
         plans[target] = rows
-        stats = rows.agg(F.count(F.when(F.col("reason").isNotNull(), 1)).alias("dead"),
-                         F.coalesce(F.sum("_nulls"), F.lit(0)).alias("nulls"),
-                         F.coalesce(F.sum("_ignored"), F.lit(0)).alias("ignored")).first()
-        results[target] = TargetResult(target, False, None, {
-            "dead_lettered": int(stats.dead), "coercion_nulls": int(stats.nulls), "ignored_fields": int(stats.ignored)},
-            tuple(added[target]))
-        dead = rows.where(F.col("reason").isNotNull()).select("raw", "reason", "source_file", "source_offset",
-                                                              F.lit(target).alias("target"))
+        dead_count = rows.where(F.col(REASON).isNotNull()).count()
+        rule_counts = {rule: 0 for rule in RULE_COUNTS}
+        for rule, n in rows.select(F.explode(NOTES)).groupBy("key").agg(F.sum("value")).collect():
+            rule_counts[rule] = int(n)
+        results[target] = TargetResult(target, False, None, {"dead_lettered": dead_count, **rule_counts},
+                                       tuple(added_columns), tuple(promoted + value_promoted))
+        dead = rows.where(F.col(REASON).isNotNull()).select(F.col(RAW).alias("raw"), F.col(REASON).alias("reason"),
+                                                           F.col(SOURCE_FILE).alias("source_file"),
+                                                           F.col(SOURCE_OFFSET).alias("source_offset"),
+                                                           F.lit(target).alias("target"))
         dead_by_table[routing.dead_letter_table(target)] = dead
         written_tables.append(target)
     # Events that failed parsing or routing.
@@ -306,19 +400,22 @@ def _ingest_parsed(spark: Any, catalog_name: str, settings: IngestSettings, pars
             owner = dl_table[: -len("__dead_letters")]
             if owner in results:
                 counts = {**results[owner].counts, "dead_lettered": dead_counts[dl_table]}
-                results[owner] = TargetResult(owner, False, None, counts, results[owner].added_columns)
+                results[owner] = TargetResult(owner, False, None, counts, results[owner].added_columns,
+                                              results[owner].widened_columns)
         for target in written_tables:
             rows = plans[target]
             fields = [f.name for f in spark.table(f"{catalog_name}.{target}").schema.fields]
             jschema = java_table(spark, f"{catalog_name}.{target}").schema()
             keys = settings.keys_for(target) or tuple(sorted(jschema.identifierFieldNames()))
             outcome = write_batch(spark, f"{catalog_name}.{target}",
-                                  rows.where(F.col("reason").isNull()).select(*fields, OP_COLUMN, ORDER_COLUMN),
+                                  rows.where(F.col(REASON).isNull()).select(*[F.col(_quote(c)) for c in fields],
+                                                                            OP_COLUMN, ORDER_COLUMN),
                                   keys, bid, props)
             prior = results[target]
             results[target] = TargetResult(target, outcome.skipped, outcome.snapshot_id,
-                                           {**prior.counts, **outcome.counts}, prior.added_columns)
+                                           {**prior.counts, **outcome.counts}, prior.added_columns,
+                                           prior.widened_columns)
     finally:
         for df in persisted:
             df.unpersist()
-    return IngestResult(bid, uris, False, results, int(tombstones))
+    return IngestResult(bid, uris, False, results, int(tombstones), int(sum(counts_by_target.values())))

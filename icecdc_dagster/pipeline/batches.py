@@ -1,4 +1,4 @@
-"""Turn a run of partition keys (snapshot ids) into a BatchInfo and its CDC events."""
+"""Turn a run of partition keys (snapshot ids) into a BatchInfo and its change rows."""
 
 import time
 from dataclasses import dataclass, field
@@ -27,7 +27,7 @@ class BatchRequest:
 @dataclass
 class ComputedBatch:
     info: BatchInfo
-    events: Any  # Spark DataFrame of CDC events
+    rows: Any  # Spark DataFrame of change rows (all four change types); sinks derive events at read
     stats: dict[str, Any] = field(default_factory=dict)
     kind: str = "cdc"  # "export", "bootstrap" (export disabled), "cdc" or "net"
 
@@ -73,7 +73,7 @@ def uses_row_lineage(table) -> bool:  # noqa: ANN001
 
 
 def compute_batch(spark, catalog_name: str, table, request: BatchRequest) -> ComputedBatch:  # noqa: ANN001
-    """The batch's CDC events (lazy DataFrame) and engine statistics.
+    """The batch's change rows (lazy DataFrame) and engine statistics.
 
     - export: every row of the last snapshot as INSERT (nets the bootstrap with what followed);
     - bootstrap with export disabled: only the changes after the bootstrap snapshot;
@@ -83,7 +83,7 @@ def compute_batch(spark, catalog_name: str, table, request: BatchRequest) -> Com
     first, last = request.snapshot_ids[0], request.snapshot_ids[-1]
     started = time.monotonic()
     if request.includes_bootstrap and not request.disable_export:
-        change_set, kind = changelog.export(spark, catalog_name, table, last), "export"
+        change_set, kind = changelog.export(spark, catalog_name, table, last, request.identifier_columns), "export"
     elif request.includes_bootstrap:
         if first == last:
             change_set, kind = None, "bootstrap"
@@ -105,7 +105,10 @@ def compute_batch(spark, catalog_name: str, table, request: BatchRequest) -> Com
         # aggregations over the change rows, so their cost follows the change. Not for an export,
         # whose rows are the whole table (the stored batch's counts say the same for free).
         stats = dict(change_set.stats) if kind == "export" else change_set.compute_stats()
-    events = changelog.to_events(rows, request.table_name, request.identifier_columns, info.operation, last,
-                                 use_row_id=uses_row_lineage(table) and not request.identifier_columns)
     stats["plan_s"] = round(time.monotonic() - started, 3)
-    return ComputedBatch(info=info, events=events, stats=stats, kind=kind)
+    return ComputedBatch(info=info, rows=rows, stats=stats, kind=kind)
+
+
+def uses_row_id(table, identifier_columns) -> bool:  # noqa: ANN001
+    """Events of this table are identified by the v3 ``_row_id`` (row lineage and no key)."""
+    return uses_row_lineage(table) and not tuple(identifier_columns)

@@ -1,10 +1,14 @@
 """An ``ingest:`` entry as the engine sees it (no Dagster): settings, and landing files as keys.
 
 A partition key is a landing file's name; a run of consecutive keys is one batch (at most
-``files_per_batch`` files), so the batch id the engine records is the same on every retry.
+``files_per_batch`` files). A file that the targets' ledger already records as part of a batch is
+always ingested again as exactly that batch (same files, same batch id), whatever keys the run
+covers: re-executing one partition of a two-file batch, or retrying a failed key alone after a
+partial commit, is then a no-op or completes the batch, and never writes a file twice.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from icecdc_dagster.config import IngestConfig
 from icecdc_dagster.errors import IngestError
@@ -29,13 +33,53 @@ def landing_keys(entry: IngestConfig) -> list[str]:
     return [_name(f.uri) for f in landing.list_files(entry.landing)]
 
 
-def files_of(entry: IngestConfig, keys: Sequence[str]) -> list[str]:
-    """Landing file URIs of partition keys (file names), in key order."""
-    by_name = {_name(f.uri): f.uri for f in landing.list_files(entry.landing)}
-    missing = [k for k in keys if k not in by_name]
+@dataclass(frozen=True)
+class Batch:
+    files: tuple[str, ...]      # landing file URIs, in ingestion order
+    batch_id: str | None = None  # the recorded batch id, None for a new batch
+    committed: bool = False      # recorded in every table it writes: nothing to do
+
+
+def batches_for(entry: IngestConfig, keys: Sequence[str], recorded: Mapping[str, bool]) -> list[Batch]:
+    """The engine batches of a run over partition keys (file names), in key order.
+
+    ``recorded``: batch id -> fully committed (``ingest.pipeline.recorded_batches``). A key whose
+    file belongs to a recorded batch becomes that batch; consecutive other keys form one new batch.
+    A landing file that is gone is matched by URI (an ingested file may have been cleaned up);
+    a gone file that no batch records is an error.
+    """
+    by_part: dict[str, str] = {}
+    by_uri: dict[str, str] = {}
+    for bid, complete in sorted(recorded.items(), key=lambda item: item[1]):  # complete ones win
+        for part in bid.split(";"):
+            by_part[part] = bid
+            by_uri[part.rsplit("#", 1)[0]] = bid
+    present = {_name(f.uri): f for f in landing.list_files(entry.landing)}
+    known_uris = {_name(uri): uri for uri in by_uri}
+    batches: list[Batch] = []
+    fresh: list[str] = []
+    done: set[str] = set()
+    missing = []
+    for key in keys:
+        file = present.get(key)
+        bid = by_part.get(file.batch_part) if file else by_uri.get(known_uris.get(key, ""))
+        if bid is None:
+            if file is None:
+                missing.append(key)
+            else:
+                fresh.append(file.uri)
+            continue
+        if fresh:
+            batches.append(Batch(tuple(fresh)))
+            fresh = []
+        if bid not in done:
+            done.add(bid)
+            batches.append(Batch(tuple(p.rsplit("#", 1)[0] for p in bid.split(";")), bid, recorded[bid]))
     if missing:
         raise IngestError(f"ingest {entry.name}: landing file(s) {missing} are no longer in {entry.landing}")
-    return [by_name[k] for k in keys]
+    if fresh:
+        batches.append(Batch(tuple(fresh)))
+    return batches
 
 
 def _name(uri: str) -> str:

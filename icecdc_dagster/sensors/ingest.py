@@ -36,10 +36,11 @@ def build_ingest_sensor(entry: IngestConfig):  # noqa: ANN201 - SensorDefinition
         new_keys, planned = evaluate(context.instance, entry)
         partitions = naming.ingest_partitions_def(entry)
         add = [partitions.build_add_request(new_keys)] if new_keys else []
-        if isinstance(planned, NextRun):
+        busy = line.held_elsewhere(context.instance, ingest_line(entry)) if isinstance(planned, NextRun) else None
+        if isinstance(planned, NextRun) and busy is None:
             return SensorResult(run_requests=[line.run_request(ingest_line(entry), planned)],
                                 dynamic_partitions_requests=add)
-        reason = planned.reason if isinstance(planned, Blocked) else "every landing file is ingested"
+        reason = busy or (planned.reason if isinstance(planned, Blocked) else "every landing file is ingested")
         return SensorResult(skip_reason=SkipReason(reason), dynamic_partitions_requests=add)
 
     return _sensor

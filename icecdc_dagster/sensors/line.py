@@ -2,16 +2,21 @@
 materialised strictly in order, one run at a time. The Dagster side of ``pipeline.ordering``.
 
 Run state lives in the instance (partitions, run records, materialisations), never in a sensor
-cursor, so a daemon restart or a manual re-execution is seen on the next tick.
+cursor, so a daemon restart or a manual re-execution is seen on the next tick. Every plan first
+fails over the line's runs whose worker died (``lease.failover``): a crash never wedges a line.
 """
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dagster import AssetKey, DagsterRunStatus, DynamicPartitionsDefinition, RunRequest, RunsFilter
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from icecdc_dagster.assets import naming
+from icecdc_dagster.lease import failover
+from icecdc_dagster.lease.holder import Holder
+from icecdc_dagster.lease.line_lock import LineLock, busy_message
 from icecdc_dagster.pipeline.ordering import Blocked, KeyStatus, NextRun, combine_status, plan_next_run
 
 _STATUS = {"MATERIALIZED": KeyStatus.DONE, "FAILED": KeyStatus.FAILED, "IN_PROGRESS": KeyStatus.IN_PROGRESS}
@@ -51,18 +56,50 @@ def failure_counts(instance, line: Line) -> dict[str, int]:  # noqa: ANN001
     return counts
 
 
+def active_run(instance, line: Line):  # noqa: ANN001, ANN201 - DagsterRun | None
+    records = instance.get_run_records(
+        RunsFilter(tags={naming.TABLE_TAG: line.line_id}, statuses=_ACTIVE_RUN_STATUSES), limit=1)
+    return records[0].dagster_run if records else None
+
+
 def has_active_run(instance, line: Line) -> bool:  # noqa: ANN001
-    return bool(instance.get_run_records(
-        RunsFilter(tags={naming.TABLE_TAG: line.line_id}, statuses=_ACTIVE_RUN_STATUSES), limit=1))
+    return active_run(instance, line) is not None
 
 
-def plan(instance, line: Line, keys: Sequence[str]) -> NextRun | Blocked | None:  # noqa: ANN001
-    """The next run of the line over ``keys`` (every key, in order, including ones just discovered)."""
-    if has_active_run(instance, line):
-        return Blocked(keys[0] if keys else "", f"a run of {line.line_id} is in progress")
+def describe_run(run) -> str:  # noqa: ANN001 - DagsterRun
+    holder = Holder.from_tags(run.tags)
+    worker = f", worker {holder.describe()}" if holder else ""
+    return f"run {run.run_id} ({run.status.value}{worker})"
+
+
+def plan(instance, line: Line, keys: Sequence[str],  # noqa: ANN001 - DagsterInstance
+         detected_by: Holder | None = None) -> NextRun | Blocked | None:
+    """The next run of the line over ``keys`` (every key, in order, including ones just discovered).
+    Runs whose worker died are failed over first; a live run blocks the line until it ends."""
+    failover.fail_dead_runs(instance, line.line_id, detected_by)
+    running = active_run(instance, line)
+    if running is not None:
+        return Blocked(keys[0] if keys else "", f"a run of {line.line_id} is in progress: {describe_run(running)}")
     known = list(instance.get_dynamic_partitions(line.partitions_def.name))
     return plan_next_run(list(keys), key_statuses(instance, line, known), failure_counts(instance, line),
                          max_keys_per_run=line.max_keys_per_run, max_retries=line.max_retries)
+
+
+def wait_for_run_end(instance, run_id: str, stop_requested: Callable[[], bool],  # noqa: ANN001
+                     poll_s: float = 1.0) -> None:
+    """Until the run ends (or its worker dies and it is failed over), or a stop is requested."""
+    while not stop_requested():
+        run = instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            return
+        failover.fail_over(instance, run, Holder.current())
+        time.sleep(poll_s)
+
+
+def held_elsewhere(instance, line: Line) -> str | None:  # noqa: ANN001
+    """For sensors: why the line is busy when another writer (an ``icecdc sync``) holds its lock."""
+    lock = LineLock.for_instance(instance, line.line_id)
+    return busy_message(lock) if lock.is_busy() else None
 
 
 def run_request(line: Line, planned: NextRun) -> RunRequest:

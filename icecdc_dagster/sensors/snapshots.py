@@ -4,7 +4,9 @@ Each tick: (1) walk the table's current ancestry after the newest known
 partition and add the new snapshot ids as partitions, in commit order; (2) ask
 ``plan_next_run`` for the first batch that is not done. Only one run per
 table is ever in flight, a failed batch is retried up to ``max_retries`` and
-then blocks the line until it is re-executed; other tables keep flowing.
+then blocks the line until it is re-executed; other tables keep flowing. A run whose worker
+died is failed over on the next tick (and retried); while an ``icecdc sync`` holds the table's
+line lock the sensor requests nothing.
 The partitions themselves are the cursor, so a daemon restart loses nothing.
 """
 
@@ -81,10 +83,11 @@ def build_snapshot_sensor(table: TableConfig):  # noqa: ANN201 - SensorDefinitio
                                    tags={DATA_VERSION_TAG: new_keys[-1]},
                                    metadata={"current_snapshot_id": new_keys[-1], "new_snapshots": len(new_keys)})
                   ] if new_keys else []
-        if isinstance(planned, NextRun):
+        busy = line.held_elsewhere(context.instance, table_line(table)) if isinstance(planned, NextRun) else None
+        if isinstance(planned, NextRun) and busy is None:
             return SensorResult(run_requests=[run_request(table, planned)], dynamic_partitions_requests=add,
                                 asset_events=events)
-        reason = planned.reason if isinstance(planned, Blocked) else "all snapshots are applied"
+        reason = busy or (planned.reason if isinstance(planned, Blocked) else "all snapshots are applied")
         return SensorResult(skip_reason=SkipReason(reason), dynamic_partitions_requests=add, asset_events=events)
 
     return _sensor

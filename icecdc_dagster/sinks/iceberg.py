@@ -3,6 +3,13 @@
 The checkpoint is the target's own history: every commit carries the source snapshot
 id, sequence number and batch id in its summary, so a rerun or duplicate run is a
 no-op and an out-of-order batch is refused (:func:`batch.decide`).
+
+The replica has the source's schema, partitioning, properties and format version. It never
+receives the source's v3 lineage columns as data: a v3 replica has its own row lineage.
+Rows are matched by the identifier columns; a keyless v3 source is matched by its ``_row_id``,
+kept in the replica as the required identifier column ``_source_row_id`` (the one column the
+replica has beyond the source's). A keyless source without row lineage can only be appended to
+(``append_only``; the load refuses it otherwise, and a batch that deletes fails).
 """
 
 from collections.abc import Sequence
@@ -11,17 +18,20 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from icecdc_dagster.batch import (CHANGE_ORDINAL, CHANGE_TYPE, COMMIT_SEQUENCE_NUMBER, DELETE, INSERT,
+from icecdc_dagster.batch import (CHANGE_ORDINAL, CHANGE_TYPE, COMMIT_SEQUENCE_NUMBER, DELETE, INSERT, ROW_ID,
                                   UPDATE_AFTER, BatchInfo, Checkpoint, Decision, decide)
+from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import SinkWriteError
 from icecdc_dagster.sinks.base import ApplyResult
-from icecdc_dagster.writer.exactly_once import committed_summaries
+from icecdc_dagster.writer.exactly_once import committed_summaries, java_table
 from icecdc_dagster.writer.merge import OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN, write_batch
 from icecdc_dagster.writer.tables import copy_table, set_identifier_fields, table_exists, union_schema
 
 SOURCE_SNAPSHOT_PROPERTY = "icecdc.source-snapshot-id"
 SOURCE_SEQUENCE_PROPERTY = "icecdc.source-sequence-number"
 SOURCE_TABLE_PROPERTY = "icecdc.source-table"
+SOURCE_ROW_ID = "_source_row_id"
+SOURCE_ROW_ID_DOC = "_row_id of the source row (icecdc replica key of a keyless v3 table)"
 
 
 def _table_name(table: Any) -> str:
@@ -60,29 +70,44 @@ class IcebergReplicaSink:
     def _keys(self) -> tuple[str, ...]:
         if self.identifier_columns:
             return self.identifier_columns
-        fields = self.spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-            self.spark._jsparkSession, self._target).schema().identifierFieldNames()
-        return tuple(sorted(fields))
+        return tuple(sorted(java_table(self.spark, self._target).schema().identifierFieldNames()))
+
+    def keyed_by_row_id(self) -> bool:
+        """No identifier columns, and the source has v3 row lineage: rows are matched by ``_row_id``."""
+        if self.identifier_columns:
+            return False
+        source = java_table(self.spark, f"{self.catalog_name}.{self.source_table}")
+        return int(source.operations().current().formatVersion()) >= 3
 
     def apply(self, batch: BatchInfo, events: DataFrame) -> ApplyResult:
         exists = table_exists(self.spark, self.catalog_name, self.target_table)
         checkpoint = self.read_checkpoint() if exists else None
         if decide(self.name, checkpoint, batch) is Decision.ALREADY_APPLIED:
             return ApplyResult(self.name, True, checkpoint)
+        by_row_id = self.keyed_by_row_id()
+        if by_row_id:
+            events = self._with_source_row_id(batch, events)
         if not exists:
-            copy_table(self.spark, self.catalog_name, self.source_table, self.target_table, self.identifier_columns)
+            copy_table(self.spark, self.catalog_name, self.source_table, self.target_table, self.identifier_columns,
+                       key_column=(SOURCE_ROW_ID, SOURCE_ROW_ID_DOC) if by_row_id else None)
         elif self.identifier_columns:
             set_identifier_fields(self.spark, self._target, self.identifier_columns)
         added = union_schema(self.spark, f"{self.catalog_name}.{self.source_table}", self._target)
         keys = self._keys()
+        if by_row_id and keys != (SOURCE_ROW_ID,):
+            raise SinkWriteError(f"{self.name}: {self.target_table} replicates the keyless v3 table {batch.table_name} "
+                                 f"but its identifier fields are {list(keys)}, not {SOURCE_ROW_ID}; it was not "
+                                 f"created by this sink: drop it (or give it {SOURCE_ROW_ID}) and re-export")
         if not keys and events.where(F.col(CHANGE_TYPE) == DELETE).limit(1).count():
             raise SinkWriteError(f"{self.name}: snapshot {batch.snapshot_id} of {batch.table_name} deletes rows but "
                                  f"neither the sink nor {self.target_table} has identifier columns to match them")
         op = (F.when(F.col(CHANGE_TYPE) == DELETE, F.lit(OP_DELETE))
               .when(F.col(CHANGE_TYPE) == INSERT, F.lit(OP_INSERT)).otherwise(F.lit(OP_UPSERT)))
         order = F.col(COMMIT_SEQUENCE_NUMBER) * F.lit(1 << 31) + F.col(CHANGE_ORDINAL)
+        # Only the target's own columns: never the source's lineage, change or event columns.
+        target_columns = [c for c in self.spark.table(self._target).columns if c in events.columns]
         rows = (events.where(F.col(CHANGE_TYPE).isin(INSERT, DELETE, UPDATE_AFTER))
-                .withColumn(OP_COLUMN, op).withColumn(ORDER_COLUMN, order))
+                .select(*[column(c) for c in target_columns], op.alias(OP_COLUMN), order.alias(ORDER_COLUMN)))
         # A replica is exact: an INSERT of a key the target already holds is still an upsert.
         rows = rows.withColumn(OP_COLUMN, F.when(F.col(OP_COLUMN) == OP_INSERT, F.lit(OP_UPSERT))
                                .otherwise(F.col(OP_COLUMN))) if keys else rows
@@ -92,3 +117,13 @@ class IcebergReplicaSink:
                                SOURCE_TABLE_PROPERTY: batch.table_name})
         return ApplyResult(self.name, outcome.skipped, batch.checkpoint, outcome.counts,
                            {"target_snapshot_id": outcome.snapshot_id, "added_columns": added})
+
+    def _with_source_row_id(self, batch: BatchInfo, events: DataFrame) -> DataFrame:
+        if ROW_ID not in events.columns:
+            raise SinkWriteError(f"{self.name}: the events of snapshot {batch.snapshot_id} of the keyless v3 table "
+                                 f"{batch.table_name} have no {ROW_ID} column to match replica rows by")
+        if SOURCE_ROW_ID in events.columns:
+            raise SinkWriteError(f"{self.name}: {batch.table_name} has a column named {SOURCE_ROW_ID}, the name its "
+                                 f"replica {self.target_table} uses for the source's {ROW_ID}; declare "
+                                 f"identifier_columns for {batch.table_name}")
+        return events.withColumn(SOURCE_ROW_ID, F.col(ROW_ID))

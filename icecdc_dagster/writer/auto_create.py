@@ -17,6 +17,7 @@ from typing import Any
 
 from icecdc_dagster.errors import SchemaDeclarationError
 from icecdc_dagster.ingest.schema_inference import spark_ddl
+from icecdc_dagster.writer.tables import spark_catalog
 
 DEFAULT_PROPERTIES = {"format-version": "2", "write.merge.mode": "merge-on-read",
                       "write.update.mode": "merge-on-read", "write.delete.mode": "merge-on-read"}
@@ -79,6 +80,38 @@ def create_table(spark: Any, catalog_name: str, table: str, columns: Sequence[tu
         from icecdc_dagster.writer.tables import set_identifier_fields
 
         set_identifier_fields(spark, f"{catalog_name}.{table}", key_columns)
+
+
+def _namespace(spark: Any, table_or_namespace: str, is_table: bool) -> Any:
+    parse = spark._jvm.org.apache.iceberg.catalog.TableIdentifier.parse
+    return parse(table_or_namespace).namespace() if is_table else parse(f"{table_or_namespace}.t").namespace()
+
+
+def namespace_exists(spark: Any, catalog_name: str, namespace: str) -> bool:
+    return bool(spark_catalog(spark, catalog_name).namespaceExists(_namespace(spark, namespace, False)))
+
+
+def ensure_namespace(spark: Any, catalog_name: str, table: str) -> None:
+    """Create the namespace of ``table`` when missing (a routed target on a fresh catalog)."""
+    namespace = _namespace(spark, table, True)
+    catalog = spark_catalog(spark, catalog_name)
+    if namespace.isEmpty() or catalog.namespaceExists(namespace):
+        return
+    try:
+        catalog.createNamespace(namespace)
+    except Exception as exc:  # noqa: BLE001 - a concurrent creator won
+        if not catalog.namespaceExists(namespace):
+            raise exc
+
+
+def widen_columns(spark: Any, catalog_name: str, table: str, changes: Mapping[str, tuple[Any, Any]]) -> list[str]:
+    """Promote columns (old Spark type, new Spark type); returns ``"name: old -> new"`` per change."""
+    done = []
+    for name, (old, new) in changes.items():
+        spark.sql(f"ALTER TABLE {catalog_name}.{table} ALTER COLUMN `{name.replace('`', '``')}` "
+                  f"TYPE {new.simpleString()}")
+        done.append(f"{name}: {old.simpleString()} -> {new.simpleString()}")
+    return done
 
 
 def add_columns(spark: Any, catalog_name: str, table: str, columns: Mapping[str, str]) -> list[str]:

@@ -2,10 +2,14 @@
 
 Input rows carry the table's columns plus ``_icecdc_op`` (upsert / delete / insert)
 and ``_icecdc_order`` (position inside the batch). With key columns the batch is
-collapsed per key (last image wins; an insert then delete of one key cancels) and
-written with a single ``MERGE INTO``; Spark's MERGE honours the table's write modes
-and never writes equality deletes, so pyiceberg and DuckDB still read the result.
-Without key columns the batch is append-only (the caller dead-letters deletes).
+collapsed per key (the last image wins, whatever came before it) and written with a
+single ``MERGE INTO``: a last delete removes the key (a no-op when it is absent), a
+last insert/upsert writes the row. Nothing is inferred from the first op of a key: input
+is at-least-once (a re-delivered insert may open a key's run in a batch although the key
+already exists), so "insert then delete" cannot be assumed to cancel. Spark's MERGE
+honours the table's write modes and never writes equality deletes, so pyiceberg and
+DuckDB still read the result. Without key columns the batch is append-only (the caller
+dead-letters deletes).
 """
 
 from collections.abc import Sequence
@@ -20,7 +24,6 @@ from icecdc_dagster.writer.exactly_once import BATCH_ID_PROPERTY, committed_batc
 OP_COLUMN = "_icecdc_op"
 ORDER_COLUMN = "_icecdc_order"
 OP_UPSERT, OP_DELETE, OP_INSERT = "upsert", "delete", "insert"
-_FIRST_OP = "_icecdc_first_op"
 _EXISTS = "_icecdc_exists"
 
 
@@ -38,21 +41,19 @@ def _quote(name: str) -> str:
 
 
 def collapse(rows: DataFrame, key_columns: Sequence[str]) -> DataFrame:
-    """One row per key: the last image, with the first op of the key kept to detect cancels."""
-    by_key = Window.partitionBy(*key_columns).orderBy(F.col(ORDER_COLUMN).desc())
-    first = Window.partitionBy(*key_columns).orderBy(F.col(ORDER_COLUMN).asc()).rowsBetween(
-        Window.unboundedPreceding, Window.unboundedFollowing)
-    return (rows.withColumn(_FIRST_OP, F.first(OP_COLUMN).over(first))
-            .withColumn("_icecdc_rank", F.row_number().over(by_key))
-            .where("_icecdc_rank = 1").drop("_icecdc_rank"))
+    """One row per key: the last image (highest order)."""
+    by_key = Window.partitionBy(*[F.col(_quote(k)) for k in key_columns]).orderBy(F.col(ORDER_COLUMN).desc())
+    return rows.withColumn("_icecdc_rank", F.row_number().over(by_key)).where("_icecdc_rank = 1").drop(
+        "_icecdc_rank")
 
 
 def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[str], batch_id: str,
                 properties: dict[str, str] | None = None, exact_counts: bool = True) -> WriteOutcome:
     """Write ``rows`` to ``table`` (full Spark name) once: skipped when ``batch_id`` is already in main's history.
 
-    Counts: inserted / updated / deleted (keys that existed) / delete_missing / cancelled,
-    or appended for key-less tables.
+    Counts: inserted / updated / deleted (keys that existed) / delete_missing (last op a delete of a
+    key the table does not hold: nothing to do), or appended for key-less tables.
+    ``exact_counts`` joins the batch's keys with the table's keys to split these counts.
     """
     if batch_id in committed_batch_ids(spark, table):
         return WriteOutcome(table, batch_id, True, None, {})
@@ -71,19 +72,14 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
                               f"WHERE snapshot_id = {snapshot_id}").first()[0] or 0)
         return WriteOutcome(table, batch_id, False, snapshot_id, {"appended": count})
 
-    collapsed = collapse(rows, key_columns)
-    cancelled = F.col(_FIRST_OP).isin(OP_INSERT) & (F.col(OP_COLUMN) == OP_DELETE)
-    effective = collapsed.where(~cancelled).persist()
+    effective = collapse(rows, key_columns).persist()
     try:
-        counts: dict[str, int] = {"cancelled": 0}
+        counts: dict[str, int] = {}
         if exact_counts:
-            keys = spark.table(table).select(*key_columns).withColumn(_EXISTS, F.lit(True))
-            grouped = (collapsed.join(keys, list(key_columns), "left")
-                       .groupBy(OP_COLUMN, _FIRST_OP, F.col(_EXISTS).isNotNull().alias("e")).count().collect())
-            for op, first_op, exists, n in grouped:
-                if op == OP_DELETE and first_op == OP_INSERT:
-                    counts["cancelled"] += n
-                    continue
+            keys = spark.table(table).select(*[F.col(_quote(k)) for k in key_columns]).withColumn(_EXISTS, F.lit(True))
+            grouped = (effective.join(keys, list(key_columns), "left")
+                       .groupBy(OP_COLUMN, F.col(_EXISTS).isNotNull().alias("e")).count().collect())
+            for op, exists, n in grouped:
                 name = ("deleted" if exists else "delete_missing") if op == OP_DELETE else (
                     "updated" if exists else "inserted")
                 counts[name] = counts.get(name, 0) + n

@@ -17,14 +17,28 @@ def table_exists(spark: Any, catalog_name: str, table: str) -> bool:
 
 
 def copy_table(spark: Any, catalog_name: str, source: str, target: str,
-               identifier_columns: Sequence[str] = ()) -> None:
-    """Create ``target`` with the source's schema, partition spec, sort order and properties."""
+               identifier_columns: Sequence[str] = (), key_column: tuple[str, str] | None = None) -> None:
+    """Create ``target`` with the source's schema, partition spec, sort order, properties and format version.
+
+    The source schema holds its data columns only (never v3 ``_row_id`` / ``_last_updated_sequence_number``,
+    which are metadata), so a v3 target gets its own row lineage. ``key_column``: (name, doc) of a
+    required ``long`` column added after the source's columns and made the identifier field (the replica
+    of a keyless v3 table keeps the source's ``_row_id`` there).
+    """
     src = java_table(spark, f"{catalog_name}.{source}")
     jvm = spark._jvm
     ident = jvm.org.apache.iceberg.catalog.TableIdentifier.parse(target)
     props = jvm.java.util.HashMap(src.properties())
     props.put("format-version", str(src.operations().current().formatVersion()))
-    builder = (spark_catalog(spark, catalog_name).buildTable(ident, src.schema()).withPartitionSpec(src.spec())
+    schema = src.schema()
+    if key_column is not None:
+        name, doc = key_column
+        fields = jvm.java.util.ArrayList(schema.columns())
+        fields.add(jvm.org.apache.iceberg.types.Types.NestedField.required(
+            schema.highestFieldId() + 1, name, jvm.org.apache.iceberg.types.Types.LongType.get(), doc))
+        schema = jvm.org.apache.iceberg.Schema(fields)
+        identifier_columns = (*identifier_columns, name)
+    builder = (spark_catalog(spark, catalog_name).buildTable(ident, schema).withPartitionSpec(src.spec())
                .withSortOrder(src.sortOrder()).withProperties(props))
     builder.create()
     if identifier_columns:

@@ -65,6 +65,53 @@ def check_replay(spark, catalog, catalog_settings, seed: int, version: int, part
         assert len({(r["id"], r["_change_type"]) for r in net_rows}) == len(net_rows)
 
 
+def icv_net(spark, cat: str, name: str, start: int | None, end: int) -> Counter:
+    """Iceberg's keyless net changes: create_changelog_view(net_changes => true)."""
+    start_option = f"'start-snapshot-id', '{start}', " if start is not None else ""
+    view = f"icv_net_{end}".replace("-", "m")
+    spark.sql(f"CALL {cat}.system.create_changelog_view(table => '{name}', changelog_view => '{view}', "
+              f"options => map({start_option}'end-snapshot-id', '{end}'), net_changes => true)")
+    return Counter(tuple(r) for r in spark.sql(
+        f"SELECT {', '.join(COLUMNS)}, _change_type, _commit_snapshot_id FROM {view}").collect())
+
+
+def ours_net_keyless(spark, catalog_settings, table, start: int | None, end: int) -> Counter:
+    rows = changelog.changes(spark, catalog_settings.name, table, (start, end), (), net=True).rows.collect()
+    return Counter(tuple(r[c] for c in [*COLUMNS, "_change_type", "_commit_snapshot_id"]) for r in rows)
+
+
+def check_keyless_net_against_view(spark, catalog, catalog_settings, seed: int, partitioned: bool) -> None:
+    ident = f"{catalog_settings.name}.db.t"
+    create_table(spark, ident, 2, "copy-on-write", partitioned)
+    run_workload(spark, ident, seed, steps=6)
+    table = catalog.load_table("db.t")
+    ids = [p.snapshot_id for p in changelog.snapshots_after(table, None)]
+    for start in (None, ids[1], ids[len(ids) // 2]):
+        got = ours_net_keyless(spark, catalog_settings, table, start, ids[-1])
+        assert got == icv_net(spark, catalog_settings.name, "db.t", start, ids[-1]), f"seed {seed}, from {start}"
+
+
+def test_keyless_net_changes_credit_the_last_rewrite_like_iceberg(spark, catalog, catalog_settings):
+    """Issue 10 #9: a row inserted at s1 and rewritten unchanged at s2 and s3 is credited to s3."""
+    ident = f"{catalog_settings.name}.db.t"
+    create_table(spark, ident, 2, "copy-on-write", False)
+    spark.sql(f"INSERT INTO {ident} VALUES (0, 0, 'old', 0.5)")
+    spark.sql(f"INSERT INTO {ident} SELECT /*+ COALESCE(1) */ * FROM VALUES (1, 0, 'r', 1.0), (2, 0, 'x', NULL) "
+              f"AS s(id, p, v, n)")
+    spark.sql(f"UPDATE {ident} SET v = 'y' WHERE id = 2")   # rewrites row 1 unchanged
+    spark.sql(f"UPDATE {ident} SET v = 'z' WHERE id = 2")   # and again
+    table = catalog.load_table("db.t")
+    ids = [p.snapshot_id for p in changelog.snapshots_after(table, None)]
+    got = ours_net_keyless(spark, catalog_settings, table, ids[0], ids[-1])
+    assert got == Counter({(1, 0, "r", 1.0, "INSERT", ids[3]): 1, (2, 0, "z", None, "INSERT", ids[3]): 1})
+    assert got == icv_net(spark, catalog_settings.name, "db.t", ids[0], ids[-1])
+
+
+@pytest.mark.parametrize("seed,partitioned", [(7, True), (8, False)])
+def test_keyless_net_changes_equal_iceberg_net_changes_view(spark, catalog, catalog_settings, seed, partitioned):
+    check_keyless_net_against_view(spark, catalog, catalog_settings, seed, partitioned)
+
+
 @pytest.mark.parametrize("seed,partitioned", [(1, True), (2, False)])
 def test_copy_on_write_equals_iceberg_changelog_view(spark, catalog, catalog_settings, seed, partitioned):
     check_cow_against_view(spark, catalog, catalog_settings, seed, partitioned)
@@ -79,6 +126,12 @@ def test_merge_on_read_replays_to_snapshot(spark, catalog, catalog_settings, see
 @pytest.mark.parametrize("seed", range(10, 16))
 def test_copy_on_write_many_seeds(spark, catalog, catalog_settings, seed):
     check_cow_against_view(spark, catalog, catalog_settings, seed, seed % 2 == 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(30, 36))
+def test_keyless_net_changes_many_seeds(spark, catalog, catalog_settings, seed):
+    check_keyless_net_against_view(spark, catalog, catalog_settings, seed, seed % 2 == 0)
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ import decimal
 from collections import Counter
 
 import pytest
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from icecdc_dagster import changelog
@@ -13,10 +14,13 @@ from icecdc_dagster.errors import DuplicateKeyChangeError
 
 CHANGE_FIELDS = [T.StructField("_change_type", T.StringType()), T.StructField("_commit_snapshot_id", T.LongType()),
                  T.StructField("_commit_sequence_number", T.LongType()), T.StructField("_change_ordinal", T.IntegerType())]
+EPOCH_MS = 1_700_000_000_000
 
 
 def frame(spark, fields, rows):
-    return spark.createDataFrame(rows, T.StructType([*fields, *CHANGE_FIELDS]))
+    """Change rows; ``_commit_timestamp`` differs per snapshot, as it does in real batches."""
+    df = spark.createDataFrame(rows, T.StructType([*fields, *CHANGE_FIELDS]))
+    return df.withColumn("_commit_timestamp", F.timestamp_millis(F.col("_commit_snapshot_id") * 1000 + EPOCH_MS))
 
 
 def summary(df, *cols):
@@ -63,10 +67,46 @@ def test_net_changes_per_key(spark):
         (5, "f", INSERT, 2, 2, 1), (5, "f", UPDATE_BEFORE, 3, 3, 2), (5, "g", UPDATE_AFTER, 3, 3, 2),
         (6, "h", DELETE, 3, 3, 2),
     ]
-    out = changelog.net_changes(frame(spark, fields, rows), ["id"], ["id", "v"])
+    # Compared by every column but the change columns: _commit_timestamp differs, key 3 still vanishes.
+    out = changelog.net_changes(frame(spark, fields, rows), ["id"])
     assert summary(out, "id", "v") == Counter({
         (2, "a", UPDATE_BEFORE): 1, (2, "c", UPDATE_AFTER): 1, (4, "d", UPDATE_BEFORE): 1,
         (4, "e", UPDATE_AFTER): 1, (5, "g", INSERT): 1, (6, "h", DELETE): 1})
+
+
+def test_net_changes_order_by_ordinal_where_sequence_numbers_tie(spark):
+    """Snapshots of a table upgraded from v1 all have sequence number 0: the chain a -> b -> c -> d
+    still nets to a -> d (input deliberately in reverse commit order)."""
+    fields = [T.StructField("id", T.LongType()), T.StructField("v", T.StringType())]
+    chain = [("c", "d", 12, 2), ("b", "c", 11, 1), ("a", "b", 10, 0)]
+    rows = [r for before, after, sid, ordinal in chain
+            for r in ((1, after, UPDATE_AFTER, sid, 0, ordinal), (1, before, UPDATE_BEFORE, sid, 0, ordinal))]
+    rows += [(2, "x", INSERT, 11, 0, 1), (2, "x", DELETE, 12, 0, 2), (3, "y", DELETE, 10, 0, 0),
+             (3, "z", INSERT, 12, 0, 2)]
+    out = changelog.net_changes(frame(spark, fields, rows).repartition(3), ["id"])
+    assert summary(out, "id", "v", "_commit_snapshot_id") == Counter({
+        (1, "a", 10, UPDATE_BEFORE): 1, (1, "d", 12, UPDATE_AFTER): 1,
+        (3, "y", 10, UPDATE_BEFORE): 1, (3, "z", 12, UPDATE_AFTER): 1})
+
+
+def test_net_changes_without_keys_credit_the_snapshot_iceberg_credits(spark):
+    """Keyless net changes walk the copies of one row in commit order (delete before insert within a
+    snapshot); what survives is the first row of the last run that did not cancel out, as
+    create_changelog_view(net_changes => true) does. Input: rows as read, carry-over included."""
+    fields = [T.StructField("v", T.StringType())]
+    rows = [("rewritten", INSERT, 1, 1, 0),                                   # inserted at 1,
+            ("rewritten", DELETE, 2, 2, 1), ("rewritten", INSERT, 2, 2, 1),   # rewritten unchanged at 2
+            ("rewritten", DELETE, 3, 3, 2), ("rewritten", INSERT, 3, 3, 2),   # and at 3: credited to 3
+            ("twice", INSERT, 1, 1, 0), ("twice", INSERT, 2, 2, 1),           # two copies: both credited to 1
+            ("gone", DELETE, 1, 1, 0), ("gone", INSERT, 2, 2, 1), ("gone", DELETE, 3, 3, 2),  # credited to 3
+            ("one left", INSERT, 1, 1, 0), ("one left", INSERT, 2, 2, 1), ("one left", DELETE, 3, 3, 2),
+            ("cancelled", INSERT, 2, 2, 1), ("cancelled", DELETE, 3, 3, 2)]
+    out = changelog.net_changes(frame(spark, fields, rows).repartition(3), [])
+    got = Counter((r["v"], r["_change_type"], r["_commit_snapshot_id"], r["_change_ordinal"],
+                   r["_commit_sequence_number"], r["_commit_timestamp"].timestamp()) for r in out.collect())
+    at = {sid: (EPOCH_MS + sid * 1000) / 1000 for sid in (1, 2, 3)}
+    assert got == Counter({("rewritten", INSERT, 3, 2, 3, at[3]): 1, ("twice", INSERT, 1, 0, 1, at[1]): 2,
+                           ("gone", DELETE, 3, 2, 3, at[3]): 1, ("one left", INSERT, 1, 0, 1, at[1]): 1})
 
 
 def test_to_events_document_ids_and_actions(spark):
@@ -82,9 +122,10 @@ def test_to_events_document_ids_and_actions(spark):
                                  "overwrite", 5, use_row_id=False).collect()
     assert sorted((e["document_id"], e["bulk_action"], e["_change_type"]) for e in events) == [
         ("a|0.0000|2024-03-01T12:30:00.000005Z|2024-03-01|/w==|true", "INDEX", UPDATE_AFTER),
-        ("b|12.5000|false", "DELETE", DELETE)]
-    assert {(e["iceberg_operation"], e["iceberg_table_name"], e["iceberg_snapshot_id"]) for e in events} == {
-        ("overwrite", "db.t", 5)}
+        (r"b|12.5000|\N|\N|\N|false", "DELETE", DELETE)]  # a null part is \N, never dropped
+    assert {(e["iceberg_operation"], e["iceberg_snapshot_operation"], e["iceberg_table_name"],
+             e["iceberg_snapshot_id"]) for e in events} == {
+        (UPDATE_AFTER, "overwrite", "db.t", 5), (DELETE, "overwrite", "db.t", 5)}
     keyless = changelog.to_events(frame(spark, fields, rows), "db.t", (), "append", 5, use_row_id=False).collect()
     assert len(keyless) == 2 and {e["document_id"] for e in keyless} == {None}
 

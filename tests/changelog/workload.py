@@ -5,6 +5,7 @@ from collections import Counter
 
 from icecdc_dagster import changelog
 from icecdc_dagster.batch import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
+from icecdc_dagster.column_names import quote
 
 
 def mode_properties(version: int, mode: str) -> str:
@@ -58,15 +59,28 @@ def run_workload(spark, ident: str, seed: int, steps: int = 5) -> None:
 def rows_at(spark, ident: str, snapshot_id: int | None, columns: list[str]) -> Counter:
     if snapshot_id is None:
         return Counter()
-    return Counter(tuple(r) for r in spark.sql(f"SELECT {', '.join(columns)} FROM {ident} "
-                                               f"VERSION AS OF {snapshot_id}").collect())
+    return Counter(freeze(tuple(r)) for r in spark.sql(
+        f"SELECT {', '.join(quote(c) for c in columns)} FROM {ident} VERSION AS OF {snapshot_id}").collect())
+
+
+def freeze(value):  # noqa: ANN001, ANN201
+    """A hashable, comparable-by-value form of a collected value (structs, lists, maps, binary)."""
+    if isinstance(value, tuple):  # Row is a tuple
+        return tuple(freeze(v) for v in value)
+    if isinstance(value, list):
+        return tuple(freeze(v) for v in value)
+    if isinstance(value, dict):
+        return ("map", tuple(sorted(((freeze(k), freeze(v)) for k, v in value.items()), key=repr)))
+    if isinstance(value, bytearray):
+        return bytes(value)
+    return value
 
 
 def apply_changes(before: Counter, change_rows: list, columns: list[str]) -> Counter:
     """Apply change rows to a multiset of rows; a before image must exist to be removed."""
     after = Counter(before)
     for row in change_rows:
-        values = tuple(row[c] for c in columns)
+        values = freeze(tuple(row[c] for c in columns))
         if row["_change_type"] in (DELETE, UPDATE_BEFORE):
             assert after[values] > 0, f"change removes a row that is not there: {row}"
             after[values] -= 1

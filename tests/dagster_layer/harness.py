@@ -16,6 +16,7 @@ class Tick:
     requested: list[tuple[str, str]] = field(default_factory=list)  # (first, last) partition keys
     succeeded: list[bool] = field(default_factory=list)
     skip_reason: str | None = None
+    run_requests: list = field(default_factory=list)   # the RunRequests themselves (to launch elsewhere)
 
 
 def tick(defs: Definitions, instance: DagsterInstance, table: TableConfig, run: bool = True) -> Tick:
@@ -33,6 +34,7 @@ def tick_sensor(defs: Definitions, instance: DagsterInstance, sensor_name: str, 
         out.added.extend(request.partition_keys)
     job = defs.resolve_implicit_global_asset_job_def()
     for request in result.run_requests or []:
+        out.run_requests.append(request)
         range_ = request.partition_key_range
         first, last = (range_.start, range_.end) if range_ else (request.partition_key, request.partition_key)
         out.requested.append((first, last))
@@ -58,3 +60,34 @@ def drain_sensor(defs: Definitions, instance: DagsterInstance, sensor_name: str,
         if not current.requested or not all(current.succeeded):
             break
     return ticks
+
+
+def create_launchable_run(defs: Definitions, instance: DagsterInstance, request):  # noqa: ANN001, ANN201
+    """Create the run of a sensor's RunRequest as the daemon does, with a code origin
+    (``icecdc_dagster.definitions``, configured by ``ICECDC_CONFIG``) that a run worker process can load."""
+    import os
+
+    from dagster._core.definitions.reconstruct import ReconstructableRepository
+
+    job = defs.resolve_implicit_global_asset_job_def()
+    repository = ReconstructableRepository.for_module("icecdc_dagster.definitions", "defs", os.getcwd())
+    origin = repository.get_reconstructable_job(job.name).get_python_origin()
+    tags = {**request.tags, "dagster/partition": request.partition_key}
+    return instance.create_run_for_job(job_def=job, tags=tags, asset_selection=frozenset(request.asset_selection),
+                                       job_code_origin=origin)
+
+
+def start_run_worker(instance: DagsterInstance, run, env: dict, log):  # noqa: ANN001, ANN201
+    """``dagster api execute_run``: the run worker process Dagster's default launcher starts."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from dagster._grpc.types import ExecuteRunArgs
+    from dagster_shared.serdes import serialize_value
+
+    args = ExecuteRunArgs(job_origin=run.job_code_origin, run_id=run.run_id, instance_ref=instance.get_ref(),
+                          set_exit_code_on_failure=True)
+    dagster = Path(sys.executable).parent / "dagster"
+    return subprocess.Popen([str(dagster), "api", "execute_run", serialize_value(args)], env=env,
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT)  # noqa: SIM115

@@ -7,9 +7,10 @@ import json
 import pytest
 from dagster import AssetKey, AssetRecordsFilter
 
-from icecdc_dagster.config import load_config
+from icecdc_dagster.config import IngestConfig, load_config
 from icecdc_dagster.definitions import build_definitions
-from icecdc_dagster.errors import ConfigError
+from icecdc_dagster.errors import ConfigError, IngestError
+from icecdc_dagster.pipeline.ingest import Batch, batches_for
 from icecdc_dagster.status import ingest_status
 from tests.dagster_layer.harness import drain, drain_sensor, tick_sensor
 from tests.helpers import write_pipeline
@@ -74,6 +75,8 @@ def test_landing_files_ingest_in_order_exactly_once_then_sync_onward(spark, cata
     assert len(dead) == 2 and any("x" in r.raw and "op" in r.reason for r in dead)
     second, third = _metadata(instance, INGEST, "002.json"), _metadata(instance, INGEST, "003.json")
     assert second["dead_lettered"] == 1 and second["tombstones"] == 1 and second["skipped_already_committed"] is False
+    assert second["events_read"] == 4 and second["updated"] == 1 and second["deleted"] == 1
+    assert second["targets"]["db.orders"]["snapshot_id"] is not None
     assert third["dead_lettered"] == 1 and third["targets"]["db.orders"]["added_columns"] == ["note"]
 
     # Re-executing an ingested file changes nothing.
@@ -125,3 +128,49 @@ def test_missing_ingest_target_without_auto_create_fails_at_load(tmp_path, catal
                           ingest=[{"name": "e", "landing": str(tmp_path), "target": "db.absent"}])
     with pytest.raises(ConfigError, match=r"ingest\[0\] \(e\)\.target: table 'db.absent' does not exist"):
         build_definitions(load_config(path))
+
+
+def test_re_executing_one_file_of_a_multi_file_batch_changes_nothing(spark, catalog_settings, catalog, instance,
+                                                                     tmp_path):
+    cat = catalog_settings.name
+    landing = tmp_path / "landing"
+    _land(landing, "a.json", [_envelope("c", after={"id": 1, "status": "new"})])
+    _land(landing, "b.json", [_envelope("u", after={"id": 1, "status": "paid"})])
+    _land(landing, "c.json", [_envelope("c", after={"id": 2, "status": "new"})])
+    config = load_config(write_pipeline(
+        tmp_path / "p.yaml", catalog_settings, [],
+        ingest=[{"name": "orders_cdc", "landing": str(landing), "target": "db.orders", "identifier_columns": ["id"],
+                 "auto_create": True, "files_per_batch": 2}]))
+    defs = build_definitions(config)
+    ticks = drain_sensor(defs, instance, SENSOR, [INGEST])
+    assert [t.requested for t in ticks if t.requested] == [[("a.json", "b.json")], [("c.json", "c.json")]]
+    assert _rows(spark, f"{cat}.db.orders") == {1: "paid", 2: "new"}
+    snapshot = catalog.load_table("db.orders").current_snapshot().snapshot_id
+
+    # "a.json" was committed as part of the batch a+b: alone, it is that batch again, already committed.
+    job = defs.resolve_implicit_global_asset_job_def()
+    assert job.execute_in_process(instance=instance, partition_key="a.json", asset_selection=[INGEST]).success
+    rerun = _metadata(instance, INGEST, "a.json")
+    assert rerun["skipped_already_committed"] is True and rerun["files"] == ["a.json", "b.json"]
+    assert catalog.load_table("db.orders").current_snapshot().snapshot_id == snapshot
+    assert _rows(spark, f"{cat}.db.orders") == {1: "paid", 2: "new"}
+
+
+def test_run_batches_follow_the_recorded_ledger(tmp_path):
+    landing = tmp_path / "landing"
+    for name in ("a.json", "b.json", "c.json", "d.json"):
+        _land(landing, name, [_envelope("c", after={"id": 1})])
+    uri = {p.name: str(p) for p in landing.iterdir()}
+    part = {n: f"{u}#0-{(landing / n).stat().st_size}" for n, u in uri.items()}
+    entry = IngestConfig(name="e", landing=str(landing), target="db.t")
+    partial = f"{part['a.json']};{part['b.json']}"        # committed to some of its tables only
+    recorded = {partial: False, part["c.json"]: True}
+    assert batches_for(entry, ["a.json"], recorded) == [Batch((uri["a.json"], uri["b.json"]), partial, False)]
+    assert batches_for(entry, ["b.json", "c.json", "d.json"], recorded) == [
+        Batch((uri["a.json"], uri["b.json"]), partial, False), Batch((uri["c.json"],), part["c.json"], True),
+        Batch((uri["d.json"],))]
+    (landing / "c.json").unlink()                          # an ingested file cleaned up: still a no-op
+    assert batches_for(entry, ["c.json"], recorded) == [Batch((uri["c.json"],), part["c.json"], True)]
+    (landing / "d.json").unlink()                          # never ingested and gone: an error
+    with pytest.raises(IngestError, match=r"\['d.json'\] are no longer"):
+        batches_for(entry, ["d.json"], recorded)

@@ -1,11 +1,20 @@
 """The per-table sensor with a real instance, real runs, real Spark and Iceberg:
-snapshots become partitions in commit order and are materialised strictly in order."""
+snapshots become partitions in commit order and are materialised strictly in order; a run
+whose worker process is killed is failed over by the next tick and retried."""
 
-from dagster import AssetKey, AssetRecordsFilter
+import os
+import random
+import signal
+import time
+
+from dagster import AssetKey, AssetRecordsFilter, DagsterEventType, DagsterRunStatus
 
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
-from tests.dagster_layer.harness import drain, tick
+from icecdc_dagster.lease.holder import Holder
+from icecdc_dagster.lease.line_lock import LineLock
+from icecdc_dagster.sinks.iceberg import SOURCE_SNAPSHOT_PROPERTY
+from tests.dagster_layer.harness import create_launchable_run, drain, start_run_worker, tick
 from tests.helpers import write_pipeline
 
 
@@ -88,3 +97,49 @@ def test_catch_up_range_runs_net_changes_in_one_run(spark, catalog_settings, cat
     net = _metadata(instance, AssetKey(["changelog", "db", "items"]), keys[0])
     assert net["batch_kind"] == "net" and net["rows"] == 0
     assert _metadata(instance, AssetKey(["changelog", "db", "items"]), keys[3])["count_update_after"] == 1
+
+
+def test_killed_sensor_launched_run_is_failed_over_by_the_next_tick(spark, catalog_settings, catalog, instance,
+                                                                    tmp_path):
+    """A sensor's run executing in its own run worker process (``dagster api execute_run``, as
+    Dagster's default launcher starts it) is SIGKILLed mid-batch; the next sensor tick fails the
+    run over (FAILURE, the dead worker named in its event log) and requests the retry, which
+    leaves the replica equal to the source with the export committed once."""
+    t = f"{catalog_settings.name}.db.items"
+    spark.sql(f"CREATE TABLE {t} (id BIGINT NOT NULL, v STRING) USING iceberg TBLPROPERTIES ('format-version'='2')")
+    spark.sql(f"INSERT INTO {t} SELECT id, concat('v', id) FROM range(0, 20000)")
+    config_path = write_pipeline(tmp_path / "p.yaml", catalog_settings, [
+        {"table_name": "db.items", "identifier_columns": ["id"], "max_retries": 1,
+         "sinks": [{"iceberg": {"table_name": "db.items_copy"}}]}])
+    defs = build_definitions(load_config(config_path))
+    table = load_config(config_path).tables[0]
+    first = tick(defs, instance, table, run=False)
+    (request,) = first.run_requests
+    run = create_launchable_run(defs, instance, request)
+    worker = start_run_worker(instance, run, {**os.environ, "ICECDC_CONFIG": str(config_path)}, tmp_path / "worker.log")
+    try:
+        while not instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_START):   # mid-batch
+            assert worker.poll() is None, (tmp_path / "worker.log").read_text()[-3000:]
+            time.sleep(0.05)
+        time.sleep(random.Random(18).uniform(0, 2))
+        holder = Holder.from_tags(instance.get_run_by_id(run.run_id).tags)
+        assert holder.pid == worker.pid and holder.role == "run worker"
+        assert LineLock.for_instance(instance, "db.items").is_busy()       # the run worker holds the line
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+    finally:
+        worker.kill()
+    assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.STARTED    # what Dagster alone leaves
+
+    retry = tick(defs, instance, table)
+    assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.FAILURE
+    (failure,) = instance.all_logs(run.run_id, of_type=DagsterEventType.PIPELINE_FAILURE)
+    assert f"worker {holder.host}:{holder.pid} (run worker) died" in failure.message
+    assert retry.requested == first.requested and retry.succeeded == [True]
+    assert retry.run_requests[0].run_key.endswith("attempt-2") and request.run_key.endswith("attempt-1")
+    assert not LineLock.for_instance(instance, "db.items").is_busy()
+    source, copy = spark.table(t), spark.table(f"{catalog_settings.name}.db.items_copy")
+    assert copy.count() == 20000 and source.exceptAll(copy).count() == 0 and copy.exceptAll(source).count() == 0
+    applied = [s.summary.additional_properties.get(SOURCE_SNAPSHOT_PROPERTY)
+               for s in catalog.load_table("db.items_copy").snapshots()]
+    assert [a for a in applied if a] == [first.added[0]]                # the export committed exactly once

@@ -135,3 +135,96 @@ def test_consistency_check_fails_when_the_replica_drifts(spark, catalog_settings
     assert not check.passed
     assert "drifted" not in check.metadata["first_mismatch"].value and "'id': 3" in check.metadata["first_mismatch"].value
 
+
+
+def _check_evaluations(defs, instance, table, partition):
+    job = defs.resolve_implicit_global_asset_job_def()
+    result = job.execute_in_process(instance=instance, partition_key=partition, asset_selection=asset_keys(table),
+                                    raise_on_error=False)
+    assert result.success
+    return {(e.asset_key, e.check_name): e for e in result.get_asset_check_evaluations()}
+
+
+def test_dotted_and_spaced_column_names_sync_into_opensearch_and_replica(
+        spark, catalog_settings, catalog, instance, tmp_path, opensearch_url):
+    fq = f"{catalog_settings.name}.db.odd"
+    spark.sql(f"""CREATE TABLE {fq} (`the.id` BIGINT NOT NULL, `the id` STRING NOT NULL, `the.data` STRING,
+                  `a b` INT) USING iceberg
+                  TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read',
+                                 'write.update.mode'='merge-on-read', 'write.merge.mode'='copy-on-write')""")
+    spark.sql(f"INSERT INTO {fq} SELECT id, concat('k|', id % 2), concat('d', id), CAST(id AS INT) FROM range(0, 8)")
+    config = load_config(write_pipeline(tmp_path / "p.yaml", catalog_settings, [{
+        "table_name": "db.odd", "identifier_columns": ["the.id", "the id"],
+        "sinks": [{"opensearch": {"hosts": [opensearch_url], "index": "odd"}},
+                  {"iceberg": {"table_name": "db.odd_replica"}}]}]))
+    defs = build_definitions(config)
+    table = config.tables[0]
+    assert all(all(t.succeeded) for t in drain(defs, instance, table))
+    spark.sql(f"UPDATE {fq} SET `the.data` = 'changed', `a b` = -`a b` WHERE `the.id` < 3")
+    spark.sql(f"DELETE FROM {fq} WHERE `the.id` = 5")
+    spark.sql(f"MERGE INTO {fq} t USING (SELECT 6 AS i, 'k|0' AS k UNION ALL SELECT 9 AS i, 'k|1' AS k) s "
+              "ON t.`the.id` = s.i AND t.`the id` = s.k WHEN MATCHED THEN UPDATE SET `a b` = 600 "
+              "WHEN NOT MATCHED THEN INSERT (`the.id`, `the id`, `the.data`, `a b`) VALUES (s.i, s.k, 'new', 9)")
+    ticks = drain(defs, instance, table)
+    # One catch-up run: the net changes of the three snapshots.
+    assert [len(t.added) for t in ticks if t.requested] == [3] and all(all(t.succeeded) for t in ticks)
+
+    expected = sorted(tuple(r) for r in spark.table(fq).collect())
+    assert len(expected) == 8 and (9, "k|1", "new", 9) in expected and (6, "k|0", "d6", 600) in expected
+    client = OpenSearch(hosts=[opensearch_url])
+    client.indices.refresh(index="odd")
+    hits = client.search(index="odd", body={"query": {"match_all": {}}, "size": 100})["hits"]["hits"]
+    # Composite ids: `|` inside a part is escaped.
+    assert sorted((h["_id"], tuple(h["_source"][c] for c in ("the.id", "the id", "the.data", "a b"))) for h in hits) \
+        == sorted((f"{r[0]}|{r[1].replace('|', chr(92) + '|')}", r) for r in expected)
+    replica = sorted(tuple(r) for r in spark.table(f"{catalog_settings.name}.db.odd_replica").collect())
+    assert replica == expected
+
+    last = str(catalog.load_table("db.odd").current_snapshot().snapshot_id)
+    evaluations = _check_evaluations(defs, instance, table, last)
+    for key in (AssetKey(["opensearch", "odd"]), AssetKey(["replica", "db", "odd_replica"])):
+        evaluation = evaluations[(key, "matches_source_at_checkpoint")]
+        assert evaluation.passed, evaluation.metadata
+        assert evaluation.metadata["sink_rows"].value == 8 and evaluation.metadata["sampled_rows"].value == 8
+
+
+def test_keyless_v3_table_syncs_into_replica_keyed_by_source_row_id_and_into_opensearch(
+        spark, catalog_settings, catalog, instance, tmp_path, opensearch_url):
+    fq = f"{catalog_settings.name}.db.logs"
+    spark.sql(f"""CREATE TABLE {fq} (line STRING, level INT) USING iceberg
+                  TBLPROPERTIES ('format-version'='3', 'write.delete.mode'='merge-on-read',
+                                 'write.update.mode'='merge-on-read', 'write.merge.mode'='merge-on-read')""")
+    spark.sql(f"INSERT INTO {fq} SELECT concat('l', id), CAST(id % 3 AS INT) FROM range(0, 9)")
+    config = load_config(write_pipeline(tmp_path / "p.yaml", catalog_settings, [{
+        "table_name": "db.logs", "max_snapshots_per_run": 1,
+        "sinks": [{"opensearch": {"hosts": [opensearch_url], "index": "logs"}},
+                                           {"iceberg": {"table_name": "db.logs_replica"}}]}]))
+    defs = build_definitions(config)
+    table = config.tables[0]
+    assert all(all(t.succeeded) for t in drain(defs, instance, table))
+    spark.sql(f"UPDATE {fq} SET level = level + 10 WHERE level = 1")              # UPDATE: no duplicate rows
+    spark.sql(f"UPDATE {fq} SET line = concat(line, '!') WHERE level = 11")       # the same rows again
+    spark.sql(f"DELETE FROM {fq} WHERE line = 'l0'")
+    spark.sql(f"INSERT INTO {fq} VALUES ('l0', 0)")                               # same values, a new row id
+    ticks = drain(defs, instance, table)
+    assert len([t for t in ticks if t.requested]) == 4 and all(all(t.succeeded) for t in ticks)
+
+    source = sorted(tuple(r) for r in spark.sql(f"SELECT _row_id, line, level FROM {fq}").collect())
+    assert len(source) == 9 and ("l1!", 11) in [r[1:] for r in source]
+    replica_table = f"{catalog_settings.name}.db.logs_replica"
+    replica = sorted(tuple(r) for r in spark.sql(f"SELECT _source_row_id, line, level FROM {replica_table}").collect())
+    assert replica == source
+    replica_meta = catalog.load_table("db.logs_replica")
+    assert replica_meta.format_version == 3
+    assert replica_meta.schema().identifier_field_names() == {"_source_row_id"}
+    # The replica has its own row lineage (its _row_id is not the copied source id column).
+    assert spark.sql(f"SELECT count(*) FROM {replica_table} WHERE _row_id IS NULL").first()[0] == 0
+    client = OpenSearch(hosts=[opensearch_url])
+    client.indices.refresh(index="logs")
+    hits = client.search(index="logs", body={"query": {"match_all": {}}, "size": 100})["hits"]["hits"]
+    assert sorted((int(h["_id"]), h["_source"]["line"], h["_source"]["level"]) for h in hits) == source
+
+    last = str(catalog.load_table("db.logs").current_snapshot().snapshot_id)
+    evaluations = _check_evaluations(defs, instance, table, last)
+    for key in (AssetKey(["opensearch", "logs"]), AssetKey(["replica", "db", "logs_replica"])):
+        assert evaluations[(key, "matches_source_at_checkpoint")].passed

@@ -152,8 +152,8 @@ class Stream:
         f2.append(order("d", {"order_id": 3}, None))
         del self.orders[3]
         wrong_optional = order("u", None, {"order_id": 4, "customer": "four", "amount": 6.0, "note": "o4b"})
-        f2.append(wrong_optional)  # customer is optional: null + counted, not a dead letter
-        self.orders[4] = {"order_id": 4, "customer": None, "amount": 6.0, "note": "o4b", "lines": None}
+        f2.append(wrong_optional)  # customer is optional, yet never silently nulled: a dead letter
+        self.bad_orders.append(wrong_optional)
         bad_order_key = order("c", None, {"order_id": "x", "amount": 1.0})
         f2.append(bad_order_key)
         self.bad_orders.append(bad_order_key)

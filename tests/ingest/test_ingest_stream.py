@@ -59,13 +59,13 @@ def test_generated_stream_end_to_end(spark, catalog, catalog_settings, tmp_path)
     _check_final_state(spark, cat, stream)
 
     first = results[0].targets
-    assert first["db.inventory_customers"].counts["cancelled"] == 1      # insert+delete of key 9
+    assert first["db.inventory_customers"].counts["delete_missing"] == 1  # insert+delete of key 9: last op wins
     assert first["db.inventory_customers"].counts["inserted"] == 6
     assert results[0].tombstones == 1
     second = results[1].targets
     assert "email" in second["db.inventory_customers"].added_columns
     assert second["db.inventory_customers"].counts["dead_lettered"] == 2
-    assert second["db.inventory_orders"].counts["coercion_nulls"] == 1
+    assert second["db.inventory_orders"].counts["dead_lettered"] == 2   # bad key + wrong optional type
     assert second["db.inventory_orders"].counts["deleted"] == 1
     assert second["db.inventory_customers"].counts["updated"] == 2
 

@@ -11,7 +11,7 @@ from pyspark.sql import types as T
 from icecdc_dagster.ingest import landing, routing
 from icecdc_dagster.ingest.coercion import CoercionError, coerce
 from icecdc_dagster.ingest.debezium import DELETE, INSERT, UPDATE, EventError, map_op, parse_line
-from icecdc_dagster.ingest.schema_inference import spark_ddl, type_of_value, widest
+from icecdc_dagster.ingest.schema_inference import merge_types, spark_ddl, type_of_value
 
 
 @pytest.mark.parametrize("op,expected", [("c", INSERT), ("R", INSERT), ("i", INSERT), ("Insert", INSERT),
@@ -32,7 +32,7 @@ def test_tombstones_and_bare_payload():
     assert parse_line('{"schema": null, "payload": null}') is None
     env = parse_line(json.dumps({"op": "d", "before": {"id": 3, "tags": []}, "after": None}))
     assert env.op == DELETE and env.image == {"id": 3, "tags": []}
-    assert env.field_types == {"id": "long", "tags": "string"}
+    assert env.field_types == {"id": "long"}   # an empty list carries no type
     with pytest.raises(EventError, match="malformed JSON"):
         parse_line('{"op": "c", "after": {')
     with pytest.raises(EventError, match="without a 'after'"):
@@ -95,9 +95,10 @@ def test_coercion_rules():
 
 
 def test_inference_and_ddl():
-    assert type_of_value({"a": 1, "b": [1.5], "c": {}, "d": []}) == "struct<a:long,b:list<double>,c:string,d:string>"
-    assert widest({"int", "long"}) == "long" and widest({"long", "double"}) == "double"
-    assert widest({"long", "string"}) == "string"
+    # empty objects and lists carry no type: they never make a column a string
+    assert type_of_value({"a": 1, "b": [1.5], "c": {}, "d": []}) == "struct<a:long,b:list<double>>"
+    assert merge_types(["int", "long"]) == "long" and merge_types(["long", "double"]) == "double"
+    assert merge_types(["long", "string"]) == "long"   # first event's type wins; misfits are dead letters
     assert spark_ddl("map<string,list<timestamptz>>") == "map<string, array<timestamp>>"
 
 

@@ -43,6 +43,7 @@ def test_every_iceberg_type_maps_as_the_issue_specifies():
     with_meta = iceberg_schema_to_mapping(schema, include_iceberg_metadata=True)["properties"]
     assert with_meta["iceberg_snapshot_id"] == {"type": "long"}
     assert with_meta["iceberg_table_name"] == {"type": "keyword"}
+    assert with_meta["iceberg_operation"] == with_meta["iceberg_snapshot_operation"] == {"type": "keyword"}
 
 
 def test_missing_properties_adds_new_fields_and_never_changes_existing_ones():

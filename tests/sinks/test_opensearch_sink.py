@@ -278,8 +278,8 @@ def test_index_template_metadata_fields_and_wait_for_refresh(spark, opensearch_u
     assert props["name"] == {"type": "keyword"}  # the template's choice wins
     assert props["qty"]["type"] == "long" and props["iceberg_snapshot_id"]["type"] == "long"
     assert all_documents(opensearch_url, "items") == {"1": {
-        "id": 1, "name": "a", "qty": 1, "iceberg_operation": "overwrite", "iceberg_table_name": "db.items",
-        "iceberg_snapshot_id": 10}}
+        "id": 1, "name": "a", "qty": 1, "iceberg_operation": "INSERT", "iceberg_snapshot_operation": "overwrite",
+        "iceberg_table_name": "db.items", "iceberg_snapshot_id": 10}}
 
 
 def test_chunks_respect_count_and_byte_limits(spark, opensearch_url):

@@ -8,9 +8,11 @@ from opensearchpy import OpenSearch, helpers
 
 from icecdc_dagster import batch as b
 from icecdc_dagster.batch import BatchInfo
+from icecdc_dagster.changelog.events import ICEBERG_SNAPSHOT_OPERATION
 
 CHANGE_DDL = (f"{b.CHANGE_TYPE} string, {b.COMMIT_SNAPSHOT_ID} long, {b.COMMIT_SEQUENCE_NUMBER} long, "
-              f"{b.CHANGE_ORDINAL} int, {b.ICEBERG_OPERATION} string, {b.ICEBERG_TABLE_NAME} string, "
+              f"{b.CHANGE_ORDINAL} int, {b.ICEBERG_OPERATION} string, {ICEBERG_SNAPSHOT_OPERATION} string, "
+              f"{b.ICEBERG_TABLE_NAME} string, "
               f"{b.ICEBERG_SNAPSHOT_ID} long, {b.DOCUMENT_ID} string, {b.BULK_ACTION} string")
 
 
@@ -23,7 +25,7 @@ def events_frame(spark, source_ddl: str, rows: list[tuple], snapshot_id: int, se
         record = dict(zip(names, values))
         doc_id = None if key is None else str(record[key])
         action = b.DELETE_ACTION if change_type == b.DELETE else b.INDEX_ACTION
-        out.append((*values, change_type, snapshot_id, sequence_number, 0, operation, table, snapshot_id,
+        out.append((*values, change_type, snapshot_id, sequence_number, 0, change_type, operation, table, snapshot_id,
                     doc_id, action))
     return spark.createDataFrame(out, f"{source_ddl}, {CHANGE_DDL}")
 

@@ -13,12 +13,16 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from icecdc_dagster import batch as b
+from icecdc_dagster.changelog.events import ICEBERG_SNAPSHOT_OPERATION
+from icecdc_dagster.column_names import column
 
 ID, ACTION, VERSION, SOURCE = "_os_id", "_os_action", "_os_version", "_os_source"
-ICEBERG_METADATA_COLUMNS = (b.ICEBERG_OPERATION, b.ICEBERG_TABLE_NAME, b.ICEBERG_SNAPSHOT_ID)
+# iceberg_operation is the row's change (INSERT / UPDATE_AFTER / DELETE); see changelog.events.
+ICEBERG_METADATA_COLUMNS = (b.ICEBERG_OPERATION, ICEBERG_SNAPSHOT_OPERATION, b.ICEBERG_TABLE_NAME,
+                            b.ICEBERG_SNAPSHOT_ID)
 # Columns that describe the change, not the row; never part of a document.
 RESERVED_COLUMNS = frozenset(
-    (*b.CHANGE_COLUMNS, *b.EVENT_COLUMNS, b.ROW_ID, b.LAST_UPDATED_SEQUENCE_NUMBER,
+    (*b.CHANGE_COLUMNS, *b.EVENT_COLUMNS, ICEBERG_SNAPSHOT_OPERATION, b.ROW_ID, b.LAST_UPDATED_SEQUENCE_NUMBER,
      "_file", "_pos", "_spec_id", "_partition", "_deleted"))
 JSON_OPTIONS = {
     "timeZone": "UTC",
@@ -83,7 +87,7 @@ def with_generated_ids(events: DataFrame, columns: list[str]) -> DataFrame:
     failure overwrites instead of duplicating.
     """
     types = {f.name: f.dataType for f in events.schema.fields}
-    content = F.sha2(F.to_json(F.struct(*[json_ready(F.col(c), types[c]).alias(c) for c in columns]),
+    content = F.sha2(F.to_json(F.struct(*[json_ready(column(c), types[c]).alias(c) for c in columns]),
                                JSON_OPTIONS), 256)
     digest = F.when(F.col(b.DOCUMENT_ID).isNull(),
                     F.concat_ws("-", F.col(b.COMMIT_SNAPSHOT_ID).cast("string"), content))
@@ -97,7 +101,7 @@ def bulk_rows(events: DataFrame, include_iceberg_metadata: bool = False) -> Data
     """One row per bulk action: id, INDEX/DELETE, external version, JSON source (null for DELETE)."""
     columns = document_columns(events, include_iceberg_metadata)
     types = {f.name: f.dataType for f in events.schema.fields}
-    document = F.struct(*[json_ready(F.col(c), types[c]).alias(c) for c in columns])
+    document = F.struct(*[json_ready(column(c), types[c]).alias(c) for c in columns])
     return events.select(
         F.col(b.DOCUMENT_ID).cast("string").alias(ID),
         F.col(b.BULK_ACTION).alias(ACTION),

@@ -13,7 +13,8 @@ from pyiceberg.schema import Schema
 DATE_FORMAT = "strict_date_optional_time||epoch_millis"
 TEXT_WITH_KEYWORD = {"type": "text", "fields": {"keyword": {"type": "keyword", "ignore_above": 256}}}
 ICEBERG_METADATA_PROPERTIES = {
-    "iceberg_operation": {"type": "keyword"},
+    "iceberg_operation": {"type": "keyword"},           # the row's change: INSERT / UPDATE_AFTER
+    "iceberg_snapshot_operation": {"type": "keyword"},  # the snapshot's: append / overwrite / delete
     "iceberg_table_name": {"type": "keyword"},
     "iceberg_snapshot_id": {"type": "long"},
 }

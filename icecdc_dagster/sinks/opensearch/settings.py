@@ -29,9 +29,11 @@ class OpenSearchSinkSettings:
     (the index is then created bare). With ``evolve_mapping`` the sink still
     adds mappings for columns that neither defines (schema evolution).
 
-    ``include_iceberg_metadata``: also store ``iceberg_operation``,
-    ``iceberg_table_name`` and ``iceberg_snapshot_id`` in each document
-    (off by default: documents are the source table's columns only).
+    ``include_iceberg_metadata``: also store ``iceberg_operation`` (the row's
+    change: INSERT or UPDATE_AFTER), ``iceberg_snapshot_operation`` (the
+    snapshot's: append, overwrite, ...), ``iceberg_table_name`` and
+    ``iceberg_snapshot_id`` in each document (off by default: documents are
+    the source table's columns only).
 
     ``parallelism``: concurrent bulk requests inside each Spark task.
     ``max_retries``/``initial_backoff_s``/``max_backoff_s``: exponential backoff

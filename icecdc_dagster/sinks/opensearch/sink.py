@@ -8,7 +8,8 @@ action of the batch succeeded and the index was refreshed.
 
 Documents hold the source table's columns only: change columns, event
 columns and v3 lineage columns are dropped (``include_iceberg_metadata``
-keeps iceberg_operation / iceberg_table_name / iceberg_snapshot_id).
+keeps iceberg_operation (the row's change) / iceberg_snapshot_operation /
+iceberg_table_name / iceberg_snapshot_id).
 Caveat: OpenSearch keeps delete tombstones (which refuse older versions) for
 ``index.gc_deletes`` (60 s by default); past that only the checkpoint guard
 stops a stale batch from re-creating a deleted document. Raise it through

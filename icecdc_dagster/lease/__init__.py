@@ -1,0 +1,3 @@
+"""Who executes a line's run, whether that process is still alive, and the lock that lets only one
+writer work on a line at a time. A crashed writer loses its lock with its process and its runs are
+failed over by the next sync or sensor tick, so a crash never needs a person."""

@@ -1,0 +1,81 @@
+"""The executor of every run the daemon (or the UI) launches: Dagster's in-process executor that
+first records the worker on the run (holder tags + heartbeat) and takes the line's lock.
+
+It runs in whatever process executes the run - a run worker of Dagster's default launcher, the
+``WarmRunLauncher``'s thread in the daemon - so sensor-launched runs and ``icecdc sync`` exclude
+each other through the same lock, and a dead run worker can be recognised and failed over.
+(``icecdc sync`` executes with ``execute_in_process``, which brings its own executor: the sync
+records itself and holds the lock around its runs.) A run that finds the line held waits for it,
+reporting the holder in its event log, and can be terminated while it waits.
+"""
+
+import threading
+import time
+from collections.abc import Iterator
+
+from dagster import DagsterRunStatus
+from dagster._core.definitions.executor_definition import (
+    IN_PROC_CONFIG, ExecutorDefinition, _core_in_process_executor_creation)
+from dagster._core.errors import DagsterExecutionInterruptedError
+from dagster._core.events import DagsterEvent, EngineEventData
+from dagster._core.executor.in_process import InProcessExecutor
+from dagster._utils.interrupts import check_captured_interrupt
+
+from icecdc_dagster.assets import naming
+from icecdc_dagster.lease.holder import Holder, run_heartbeat
+from icecdc_dagster.lease.line_lock import LineLock, busy_message
+
+WARM_WORKER_THREAD = "icecdc-warm-runs"  # the WarmRunLauncher's worker thread
+WAIT_POLL_S = 0.5
+WAIT_REPORT_EVERY_S = 60.0
+
+
+class LineExecutor(InProcessExecutor):
+    def execute(self, plan_context, execution_plan) -> Iterator[DagsterEvent]:  # noqa: ANN001
+        run = plan_context.dagster_run
+        line_id = run.tags.get(naming.TABLE_TAG)
+        if line_id is None:  # not a line's run (e.g. a manual materialisation of a check)
+            yield from super().execute(plan_context, execution_plan)
+            return
+        instance = plan_context.instance
+        in_warm_launcher = threading.current_thread().name == WARM_WORKER_THREAD
+        holder = Holder.current(role="warm launcher (daemon)" if in_warm_launcher else "run worker")
+        instance.add_run_tags(run.run_id, holder.tags())
+        lock = LineLock.for_instance(instance, line_id)
+        with run_heartbeat(instance, run.run_id):
+            yield from self._acquire(plan_context, lock, holder)
+            try:
+                yield DagsterEvent.engine_event(
+                    plan_context, f"Holding the line lock of {line_id} ({lock.path}) as {holder.describe()}.",
+                    EngineEventData())
+                yield from super().execute(plan_context, execution_plan)
+            finally:
+                lock.release()
+
+    def _acquire(self, plan_context, lock: LineLock, holder: Holder) -> Iterator[DagsterEvent]:  # noqa: ANN001
+        if lock.try_acquire(holder):
+            return
+        reported = 0.0
+        while not lock.try_acquire(holder, grace_s=0):
+            if time.monotonic() - reported >= WAIT_REPORT_EVERY_S:
+                reported = time.monotonic()
+                yield DagsterEvent.engine_event(
+                    plan_context, f"Waiting for the line lock: {busy_message(lock)}.", EngineEventData())
+            current = plan_context.instance.get_run_by_id(plan_context.run_id)
+            if check_captured_interrupt() or (current is not None and current.status == DagsterRunStatus.CANCELING):
+                raise DagsterExecutionInterruptedError(f"terminated while waiting for the line lock of {lock.line_id}")
+            time.sleep(WAIT_POLL_S)
+
+
+def _create_line_executor(init_context) -> LineExecutor:  # noqa: ANN001
+    base = _core_in_process_executor_creation(init_context.executor_config)
+    return LineExecutor(retries=base.retries, step_dependency_config=base.step_dependency_config,
+                        marker_to_close=base.marker_to_close)
+
+
+line_executor = ExecutorDefinition(
+    name="icecdc_line_in_process",
+    config_schema=IN_PROC_CONFIG,
+    executor_creation_fn=_create_line_executor,
+    description="In-process executor that records the worker on the run and holds the line's lock.",
+)

@@ -1,0 +1,146 @@
+"""One writer per line: an exclusive ``flock`` on ``$DAGSTER_HOME/icecdc/locks/<line>.lock``.
+
+The kernel releases the lock when its holder's process ends, however it ends (exit, SIGKILL, OOM
+kill), so a crashed writer never leaves a lock behind and nothing has to be cleaned up; the file
+itself stays (deleting lock files is what makes file locks racy). The holder writes who it is
+(host, pid, process start, since when) into the locked file, so a loser can name it. It works for
+every process of one host (or a shared file system whose ``flock`` is real); instances shared by
+several hosts need an instance-wide lock instead (see the README's operations section).
+"""
+
+import fcntl
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+from icecdc_dagster.errors import LineBusyError, SyncInterruptedError
+from icecdc_dagster.lease.holder import Holder, iso, local_verdict
+
+LOCK_DIR = ("icecdc", "locks")
+
+
+@dataclass(frozen=True)
+class LockOwner:
+    line_id: str
+    holder: Holder
+    acquired_at: float
+
+    def describe(self) -> str:
+        h = self.holder
+        return f"{h.role} on {h.host} pid {h.pid}, holding it since {iso(self.acquired_at)}"
+
+
+class LineLock:
+    """The lock of one line. ``try_acquire`` / ``release`` from one thread; not reentrant (a
+    second ``LineLock`` of the same line in the same process is a different writer and loses)."""
+
+    def __init__(self, root: str | Path, line_id: str):
+        self.line_id = line_id
+        self.path = Path(root, *LOCK_DIR, quote(line_id, safe="") + ".lock")
+        self._fd: int | None = None
+
+    @classmethod
+    def for_instance(cls, instance, line_id: str) -> "LineLock":  # noqa: ANN001 - DagsterInstance
+        return cls(instance.root_directory, line_id)
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def _open(self) -> int:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+
+    def try_acquire(self, holder: Holder, grace_s: float = 0.5) -> bool:
+        """Take the lock if free (retrying for ``grace_s``: a sensor's probe holds it for microseconds)."""
+        if self._fd is not None:
+            raise RuntimeError(f"line lock {self.line_id} is already held by this LineLock")
+        fd = self._open()
+        deadline = time.monotonic() + grace_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    return False
+                time.sleep(0.05)
+        record = {"line": self.line_id, "acquired_at": time.time(), "holder": holder.as_dict()}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
+
+    def recorded_owner(self) -> LockOwner | None:
+        """Who the file names (the current holder while the lock is busy; the last one otherwise)."""
+        try:
+            record = json.loads(self.path.read_text() or "null")
+            return LockOwner(record["line"], Holder.from_dict(record["holder"]), float(record["acquired_at"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def busy_owner(self, settle_s: float = 1.0) -> LockOwner | None:
+        """The owner of a busy lock. Right after a takeover the file may still name the previous
+        (dead) holder for an instant: re-read until it names a live process, then give up."""
+        deadline = time.monotonic() + settle_s
+        while True:
+            owner = self.recorded_owner()
+            local = local_verdict(owner.holder) if owner else None
+            if owner is not None and (local is None or local.alive):
+                return owner
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.05)
+
+    def is_busy(self) -> bool:
+        """Probe: is another writer holding the line right now? (takes and drops the lock)"""
+        fd = self._open()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # closing drops the probe's lock
+        return False
+
+
+def busy_message(lock: LineLock) -> str:
+    owner = lock.busy_owner()
+    who = owner.describe() if owner else "a process that is just taking it"
+    return f"{lock.line_id} is being written by {who}"
+
+
+@contextmanager
+def holding(lock: LineLock, holder: Holder, wait: bool = False, poll_s: float = 0.25,
+            on_wait: Callable[[str], None] | None = None,
+            stop_requested: Callable[[], bool] | None = None) -> Iterator[LineLock]:
+    """Hold the line for the block. Busy: raise ``LineBusyError`` naming the holder, or with ``wait``
+    poll until it is free (``stop_requested`` ends the wait with ``SyncInterruptedError``)."""
+    if not lock.try_acquire(holder):
+        message = busy_message(lock)
+        if not wait:
+            raise LineBusyError(message)
+        if on_wait:
+            on_wait(f"waiting: {message}")
+        while not lock.try_acquire(holder, grace_s=0):
+            if stop_requested and stop_requested():
+                raise SyncInterruptedError(f"stopped while waiting for {lock.line_id}")
+            time.sleep(poll_s)
+    try:
+        yield lock
+    finally:
+        lock.release()

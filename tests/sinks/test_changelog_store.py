@@ -1,0 +1,92 @@
+"""The stored changelog (``<table>__changelog``) keeps the full change rows; sinks read events derived from it.
+
+Expected rows are written by hand; commit times come from the source's snapshot metadata (pyiceberg).
+"""
+
+from icecdc_dagster import changelog
+from icecdc_dagster.batch import (CHANGE_TYPE, COMMIT_SNAPSHOT_ID, COMMIT_TIMESTAMP, DELETE, INSERT, ROW_ID,
+                                  UPDATE_AFTER, UPDATE_BEFORE)
+from icecdc_dagster.pipeline.batches import compute_batch, keys_to_request, uses_row_id
+from icecdc_dagster.pipeline.changelog_store import SOURCE_ROW_ID, ChangelogStore
+
+
+def _store_batch(spark, cat, table, name, snapshot_ids, bootstrap_id, key):
+    request = keys_to_request(name, [str(s) for s in snapshot_ids], [str(bootstrap_id)], False, key)
+    store = ChangelogStore(spark, cat, name)
+    with changelog.staged_scans(spark):
+        computed = compute_batch(spark, cat, table, request)
+        stored = store.write(computed.info, computed.rows)
+    return store, computed.info, stored
+
+
+def _stored_rows(spark, cat, name, snapshot_id, *columns):
+    rows = spark.sql(f"SELECT {', '.join(columns)}, {CHANGE_TYPE}, {COMMIT_SNAPSHOT_ID}, "
+                     f"unix_millis({COMMIT_TIMESTAMP}) AS ms FROM {cat}.{name}__changelog "
+                     f"WHERE _batch_snapshot_id = {snapshot_id}").collect()
+    return sorted(tuple(r) for r in rows)
+
+
+def test_stored_batch_holds_both_images_with_commit_time_and_reruns_replace_it(spark, catalog, catalog_settings):
+    cat, name = catalog_settings.name, "db.items"
+    fq = f"{cat}.{name}"
+    spark.sql(f"CREATE TABLE {fq} (id bigint NOT NULL, name string) USING iceberg "
+              "TBLPROPERTIES ('format-version'='2', 'write.update.mode'='copy-on-write')")
+    spark.sql(f"INSERT INTO {fq} VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    bootstrap = catalog.load_table(name).current_snapshot()
+    spark.sql(f"UPDATE {fq} SET name = 'B' WHERE id = 2")
+    spark.sql(f"MERGE INTO {fq} t USING (SELECT 3 AS id UNION ALL SELECT 4 AS id) s ON t.id = s.id "
+              "WHEN MATCHED THEN DELETE WHEN NOT MATCHED THEN INSERT (id, name) VALUES (s.id, 'd')")
+    table = catalog.load_table(name)
+    update, merge = [s for s in table.snapshots() if s.snapshot_id != bootstrap.snapshot_id]
+
+    _store_batch(spark, cat, table, name, [bootstrap.snapshot_id], bootstrap.snapshot_id, ("id",))
+    store, info, stored = _store_batch(spark, cat, table, name, [update.snapshot_id], bootstrap.snapshot_id, ("id",))
+    expected = [(2, "B", UPDATE_AFTER, update.snapshot_id, update.timestamp_ms),
+                (2, "b", UPDATE_BEFORE, update.snapshot_id, update.timestamp_ms)]
+    assert _stored_rows(spark, cat, f"{name}", update.snapshot_id, "id", "name") == expected
+    assert stored.counts == {UPDATE_BEFORE: 1, UPDATE_AFTER: 1}
+
+    # A rerun replaces the batch: same rows, same counts, nothing duplicated.
+    _, _, again = _store_batch(spark, cat, table, name, [update.snapshot_id], bootstrap.snapshot_id, ("id",))
+    assert again.counts == stored.counts and again.snapshot_id != stored.snapshot_id
+    assert _stored_rows(spark, cat, name, update.snapshot_id, "id", "name") == expected
+    assert _stored_rows(spark, cat, name, bootstrap.snapshot_id, "id", "name") == [
+        (i, n, INSERT, bootstrap.snapshot_id, bootstrap.timestamp_ms) for i, n in ((1, "a"), (2, "b"), (3, "c"))]
+
+    # Sinks read events derived from the stored rows: one per document, the after image.
+    events = store.read_events(info, use_row_id=False).collect()
+    assert [(e["id"], e["name"], e["iceberg_operation"], e["bulk_action"], e["document_id"]) for e in events] == [
+        (2, "B", UPDATE_AFTER, "INDEX", "2")]
+
+    # A catch-up range (net changes) is stored under its last snapshot, each row with its commit time.
+    _, _, net = _store_batch(spark, cat, table, name, [update.snapshot_id, merge.snapshot_id], bootstrap.snapshot_id,
+                             ("id",))
+    assert net.counts == {UPDATE_BEFORE: 1, UPDATE_AFTER: 1, DELETE: 1, INSERT: 1}
+    rows = _stored_rows(spark, cat, name, merge.snapshot_id, "id", "name")
+    assert [(r[0], r[1], r[2]) for r in rows] == [(2, "B", UPDATE_AFTER), (2, "b", UPDATE_BEFORE), (3, "c", DELETE),
+                                                  (4, "d", INSERT)]
+    commit_times = {s.snapshot_id: s.timestamp_ms for s in table.snapshots()}
+    assert all(r[4] == commit_times[r[3]] for r in rows)
+
+
+def test_v3_lineage_is_stored_under_non_reserved_names_and_read_back(spark, catalog, catalog_settings):
+    cat, name = catalog_settings.name, "db.logs"
+    fq = f"{cat}.{name}"
+    spark.sql(f"CREATE TABLE {fq} (line string) USING iceberg TBLPROPERTIES ('format-version'='3', "
+              "'write.update.mode'='merge-on-read')")
+    spark.sql(f"INSERT INTO {fq} VALUES ('x'), ('y')")
+    bootstrap = catalog.load_table(name).current_snapshot().snapshot_id
+    spark.sql(f"UPDATE {fq} SET line = 'Y' WHERE line = 'y'")
+    table = catalog.load_table(name)
+    update = table.current_snapshot().snapshot_id
+    row_id_of_y = spark.sql(f"SELECT _row_id FROM {fq} WHERE line = 'Y'").first()[0]
+    _store_batch(spark, cat, table, name, [bootstrap], bootstrap, ())
+    store, info, stored = _store_batch(spark, cat, table, name, [update], bootstrap, ())
+    assert stored.counts == {UPDATE_BEFORE: 1, UPDATE_AFTER: 1}
+    stored_columns = spark.table(f"{cat}.{name}__changelog").columns  # a full scan: no reserved-name clash
+    assert SOURCE_ROW_ID in stored_columns and ROW_ID not in stored_columns
+    assert sorted((r[SOURCE_ROW_ID], r["line"], r[CHANGE_TYPE]) for r in spark.table(f"{cat}.{name}__changelog")
+                  .where(f"_batch_snapshot_id = {update}").collect()) == [
+        (row_id_of_y, "Y", UPDATE_AFTER), (row_id_of_y, "y", UPDATE_BEFORE)]
+    events = store.read_events(info, use_row_id=uses_row_id(table, ())).collect()
+    assert [(e["document_id"], e["line"], e[ROW_ID]) for e in events] == [(str(row_id_of_y), "Y", row_id_of_y)]
