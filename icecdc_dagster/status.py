@@ -83,7 +83,7 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
         return TableStatus(table.table_name, None, 0, 0, [])
     current = source.current_snapshot()
     known = list(instance.get_dynamic_partitions(naming.partitions_name(table)))
-    keys = known + discover_new_keys(source, known)
+    keys = known + discover_new_keys(source, known[-1] if known else None)
     statuses = key_statuses(instance, table, known)
     status = TableStatus(
         table.table_name, current.snapshot_id if current else None, len(known),

@@ -18,8 +18,9 @@ from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 
 
 def batch_request(context: AssetExecutionContext, table: TableConfig, source):  # noqa: ANN001, ANN201
-    all_keys = context.instance.get_dynamic_partitions(naming.partitions_name(table))
-    return keys_to_request(table.table_name, context.partition_keys, all_keys, table.disable_export,
+    # The bootstrap is the first partition: one indexed query, not the whole history.
+    first = context.instance.get_paginated_dynamic_partitions(naming.partitions_name(table), limit=1, ascending=True)
+    return keys_to_request(table.table_name, context.partition_keys, first.results[0], table.disable_export,
                            identifier_columns_of(table.identifier_columns, source))
 
 

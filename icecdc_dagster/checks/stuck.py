@@ -7,8 +7,8 @@ from dagster import AssetCheckResult, AssetCheckSeverity, asset_check
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import TableConfig
-from icecdc_dagster.pipeline.ordering import KeyStatus
-from icecdc_dagster.sensors.snapshots import key_statuses
+from icecdc_dagster.sensors import line as lines
+from icecdc_dagster.sensors.snapshots import table_line
 
 STUCK_AFTER_INTERVALS = 10
 
@@ -24,17 +24,21 @@ def build_stuck_check(table: TableConfig):  # noqa: ANN201 - AssetChecksDefiniti
     )
     def _check(context) -> AssetCheckResult:  # noqa: ANN001
         source = context.resources.catalog.load_table(table.table_name)
-        keys = list(context.instance.get_dynamic_partitions(naming.partitions_name(table)))
-        statuses = key_statuses(context.instance, table, keys)
+        # Only what is still pending is read (the line's frontier), never the whole history.
+        line = table_line(table)
+        waiting = lines.pending_keys(context.instance, line)
         limit_s = STUCK_AFTER_INTERVALS * table.polling_interval_s
         now_ms = time.time() * 1000
-        failed = [k for k in keys if statuses.get(k) is KeyStatus.FAILED]
-        waiting = [k for k in keys if statuses.get(k) in (KeyStatus.PENDING, KeyStatus.IN_PROGRESS)]
+        # The first pending key failed unless this very run is its retry.
+        retrying = context.run.tags.get(naming.FIRST_SNAPSHOT_TAG)
+        failed = [k for k in waiting[:1] if k != retrying and lines.failures_of(context.instance, line, k)]
         stuck = [k for k in waiting
                  if (now_ms - changelog.plan_snapshot(source, int(k)).committed_at_ms) / 1000 > limit_s]
         unseen = []
         current = source.current_snapshot()
-        if current is not None and keys and str(current.snapshot_id) not in keys:
+        newest = lines.newest_key(context.instance, line)
+        if current is not None and newest is not None and not context.instance.has_dynamic_partition(
+                line.partitions_def.name, str(current.snapshot_id)):
             unseen = [str(current.snapshot_id)]
         passed = not failed and not stuck
         return AssetCheckResult(

@@ -41,11 +41,11 @@ def identifier_columns_of(configured: Sequence[str], table) -> tuple[str, ...]: 
     return tuple(f.name for f in schema.fields if f.field_id in ids)
 
 
-def keys_to_request(table_name: str, keys: Sequence[str], all_keys: Sequence[str], disable_export: bool,
+def keys_to_request(table_name: str, keys: Sequence[str], bootstrap_key: str, disable_export: bool,
                     identifier_columns: Sequence[str]) -> BatchRequest:
-    """``all_keys`` are the table's partition keys in commit order; the first is the bootstrap."""
+    """``bootstrap_key``: the table's first partition key (its bootstrap snapshot)."""
     return BatchRequest(table_name=table_name, snapshot_ids=tuple(int(k) for k in keys),
-                        bootstrap_snapshot_id=int(all_keys[0]), disable_export=disable_export,
+                        bootstrap_snapshot_id=int(bootstrap_key), disable_export=disable_export,
                         identifier_columns=tuple(identifier_columns))
 
 

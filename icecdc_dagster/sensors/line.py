@@ -4,13 +4,18 @@ materialised strictly in order, one run at a time. The Dagster side of ``pipelin
 Run state lives in the instance (partitions, run records, materialisations), never in a sensor
 cursor, so a daemon restart or a manual re-execution is seen on the next tick. Every plan first
 fails over the line's runs whose worker died (``lease.failover``): a crash never wedges a line.
+
+A tick costs what is still pending, not the line's history: keys are read newest first, a page at a
+time, down to the newest key that every asset of the line has materialised (the frontier). The line
+runs strictly in order and every sink refuses a batch out of order (checkpoints), so a key done in
+every asset means every key before it is done too; only the keys after the frontier are planned.
 """
 
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dagster import AssetKey, DagsterRunStatus, DynamicPartitionsDefinition, RunRequest, RunsFilter
+from dagster import AssetKey, DagsterEventType, DagsterRunStatus, DynamicPartitionsDefinition, RunRequest, RunsFilter
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from icecdc_dagster.assets import naming
@@ -20,6 +25,7 @@ from icecdc_dagster.lease.line_lock import LineLock, busy_message
 from icecdc_dagster.pipeline.ordering import Blocked, KeyStatus, NextRun, combine_status, plan_next_run
 
 _STATUS = {"MATERIALIZED": KeyStatus.DONE, "FAILED": KeyStatus.FAILED, "IN_PROGRESS": KeyStatus.IN_PROGRESS}
+TAIL_PAGE = 100  # keys read per page when walking a line back to its frontier
 _ACTIVE_RUN_STATUSES = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
                         DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
 
@@ -44,18 +50,6 @@ def key_statuses(instance, line: Line, keys: Sequence[str]) -> dict[str, KeyStat
     return {key: combine_status([statuses.get(key) for statuses in per_asset]) for key in keys}
 
 
-def failure_counts(instance, line: Line) -> dict[str, int]:  # noqa: ANN001
-    """Failed runs per first key of the line."""
-    records = instance.get_run_records(
-        RunsFilter(tags={naming.TABLE_TAG: line.line_id}, statuses=[DagsterRunStatus.FAILURE]), limit=500)
-    counts: dict[str, int] = {}
-    for record in records:
-        key = record.dagster_run.tags.get(naming.FIRST_SNAPSHOT_TAG)
-        if key:
-            counts[key] = counts.get(key, 0) + 1
-    return counts
-
-
 def active_run(instance, line: Line):  # noqa: ANN001, ANN201 - DagsterRun | None
     records = instance.get_run_records(
         RunsFilter(tags={naming.TABLE_TAG: line.line_id}, statuses=_ACTIVE_RUN_STATUSES), limit=1)
@@ -72,17 +66,76 @@ def describe_run(run) -> str:  # noqa: ANN001 - DagsterRun
     return f"run {run.run_id} ({run.status.value}{worker})"
 
 
-def plan(instance, line: Line, keys: Sequence[str],  # noqa: ANN001 - DagsterInstance
-         detected_by: Holder | None = None) -> NextRun | Blocked | None:
-    """The next run of the line over ``keys`` (every key, in order, including ones just discovered).
-    Runs whose worker died are failed over first; a live run blocks the line until it ends."""
+def newest_key(instance, line: Line) -> str | None:  # noqa: ANN001
+    """The line's newest known key (one indexed query, whatever the history)."""
+    page = instance.get_paginated_dynamic_partitions(line.partitions_def.name, limit=1, ascending=False)
+    return page.results[0] if page.results else None
+
+
+def done_in_every_asset(instance, line: Line, keys: Sequence[str]) -> set[str]:  # noqa: ANN001
+    """Those of ``keys`` that every asset of the line has materialised (one indexed query per asset)."""
+    done = set(keys)
+    for asset_key in line.asset_keys:
+        if not done:
+            break
+        latest = instance.event_log_storage.get_latest_storage_id_by_partition(
+            asset_key, DagsterEventType.ASSET_MATERIALIZATION, set(done))
+        done &= set(latest)
+    return done
+
+
+def pending_keys(instance, line: Line, page_size: int = TAIL_PAGE) -> list[str]:  # noqa: ANN001
+    """Known keys after the line's frontier (the newest key done in every asset), oldest first.
+
+    Reads the keys newest first, a page at a time, and stops at the frontier: the cost follows the
+    backlog, not the history (a year of synced snapshots costs one page).
+    """
+    tail: list[str] = []
+    cursor: str | None = None
+    while True:
+        page = instance.get_paginated_dynamic_partitions(line.partitions_def.name, limit=page_size,
+                                                         ascending=False, cursor=cursor)
+        keys = list(page.results)
+        done = done_in_every_asset(instance, line, keys)
+        for key in keys:  # newest first
+            if key in done:
+                return tail[::-1]
+            tail.append(key)
+        if not page.has_more or not keys:
+            return tail[::-1]
+        cursor = page.cursor
+
+
+def failures_of(instance, line: Line, key: str) -> int:  # noqa: ANN001
+    """Failed runs of the line that started at ``key`` (its attempts so far)."""
+    return instance.get_runs_count(RunsFilter(
+        tags={naming.TABLE_TAG: line.line_id, naming.FIRST_SNAPSHOT_TAG: key}, statuses=[DagsterRunStatus.FAILURE]))
+
+
+def plan(instance, line: Line, new_keys: Sequence[str] = (),  # noqa: ANN001 - DagsterInstance
+         detected_by: Holder | None = None, window: Sequence[str] | None = None) -> NextRun | Blocked | None:
+    """The next run of the line. Runs whose worker died are failed over first; a live run blocks the
+    line until it ends.
+
+    ``window``: the keys that can still be pending, in order, known or new (a table line derives them
+    from its ancestry after its latest materialisations); keys done in every asset are skipped. Without
+    it, the known keys after the frontier (:func:`pending_keys`) and then ``new_keys`` (discovered this
+    tick, not yet added as partitions). The first key not done is FAILED when a run starting at it
+    failed (a retry, counted against ``max_retries``); pending keys after it may join a catch-up range.
+    """
     failover.fail_dead_runs(instance, line.line_id, detected_by)
     running = active_run(instance, line)
+    keys = list(window) if window is not None else [*pending_keys(instance, line), *new_keys]
+    done = done_in_every_asset(instance, line, keys) if window is not None else set()
+    first = next((key for key in keys if key not in done), None)
     if running is not None:
-        return Blocked(keys[0] if keys else "", f"a run of {line.line_id} is in progress: {describe_run(running)}")
-    known = list(instance.get_dynamic_partitions(line.partitions_def.name))
-    return plan_next_run(list(keys), key_statuses(instance, line, known), failure_counts(instance, line),
-                         max_keys_per_run=line.max_keys_per_run, max_retries=line.max_retries)
+        return Blocked(first or "", f"a run of {line.line_id} is in progress: {describe_run(running)}")
+    if first is None:
+        return None
+    attempts = failures_of(instance, line, first)
+    status = {key: KeyStatus.DONE for key in done} | ({first: KeyStatus.FAILED} if attempts else {})
+    return plan_next_run(keys, status, {first: attempts}, max_keys_per_run=line.max_keys_per_run,
+                         max_retries=line.max_retries)
 
 
 def wait_for_run_end(instance, run_id: str, stop_requested: Callable[[], bool],  # noqa: ANN001

@@ -18,19 +18,19 @@ from dagster._core.definitions.data_version import DATA_VERSION_TAG
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import TableConfig
+from icecdc_dagster.errors import SnapshotNotFoundError
 from icecdc_dagster.pipeline.ordering import Blocked, KeyStatus, NextRun
 from icecdc_dagster.sensors import line
 
 
-def discover_new_keys(table, known_keys: list[str]) -> list[str]:  # noqa: ANN001 - pyiceberg Table
+def discover_new_keys(table, newest_known: str | None) -> list[str]:  # noqa: ANN001 - pyiceberg Table
     """Snapshot ids after the newest known key along the current ancestry (the bootstrap if none)."""
     current = table.current_snapshot()
     if current is None:
         return []
-    if not known_keys:
+    if newest_known is None:
         return [str(current.snapshot_id)]
-    plans = changelog.snapshots_after(table, int(known_keys[-1]))
-    return [str(plan.snapshot_id) for plan in plans]
+    return [str(sid) for sid in changelog.ancestry_ids(table, int(newest_known))]
 
 
 def asset_keys(table: TableConfig) -> list[AssetKey]:
@@ -52,11 +52,41 @@ def run_request(table: TableConfig, planned: NextRun) -> RunRequest:
     return line.run_request(table_line(table), planned)
 
 
+def ancestry_window(instance, table_line_: line.Line, source_table) -> list[str] | None:  # noqa: ANN001
+    """The snapshots that can still be pending, in commit order: the table's ancestry after the oldest
+    of the line's assets' latest materialisations (metadata and indexed queries only, whatever the
+    history). None when an asset has never been materialised or its latest key left the ancestry
+    (rollback, expiry): the caller then walks the known partitions instead."""
+    anchors = set()
+    for asset_key in table_line_.asset_keys:
+        records = instance.fetch_materializations(asset_key, limit=1).records
+        if not records or records[0].partition_key is None:
+            return None
+        anchors.add(records[0].partition_key)
+    windows = []
+    for anchor in anchors:
+        try:
+            windows.append([str(sid) for sid in changelog.ancestry_ids(source_table, int(anchor))])
+        except (SnapshotNotFoundError, ValueError):
+            return None
+    return max(windows, key=len)
+
+
 def evaluate(instance, table: TableConfig, source_table) -> tuple[list[str], NextRun | Blocked | None]:  # noqa: ANN001
     """New keys to add and the next run to request, for this tick (shared by the CLI's sync)."""
-    known = list(instance.get_dynamic_partitions(naming.partitions_name(table)))
-    new_keys = discover_new_keys(source_table, known)
-    return new_keys, line.plan(instance, table_line(table), known + new_keys)
+    return evaluate_line(instance, table_line(table), source_table)
+
+
+def evaluate_line(instance, table_line_: line.Line,  # noqa: ANN001 - DagsterInstance
+                  source_table) -> tuple[list[str], NextRun | Blocked | None]:  # noqa: ANN001 - pyiceberg Table
+    """:func:`evaluate` for a table's line: its cost follows the backlog, not the history."""
+    window = ancestry_window(instance, table_line_, source_table)
+    if window is None:
+        new_keys = discover_new_keys(source_table, line.newest_key(instance, table_line_))
+        return new_keys, line.plan(instance, table_line_, new_keys)
+    known = instance.get_existing_dynamic_partitions(table_line_.partitions_def.name, window) if window else set()
+    new_keys = [key for key in window if key not in known]
+    return new_keys, line.plan(instance, table_line_, window=window)
 
 
 def build_snapshot_sensor(table: TableConfig):  # noqa: ANN201 - SensorDefinition
