@@ -1,5 +1,5 @@
-"""A run launcher that keeps Spark warm: runs execute one after another in a
-long-lived worker thread of the process that launches them (the daemon).
+"""A run launcher that keeps Spark warm: runs execute in long-lived worker threads ("lanes") of
+the process that launches them (the daemon), sharing one SparkSession.
 
 Dagster's default launcher starts a new process per run, so every batch pays a
 cold JVM and SparkSession (~20 s here) for a few hundred milliseconds of work.
@@ -9,17 +9,24 @@ process serves them all. Enable it in ``$DAGSTER_HOME/dagster.yaml``::
     run_launcher:
       module: icecdc_dagster.launcher
       class: WarmRunLauncher
+      config:
+        workers: 2                 # lanes: runs executing at once (default 1)
     run_queue:                     # the queued run coordinator (Dagster's default)
-      max_concurrent_runs: 1       # runs wait as QUEUED, not in the launcher
+      max_concurrent_runs: 2       # = workers: runs wait as QUEUED, not in the launcher
       dequeue_interval_seconds: 1  # default 5 s: up to 5 s added to every batch
+      tag_concurrency_limits:      # one run per line at a time, whatever the number of lanes
+        - key: icecdc/table
+          value:
+            applyLimitPerUniqueValue: true
+          limit: 1
     run_monitoring:                # fails runs whose worker died with the daemon
       enabled: true
       max_resume_run_attempts: 0   # this launcher cannot resume a run
       poll_interval_seconds: 30
 
 How a run goes: ``launch_run`` (called by the queued run coordinator daemon)
-puts the run on an in-process queue; one worker thread executes the runs in
-order with ``core_execute_run`` - the same code path as Dagster's run worker
+puts the run on an in-process queue; ``workers`` threads take runs from it and execute them
+with ``core_execute_run`` - the same code path as Dagster's run worker
 (``dagster api execute_run``), so the job definition is loaded from the run's
 code origin (module / file / python package), the cached repository load data
 is used and events go to the instance exactly as from a run worker. The
@@ -51,11 +58,16 @@ Trade-offs:
   launcher picks them up per run).
 - Runs must use the in-process executor (our definitions do): the
   multiprocess executor would start a process (and a JVM) per step again.
-- One run at a time for the whole instance (all tables, all code locations):
-  a long batch (a big export) delays every other table. Keep
-  ``max_concurrent_runs: 1`` so waiting runs stay QUEUED - with more, runs
-  would wait on this launcher's queue in STARTING and run monitoring's
-  ``start_timeout_seconds`` (180 s) could fail them.
+- ``workers`` runs at a time for the whole instance (all tables, all code
+  locations); runs of one table stay one at a time (the sensor requests the next
+  batch only after the previous one ends, the line lock, and the run queue's tag
+  limit above). Each run's Spark jobs run in their own FAIR scheduler pool and
+  job group (cancelled alone). Keep ``max_concurrent_runs`` equal to
+  ``workers`` so waiting runs stay QUEUED - with more, runs would wait on this
+  launcher's queue in STARTING and run monitoring's ``start_timeout_seconds``
+  (180 s) could fail them. Size: one lane per table that must not wait behind
+  another's export, up to about one per driver core (the lanes share the
+  driver's Python/JVM; Spark executors do the row work).
 - Termination is cooperative: ``terminate`` (UI or daemon) marks the run
   CANCELING; within a second the daemon's watcher thread cancels the running
   Spark jobs and raises ``DagsterExecutionInterruptedError`` in the worker
@@ -82,7 +94,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from dagster import DagsterRunStatus, RunsFilter
+from dagster import DagsterRunStatus, Field, IntSource, RunsFilter
 from dagster._core.errors import DagsterExecutionInterruptedError
 from dagster._core.launcher.default_run_launcher import DefaultRunLauncher
 from dagster._core.events import EngineEventData
@@ -93,10 +105,12 @@ from dagster._serdes.config_class import ConfigurableClassData
 from dagster._utils.error import serializable_error_info_from_exc_info
 
 from icecdc_dagster.lease import failover
+from icecdc_dagster.lease.executor import WARM_WORKER_THREAD
 from icecdc_dagster.lease.holder import Holder
 from icecdc_dagster.lease.run_thread import adopt_spark_session
 from icecdc_dagster.lease.run_thread import cancel_spark_jobs as _cancel_spark_jobs
 from icecdc_dagster.lease.run_thread import raise_in_thread as _raise_in_thread
+from icecdc_dagster.lease.run_thread import tag_spark_thread
 
 HOST_TAG = "icecdc/warm_launcher_host"
 PID_TAG = "icecdc/warm_launcher_pid"
@@ -110,14 +124,18 @@ _LIVE_SESSIONS: set[str] = set()
 
 
 class WarmRunLauncher(RunLauncher, ConfigurableClass):
-    def __init__(self, inst_data: ConfigurableClassData | None = None):
+    def __init__(self, inst_data: ConfigurableClassData | None = None, workers: int = 1):
+        if workers < 1:
+            raise ValueError(f"WarmRunLauncher: workers must be at least 1, got {workers}")
         self._inst_data = inst_data
+        self._workers_wanted = workers
         self._queue: queue.Queue = queue.Queue()
-        self._worker: threading.Thread | None = None
+        self._workers: list[threading.Thread] = []
         self._watcher: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._pending: set[str] = set()  # accepted, not yet picked up by the worker
-        self._current: str | None = None  # executing now
+        self._pending: set[str] = set()  # accepted, not yet picked up by a worker
+        self._current: dict[str, threading.Thread] = {}  # executing now -> the worker thread
+        self._spark_groups: set[str] = set()  # running runs whose Spark jobs carry their job group
         self._idle = threading.Condition(self._lock)
         self._session = uuid.uuid4().hex
         _LIVE_SESSIONS.add(self._session)
@@ -129,13 +147,18 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
     def inst_data(self) -> ConfigurableClassData | None:
         return self._inst_data
 
+    @property
+    def workers(self) -> int:
+        return self._workers_wanted
+
     @classmethod
     def config_type(cls) -> dict:
-        return {}
+        return {"workers": Field(IntSource, is_required=False, default_value=1,
+                                 description="Runs executing at once (lanes sharing the SparkSession).")}
 
     @classmethod
     def from_config_value(cls, inst_data: ConfigurableClassData, config_value: Mapping[str, Any]) -> "WarmRunLauncher":
-        return cls(inst_data=inst_data)
+        return cls(inst_data=inst_data, workers=int(config_value.get("workers", 1)))
 
     def register_instance(self, instance) -> None:  # noqa: ANN001
         super().register_instance(instance)
@@ -156,9 +179,12 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
                                            **Holder.current(role="warm launcher (daemon)").tags()})
         with self._lock:
             self._pending.add(run.run_id)
-            if self._worker is None or not self._worker.is_alive():
-                self._worker = threading.Thread(target=self._work, name="icecdc-warm-runs", daemon=True)
-                self._worker.start()
+            self._workers = [w for w in self._workers if w.is_alive()]
+            while len(self._workers) < self._workers_wanted:
+                worker = threading.Thread(target=self._work, name=f"{WARM_WORKER_THREAD}-{len(self._workers)}",
+                                          daemon=True)
+                worker.start()
+                self._workers.append(worker)
             if self._watcher is None or not self._watcher.is_alive():
                 self._watcher = threading.Thread(target=self._watch_cancellation, name="icecdc-warm-cancel",
                                                  daemon=True)
@@ -173,12 +199,13 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
                     if run_id not in self._pending:  # terminated while waiting
                         continue
                     self._pending.discard(run_id)
-                    self._current = run_id
+                    self._current[run_id] = threading.current_thread()
                 try:
                     self._execute(run_id)
                 finally:
                     with self._lock:
-                        self._current = None
+                        self._current.pop(run_id, None)
+                        self._spark_groups.discard(run_id)
                         self._idle.notify_all()
             except BaseException:  # noqa: BLE001 - incl. a late interrupt: the worker must go on
                 _log.exception("icecdc warm launcher: worker error")
@@ -186,23 +213,27 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
     def _watch_cancellation(self) -> None:
         """Like the run worker's cancellation thread: a run marked CANCELING (by ``terminate`` in
         any process, e.g. the webserver) is interrupted here, in the process that executes it."""
-        interrupted: str | None = None
+        interrupted: set[str] = set()
         while True:
             time.sleep(CANCEL_POLL_S)
-            run_id = self._current
-            if run_id is None or run_id == interrupted or not self.has_instance:
-                continue
-            try:
-                run = self._instance.get_run_by_id(run_id)
-            except Exception:  # noqa: BLE001 - storage hiccup: try again next poll
-                continue
-            if run is None or run.status != DagsterRunStatus.CANCELING:
-                continue
-            interrupted = run_id
-            _cancel_spark_jobs()
             with self._lock:
-                if self._current == run_id and self._worker is not None:
-                    _raise_in_thread(self._worker, DagsterExecutionInterruptedError)
+                running = dict(self._current)
+            interrupted &= set(running)
+            for run_id in set(running) - interrupted:
+                if not self.has_instance:
+                    break
+                try:
+                    run = self._instance.get_run_by_id(run_id)
+                except Exception:  # noqa: BLE001 - storage hiccup: try again next poll
+                    continue
+                if run is None or run.status != DagsterRunStatus.CANCELING:
+                    continue
+                interrupted.add(run_id)
+                # Only this run's Spark jobs when they carry its job group (other lanes go on).
+                _cancel_spark_jobs(run_id if run_id in self._spark_groups else None)
+                with self._lock:
+                    if self._current.get(run_id) is running[run_id]:
+                        _raise_in_thread(running[run_id], DagsterExecutionInterruptedError)
 
     def _execute(self, run_id: str) -> None:
         from dagster._grpc.impl import core_execute_run
@@ -217,6 +248,9 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
             return
         try:
             adopt_spark_session()
+            if tag_spark_thread(run_id):
+                with self._lock:
+                    self._spark_groups.add(run_id)
             instance.report_engine_event(
                 f"Executing in the warm launcher's worker thread (pid: {self._pid}).", run,
                 EngineEventData.in_process(self._pid))
@@ -275,7 +309,7 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
 
     def check_run_worker_health(self, run: DagsterRun) -> CheckRunHealthResult:
         with self._lock:
-            if run.run_id == self._current or run.run_id in self._pending:
+            if run.run_id in self._current or run.run_id in self._pending:
                 return CheckRunHealthResult(WorkerStatus.RUNNING)
         if run.tags.get(SESSION_TAG) == self._session:
             # Launched here but no longer queued or executing: the worker lost it.
@@ -305,7 +339,7 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
     def join(self, timeout: int = 30) -> None:
         """Wait until every accepted run has finished (tests, shutdown)."""
         with self._idle:
-            self._idle.wait_for(lambda: not self._pending and self._current is None, timeout=timeout)
+            self._idle.wait_for(lambda: not self._pending and not self._current, timeout=timeout)
 
     def dispose(self) -> None:
         """Runs still waiting when the instance is disposed (daemon shutdown) fail now; a run

@@ -36,6 +36,22 @@ def slow() -> None:
         time.sleep(0.1)
 
 
+# Two runs meet here only if they execute at the same time (two lanes); one lane would time out.
+RENDEZVOUS = threading.Barrier(2, timeout=20)
+
+
+@op
+def meet(context):  # noqa: ANN001, ANN201
+    RENDEZVOUS.wait()
+    context.add_output_metadata({"thread": threading.get_ident()})
+    return 1
+
+
+@job(executor_def=in_process_executor)
+def meeting_job() -> None:
+    meet()
+
+
 @job(executor_def=in_process_executor)
 def ok_job() -> None:
     where_am_i()
@@ -203,3 +219,39 @@ def test_orphan_whose_pid_was_reused_is_failed(instance):  # noqa: ANN001
     finally:
         other.kill()
         other.wait()
+
+
+@pytest.fixture
+def two_lane_instance():  # noqa: ANN201
+    overrides = {"run_launcher": {**LAUNCHER["run_launcher"], "config": {"workers": 2}}}
+    with instance_for_test(overrides=overrides) as instance:
+        assert instance.run_launcher.workers == 2
+        yield instance
+
+
+def test_two_lanes_execute_two_runs_at_once_and_cancel_one_alone(two_lane_instance):  # noqa: ANN001
+    instance = two_lane_instance
+    RENDEZVOUS.reset()
+    first, second = launch(instance, meeting_job), launch(instance, meeting_job)
+    instance.run_launcher.join(timeout=30)
+    assert {instance.get_run_by_id(r).status for r in (first, second)} == {DagsterRunStatus.SUCCESS}
+    assert output_metadata(instance, first)["thread"] != output_metadata(instance, second)["thread"]
+    slow_run = launch(instance, slow_job)
+    wait_status(instance, slow_run, {DagsterRunStatus.STARTED})
+    quick = launch(instance, ok_job)   # the other lane is free: it does not wait for the slow run
+    assert wait_status(instance, quick, {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE}) == DagsterRunStatus.SUCCESS
+    assert instance.get_run_by_id(slow_run).status == DagsterRunStatus.STARTED
+    assert instance.run_launcher.terminate(slow_run)
+    assert wait_status(instance, slow_run, {DagsterRunStatus.CANCELED, DagsterRunStatus.FAILURE}) == \
+        DagsterRunStatus.CANCELED
+
+
+def test_one_lane_runs_one_run_at_a_time(instance):  # noqa: ANN001
+    slow_run = launch(instance, slow_job)
+    wait_status(instance, slow_run, {DagsterRunStatus.STARTED})
+    queued = launch(instance, ok_job)
+    time.sleep(1.0)
+    assert instance.get_run_by_id(queued).status not in (DagsterRunStatus.STARTED, DagsterRunStatus.SUCCESS)
+    instance.run_launcher.terminate(slow_run)
+    instance.run_launcher.join(timeout=30)
+    assert instance.get_run_by_id(queued).status == DagsterRunStatus.SUCCESS

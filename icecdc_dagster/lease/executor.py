@@ -25,7 +25,7 @@ from icecdc_dagster.assets import naming
 from icecdc_dagster.lease.holder import Holder, run_heartbeat
 from icecdc_dagster.lease.line_lock import LineLock, busy_message
 
-WARM_WORKER_THREAD = "icecdc-warm-runs"  # the WarmRunLauncher's worker thread
+WARM_WORKER_THREAD = "icecdc-warm-runs"  # prefix of the WarmRunLauncher's worker threads (lanes)
 WAIT_POLL_S = 0.5
 WAIT_REPORT_EVERY_S = 60.0
 
@@ -38,7 +38,7 @@ class LineExecutor(InProcessExecutor):
             yield from super().execute(plan_context, execution_plan)
             return
         instance = plan_context.instance
-        in_warm_launcher = threading.current_thread().name == WARM_WORKER_THREAD
+        in_warm_launcher = threading.current_thread().name.startswith(WARM_WORKER_THREAD)
         holder = Holder.current(role="warm launcher (daemon)" if in_warm_launcher else "run worker")
         instance.add_run_tags(run.run_id, holder.tags())
         lock = LineLock.for_instance(instance, line_id)

@@ -22,15 +22,37 @@ from dagster._core.errors import DagsterExecutionInterruptedError
 _log = logging.getLogger("icecdc_dagster.lease")
 
 
-def cancel_spark_jobs() -> None:
-    """Cancel the running Spark jobs of this process's SparkContext, if Spark is in use here."""
+def _spark_context():  # noqa: ANN202 - SparkContext | None
     pyspark = sys.modules.get("pyspark")
     context = getattr(getattr(pyspark, "SparkContext", None), "_active_spark_context", None)
+    return context if context is not None and context._jsc is not None else None
+
+
+def cancel_spark_jobs(group: str | None = None) -> None:
+    """Cancel the running Spark jobs of this process's SparkContext (only ``group``'s, when the run
+    was tagged by :func:`tag_spark_thread`), if Spark is in use here."""
+    context = _spark_context()
     if context is not None:
         try:
-            context.cancelAllJobs()
+            if group is None:
+                context.cancelAllJobs()
+            else:
+                context.cancelJobGroup(group)
         except Exception:  # noqa: BLE001 - best effort
             _log.exception("icecdc: cancelling Spark jobs failed")
+
+
+def tag_spark_thread(run_id: str) -> bool:
+    """Spark jobs of the calling thread: job group ``run_id`` (cancelled alone) and FAIR scheduler
+    pool ``run_id`` (runs of several tables share the executors fairly, a big export does not starve
+    a small batch). PySpark pins each Python thread to a JVM thread, so the properties are per run
+    thread. False when no SparkContext runs yet (the run that starts it is not tagged)."""
+    context = _spark_context()
+    if context is None:
+        return False
+    context.setJobGroup(run_id, f"icecdc run {run_id}", interruptOnCancel=True)
+    context.setLocalProperty("spark.scheduler.pool", run_id)
+    return True
 
 
 def adopt_spark_session() -> None:

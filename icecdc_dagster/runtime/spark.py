@@ -48,6 +48,9 @@ def spark_builder_conf(settings: SparkSettings, catalogs: list[CatalogSettings])
         # `.count()` on Iceberg's changes table breaks with aggregate push-down.
         "spark.sql.iceberg.aggregate-push-down.enabled": "false",
         "spark.sql.session.timeZone": "UTC",
+        # Runs of several tables may share one session (the warm launcher's lanes): each run's jobs go
+        # to their own pool, and FAIR shares the executors between pools (FIFO within a run).
+        "spark.scheduler.mode": "FAIR",
     }
     if settings.master.startswith("local"):
         conf["spark.sql.shuffle.partitions"] = "8"

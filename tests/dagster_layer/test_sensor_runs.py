@@ -63,9 +63,10 @@ def test_sensor_requests_every_snapshot_in_commit_order(spark, catalog_settings,
     assert ticks[-1].requested == [] and "applied" in (ticks[-1].skip_reason or "")
 
     update, delete, replace, append = (_metadata(instance, changelog_key, k) for k in later)
-    # Engine figures count before images; the stored events keep only the after image per key.
+    # The stored changelog keeps both images of every update (sinks read the after image).
     assert (update["update_before_rows"], update["update_after_rows"], update["insert_rows"]) == (5, 5, 0)
-    assert (update["count_update_after"], update["count_insert"], update["rows"]) == (5, 0, 5)
+    assert (update["count_update_before"], update["count_update_after"], update["count_insert"], update["rows"]) \
+        == (5, 5, 0, 10)
     assert update["operation"] == "overwrite"
     assert update["parent_snapshot_id"] == bootstrap and update["snapshot_id"] == later[0]
     assert update["files_read"] >= 1 and update["rows_read"] >= 10 and update["carry_over_removed"] >= 0
