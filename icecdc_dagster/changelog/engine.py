@@ -154,31 +154,86 @@ def change_order() -> list[Column]:
     return [column(COMMIT_SEQUENCE_NUMBER), column(CHANGE_ORDINAL), _phase()]
 
 
+def _carry_over_window(rows: DataFrame, lead: Sequence[str]) -> tuple[DataFrame, Column]:
+    """``rows`` with a ``keep`` condition that cancels DELETE/INSERT pairs of identical rows pairwise.
+
+    One window (one sort): its partition is ``lead`` (the columns the rows are already clustered
+    by, so Spark adds no exchange) then every other value column; DELETE sorts before INSERT, so an
+    INSERT's rank among inserts is row_number - deletes, and the k-th INSERT cancels the k-th DELETE.
+    A high-cardinality column first (the key) gives the sort a useful prefix.
+    """
+    others = [comparable(rows, c) for c in value_columns(rows) if c not in lead]
+    ordered = Window.partitionBy(*_cols(lead), *others).orderBy(column(CHANGE_TYPE), column(COMMIT_SEQUENCE_NUMBER),
+                                                         column(CHANGE_ORDINAL))
+    whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    is_insert = (column(CHANGE_TYPE) == INSERT).cast("long")
+    inserts, deletes, rn = F.col(f"{_TMP}ins"), F.col(f"{_TMP}del"), F.col(f"{_TMP}rn")
+    # One select: the three window expressions share one Window operator (one pass over the sort).
+    df = rows.select("*", F.sum(is_insert).over(whole).alias(f"{_TMP}ins"),
+                     F.sum(1 - is_insert).over(whole).alias(f"{_TMP}del"),
+                     F.row_number().over(ordered).alias(f"{_TMP}rn"))
+    rank_in_type = F.when(column(CHANGE_TYPE) == INSERT, rn - deletes).otherwise(rn)
+    keep = (((column(CHANGE_TYPE) == INSERT) & (rank_in_type > deletes))
+            | ((column(CHANGE_TYPE) == DELETE) & (rank_in_type > inserts)))
+    return df, keep
+
+
 def remove_carry_over(rows: DataFrame, per_snapshot: bool = True,
                       cluster_by: Sequence[str] = ()) -> DataFrame:
     """Cancel DELETE/INSERT pairs of identical rows (pairwise: 3 deletes + 2 inserts leave 1 delete).
 
     Compares every column but the change columns, so with v3 row lineage a carry-over also needs the
-    same ``_row_id`` and ``_last_updated_sequence_number``. ``cluster_by`` (snapshot + key columns)
-    shuffles by the key once, so that update detection after it needs no second shuffle.
+    same ``_row_id`` and ``_last_updated_sequence_number``. ``cluster_by`` (key columns, and the
+    snapshot) shuffles by them once, so that work by key after it needs no second shuffle.
     """
-    df, group = _with_values(rows.repartition(*_cols(cluster_by)) if cluster_by else rows)
-    if per_snapshot:
-        group = [column(COMMIT_SNAPSHOT_ID), *group]
-    is_insert = (column(CHANGE_TYPE) == INSERT).cast("long")
-    # One window (one sort): DELETE sorts before INSERT, so an INSERT's rank among inserts is
-    # row_number - deletes; the k-th INSERT cancels the k-th DELETE.
-    ordered = Window.partitionBy(*group).orderBy(column(CHANGE_TYPE), column(COMMIT_SEQUENCE_NUMBER),
-                                                 column(CHANGE_ORDINAL))
-    whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    inserts, deletes, rn = F.col(f"{_TMP}ins"), F.col(f"{_TMP}del"), F.col(f"{_TMP}rn")
-    df = (df.withColumn(f"{_TMP}ins", F.sum(is_insert).over(whole))
-            .withColumn(f"{_TMP}del", F.sum(1 - is_insert).over(whole))
-            .withColumn(f"{_TMP}rn", F.row_number().over(ordered)))
-    rank_in_type = F.when(column(CHANGE_TYPE) == INSERT, rn - deletes).otherwise(rn)
-    keep = (((column(CHANGE_TYPE) == INSERT) & (rank_in_type > deletes))
-            | ((column(CHANGE_TYPE) == DELETE) & (rank_in_type > inserts)))
+    lead = list(cluster_by)
+    if per_snapshot and COMMIT_SNAPSHOT_ID not in lead:
+        lead.append(COMMIT_SNAPSHOT_ID)
+    source = rows.repartition(*_cols(cluster_by)) if cluster_by else rows
+    df, keep = _carry_over_window(source, lead)
     return df.where(keep).select(*_cols(rows.columns))
+
+
+def _keyed_changes(rows: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """Carry-over removal, update detection and the duplicate/null key flags in one shuffle and one sort.
+
+    Rows are shuffled by (key, snapshot); the carry-over window sorts by (key, snapshot, other
+    values, change type), which already groups the rows of a key, so the per-key window after the
+    carry-over filter needs neither an exchange nor a sort. Adds ``{_TMP}ins``/``{_TMP}del`` (rows
+    per key and snapshot left after carry-over) and ``{_TMP}bad`` (null key, or more than one row of
+    a kind) for :func:`_raise_on_bad_key`.
+    """
+    by_key = [*keys, COMMIT_SNAPSHOT_ID]
+    df, keep = _carry_over_window(rows.repartition(*_cols(by_key)), by_key)
+    kept = df.where(keep).select(*_cols(rows.columns))
+    is_insert = (column(CHANGE_TYPE) == INSERT).cast("long")
+    per_key = Window.partitionBy(*_cols(by_key))
+    inserts, deletes = F.col(f"{_TMP}ins"), F.col(f"{_TMP}del")
+    counted = kept.select("*", F.sum(is_insert).over(per_key).alias(f"{_TMP}ins"),
+                          F.sum(1 - is_insert).over(per_key).alias(f"{_TMP}del"))
+    return _mark_updates(counted, keys, inserts, deletes)
+
+
+def _mark_updates(counted: DataFrame, keys: Sequence[str], inserts: Column, deletes: Column) -> DataFrame:
+    both = (inserts == 1) & (deletes == 1)
+    change_type = (F.when(both & (column(CHANGE_TYPE) == INSERT), F.lit(UPDATE_AFTER))
+                   .when(both & (column(CHANGE_TYPE) == DELETE), F.lit(UPDATE_BEFORE))
+                   .otherwise(column(CHANGE_TYPE)))
+    any_null = reduce(operator.or_, [column(k).isNull() for k in keys])
+    bad = (inserts > 1) | (deletes > 1) | any_null
+    columns = [change_type.alias(CHANGE_TYPE) if c == CHANGE_TYPE else column(c)
+               for c in counted.columns if c not in (f"{_TMP}ins", f"{_TMP}del")]
+    return counted.select(*columns, inserts.alias(f"{_TMP}ins"), deletes.alias(f"{_TMP}del"),
+                          bad.alias(f"{_TMP}bad"))
+
+
+def _raise_on_bad_key(flagged: DataFrame, keys: Sequence[str], name: str, export: bool = False) -> None:
+    """Raise the named error for the first flagged key; collects at most one small row."""
+    bad = (flagged.where(F.col(f"{_TMP}bad"))
+           .select(column(COMMIT_SNAPSHOT_ID), *_cols(keys), F.col(f"{_TMP}ins"), F.col(f"{_TMP}del"))
+           .limit(1).collect())
+    if bad:
+        _raise_key_error(bad[0], keys, name, export, f"{_TMP}ins", f"{_TMP}del")
 
 
 def key_string(keys: Sequence[str]) -> str:
@@ -197,9 +252,12 @@ def check_keys(rows: DataFrame, keys: Sequence[str], name: str, export: bool = F
            .agg(F.sum(is_insert).alias(inserts), F.sum(1 - is_insert).alias(deletes))
            .where((F.col(inserts) > 1) | (F.col(deletes) > 1) | any_null)
            .limit(1).collect())
-    if not bad:
-        return
-    row = bad[0]
+    if bad:
+        _raise_key_error(bad[0], keys, name, export, inserts, deletes)
+
+
+def _raise_key_error(row, keys: Sequence[str], name: str, export: bool, inserts: str,  # noqa: ANN001
+                     deletes: str) -> None:
     snapshot_id = row[COMMIT_SNAPSHOT_ID]
     key = {k: row[k] for k in keys}
     null_columns = [k for k, v in key.items() if v is None]
@@ -343,10 +401,11 @@ def changes(spark, catalog_name: str, table, snapshot_id,  # noqa: ANN001
     keys = validate_identifier_columns(table, tuple(identifier_columns))
     plans = [plan_snapshot(table, sid) for sid in _resolve_range(table, snapshot_id)]
     columns = output_columns(table)
-    parts, files_read = [], 0
+    parts, files_read, sides = [], 0, []
     for ordinal, plan in enumerate(plans):
         before, after = touched_files(table, plan)
         files_read += len(before) + len(after)
+        sides.append((before, after))
         if before:
             parts.append(_with_change_columns(read_files(spark, catalog_name, table, plan.parent_id, before),
                                               columns, DELETE, plan, ordinal))
@@ -359,21 +418,28 @@ def changes(spark, catalog_name: str, table, snapshot_id,  # noqa: ANN001
         parts.append(_with_change_columns(source, columns, INSERT, empty_plan or _NO_PLAN, 0))
     raw = reduce(DataFrame.unionByName, parts)
     row_keys = list(keys) or ([ROW_ID] if uses_row_lineage(table) else [])
+    # Carry-over (and so an update) needs a DELETE and an INSERT in one snapshot: when no snapshot
+    # reads both sides (appends, whole-file deletes), the plan proves there is none to remove.
+    one_sided = all(not (before and after) for before, after in sides)
     cached = None
     if net and len(plans) > 1 and not row_keys:
         # Like Iceberg, keyless net changes start from the rows as read: carry-over decides attribution.
         rows = net_changes_without_keys(raw)
+    elif not row_keys:
+        rows = raw if one_sided else remove_carry_over(raw)
+    elif one_sided:
+        check_keys(raw, row_keys, name)  # an aggregate over the keys only
+        rows = net_changes(raw, row_keys) if net and len(plans) > 1 else raw
     else:
-        rows = remove_carry_over(raw, cluster_by=[COMMIT_SNAPSHOT_ID, *row_keys] if row_keys else ())
-        if row_keys:
-            # The duplicate/null key check runs before any sink sees the batch; keep what it computed
-            # (change rows after carry-over removal, small next to the rows read) for the real use.
-            cached = rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
-            try:
-                rows = detect_updates(rows, row_keys, name)
-            except Exception:
-                cached.unpersist()
-                raise
+        # One shuffle and one sort; the duplicate/null key check runs before any sink sees the batch, so
+        # keep what it computed (change rows after carry-over removal, small next to the rows read).
+        cached = _keyed_changes(raw, row_keys).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            _raise_on_bad_key(cached, row_keys, name)
+        except Exception:
+            cached.unpersist()
+            raise
+        rows = cached.select(*_cols(raw.columns))
         if net and len(plans) > 1:
             rows = net_changes(rows, row_keys)
     stats = {"snapshots": len(plans), "files_read": files_read,

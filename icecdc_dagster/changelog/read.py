@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+from pyiceberg.conversions import from_bytes
 from pyiceberg.manifest import DataFileContent, ManifestContent
 
 from icecdc_dagster.changelog.plan import SnapshotPlan, snapshot_or_raise
@@ -70,6 +71,20 @@ def _table_cache(spark):  # noqa: ANN001, ANN202
         None, gateway.new_array(jvm.java.lang.Object, 0))
 
 
+def _location_in(spark, paths: set[str]):  # noqa: ANN001, ANN202
+    """A JVM ``Predicate<FileScanTask>``: ``task.file().location()`` is in ``paths``.
+
+    Planning stays in the JVM: a table of 20,000 files costs one py4j call here, not three per task
+    (``java.beans.EventHandler`` builds the predicate from the path set's ``contains``).
+    """
+    jvm = spark._jvm
+    wanted = jvm.java.util.HashSet()
+    for path in paths:
+        wanted.add(path)
+    predicate = jvm.java.lang.Class.forName("java.util.function.Predicate")
+    return jvm.java.beans.EventHandler.create(predicate, wanted, "contains", "file.location")
+
+
 def read_files(spark, catalog_name: str, table, snapshot_id: int, paths: set[str] | None):  # noqa: ANN001, ANN201
     """Rows of ``paths`` (None: every file) as of ``snapshot_id`` (its deletes applied), current schema."""
     identifier = spark_identifier(catalog_name, table)
@@ -77,11 +92,10 @@ def read_files(spark, catalog_name: str, table, snapshot_id: int, paths: set[str
     jvm = spark._jvm
     tasks = jvm.java.util.ArrayList()
     if paths is None or paths:
-        iterator = jtable.newScan().useSnapshot(int(snapshot_id)).planFiles().iterator()
-        while iterator.hasNext():
-            task = iterator.next()
-            if paths is None or task.file().location() in paths:
-                tasks.add(task)
+        planned = jtable.newScan().useSnapshot(int(snapshot_id)).planFiles()
+        if paths is not None:
+            planned = jvm.org.apache.iceberg.io.CloseableIterable.filter(planned, _location_in(spark, paths))
+        tasks = jvm.org.apache.iceberg.relocated.com.google.common.collect.Lists.newArrayList(planned)
     if tasks.isEmpty():
         # Nothing to read: an empty relation of the current schema (metadata columns stay selectable).
         return spark.table(identifier).where("false")
@@ -129,9 +143,44 @@ def _position_delete_bounds(table, plan: SnapshotPlan) -> dict[str, str]:  # noq
     return result
 
 
+def _summary_may_hold(summary, field_type, value) -> bool:  # noqa: ANN001
+    """Whether a manifest's partition field summary admits ``value`` (undecidable: yes)."""
+    if value is None:
+        return bool(summary.contains_null)
+    if summary.lower_bound is None or summary.upper_bound is None:
+        return True
+    try:
+        lower = from_bytes(field_type, summary.lower_bound)
+        upper = from_bytes(field_type, summary.upper_bound)
+        return bool(lower <= value <= upper)
+    except Exception:  # noqa: BLE001 - a type we cannot compare: read the manifest
+        return True
+
+
+def _manifest_may_hold(table, manifest, partitions: set[tuple[int, tuple]]) -> bool:  # noqa: ANN001
+    """Partition summaries of the manifest list prune manifests without reading them."""
+    wanted = [values for spec_id, values in partitions if spec_id == manifest.partition_spec_id]
+    if not wanted:
+        return False
+    summaries = manifest.partitions or []
+    spec = table.specs().get(manifest.partition_spec_id)
+    if spec is None or not summaries:
+        return True
+    types = [f.field_type for f in spec.partition_type(table.schema()).fields]
+    if len(types) != len(summaries):
+        return True
+    return any(len(values) == len(types) and all(_summary_may_hold(summary, field_type, value)
+                                                 for summary, field_type, value in zip(summaries, types, values))
+               for values in wanted)
+
+
 def _parent_files_in_partitions(table, parent_id: int, partitions: set[tuple[int, tuple]]) -> set[str]:  # noqa: ANN001
     """Live data files of the parent in the given (spec id, partition) set: equality deletes can
-    remove rows from any older file of their partition (an unpartitioned table is one partition)."""
+    remove rows from any older file of their partition (an unpartitioned table is one partition).
+
+    Only manifests whose partition summaries may hold one of the partitions are read, so the cost
+    follows the partitions touched, not the table (an unpartitioned delete reads every manifest).
+    """
     if not partitions:
         return set()
     from icecdc_dagster.changelog.plan import _partition_key
@@ -141,6 +190,8 @@ def _parent_files_in_partitions(table, parent_id: int, partitions: set[tuple[int
     global_delete = any(not values for _, values in partitions)  # unpartitioned delete: every file
     for manifest in snapshot.manifests(table.io):
         if manifest.content != ManifestContent.DATA:
+            continue
+        if not global_delete and not _manifest_may_hold(table, manifest, partitions):
             continue
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
             key = (manifest.partition_spec_id, _partition_key(entry.data_file.partition))

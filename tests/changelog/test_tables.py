@@ -9,6 +9,7 @@ import pytest
 
 from icecdc_dagster import changelog
 from icecdc_dagster.batch import DELETE, UPDATE_AFTER, UPDATE_BEFORE
+from icecdc_dagster.changelog.read import _manifest_may_hold
 from icecdc_dagster.errors import DuplicateKeyChangeError, IdentifierColumnError, SnapshotNotFoundError
 from tests.changelog.workload import apply_changes, mode_properties, rows_at
 
@@ -104,6 +105,7 @@ def test_equality_deletes_restricted_by_partition(spark, catalog, catalog_settin
               f"{mode_properties(2, 'merge-on-read')}")
     spark.sql(f"INSERT INTO {ident} VALUES (1, 0, 'a'), (2, 0, 'b'), (3, 1, 'c')")
     spark.sql(f"INSERT INTO {ident} VALUES (4, 0, 'd')")
+    spark.sql(f"INSERT INTO {ident} VALUES (5, 1, 'e')")  # a manifest that holds only p=1
     write_equality_delete(spark, catalog, ident, partition_value=0, ids=[2, 4])
     table = catalog.load_table("db.t")
     plan = changelog.plan_snapshot(table, table.metadata.current_snapshot().snapshot_id)
@@ -112,6 +114,11 @@ def test_equality_deletes_restricted_by_partition(spark, catalog, catalog_settin
     rows = change_set.rows.collect()
     assert sorted((r["_change_type"], r["id"]) for r in rows) == [(DELETE, 2), (DELETE, 4)]
     assert change_set.stats["files_read"] == 4  # the two files of partition p=0, before and after; not p=1
+    # planning reads only the manifests whose partition summaries may hold p=0 (2 of the parent's 3)
+    manifests = table.metadata.snapshot_by_id(plan.parent_id).manifests(table.io)
+    spec_id = manifests[0].partition_spec_id
+    read = [m for m in manifests if _manifest_may_hold(table, m, {(spec_id, (0,))})]
+    assert (len(manifests), len(read)) == (3, 2)
 
 
 def write_equality_delete(spark, catalog, ident: str, partition_value: int, ids: list[int]) -> None:
