@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+from py4j.protocol import Py4JError
 from pyiceberg.conversions import from_bytes
 from pyiceberg.manifest import DataFileContent, ManifestContent
 
@@ -85,6 +86,26 @@ def _location_in(spark, paths: set[str]):  # noqa: ANN001, ANN202
     return jvm.java.beans.EventHandler.create(predicate, wanted, "contains", "file.location")
 
 
+def _touched_tasks(spark, planned, paths: set[str] | None):  # noqa: ANN001, ANN202 - java.util.List
+    """The planned file tasks of ``paths`` (None: all), filtered in the JVM. A JDK without the
+    ``java.desktop`` module (no ``java.beans``, e.g. a jlinked runtime) filters here instead: one py4j
+    call per task, same result."""
+    jvm = spark._jvm
+    lists = jvm.org.apache.iceberg.relocated.com.google.common.collect.Lists
+    if paths is None:
+        return lists.newArrayList(planned)
+    try:
+        return lists.newArrayList(jvm.org.apache.iceberg.io.CloseableIterable.filter(planned, _location_in(spark, paths)))
+    except Py4JError:
+        tasks = jvm.java.util.ArrayList()
+        iterator = planned.iterator()
+        while iterator.hasNext():
+            task = iterator.next()
+            if task.file().location() in paths:
+                tasks.add(task)
+        return tasks
+
+
 def read_files(spark, catalog_name: str, table, snapshot_id: int, paths: set[str] | None):  # noqa: ANN001, ANN201
     """Rows of ``paths`` (None: every file) as of ``snapshot_id`` (its deletes applied), current schema."""
     identifier = spark_identifier(catalog_name, table)
@@ -93,9 +114,7 @@ def read_files(spark, catalog_name: str, table, snapshot_id: int, paths: set[str
     tasks = jvm.java.util.ArrayList()
     if paths is None or paths:
         planned = jtable.newScan().useSnapshot(int(snapshot_id)).planFiles()
-        if paths is not None:
-            planned = jvm.org.apache.iceberg.io.CloseableIterable.filter(planned, _location_in(spark, paths))
-        tasks = jvm.org.apache.iceberg.relocated.com.google.common.collect.Lists.newArrayList(planned)
+        tasks = _touched_tasks(spark, planned, paths)
     if tasks.isEmpty():
         # Nothing to read: an empty relation of the current schema (metadata columns stay selectable).
         return spark.table(identifier).where("false")
