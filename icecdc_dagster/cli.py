@@ -42,7 +42,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
         instance = _instance(args.config, args.dagster_home)
         started = time.monotonic()
         context = SyncContext(defs=defs, instance=instance, holder=Holder.current(), retry_failed=args.retry_failed,
-                              wait=args.wait, stop=stop, say=lambda message: print(message, flush=True))
+                              wait=args.wait, stop=stop, say=lambda message: print(message, flush=True),
+                              log_level=args.log_level)
         reports = sync_all(config, defs, instance, context=context)
         for report in reports:
             for message in report.failed_over:
@@ -79,6 +80,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(Path(args.dir), opensearch_url=args.opensearch_url)
 
 
+def _log_level_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log-level", default="INFO", type=str.upper,
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="runs' console log (default INFO: one line per batch step; the event log keeps all)")
+    parser.add_argument("-v", "--verbose", dest="log_level", action="store_const", const="DEBUG",
+                        help="same as --log-level DEBUG (Dagster's step and engine events)")
+
+
 def main(argv: list[str] | None = None) -> int:
     # Dagster flags APIs we rely on as beta/preview on every import; users of the CLI can't act on it.
     warnings.filterwarnings("ignore", message=".*is currently in (beta|preview).*")
@@ -97,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--wait", action="store_true",
                            help="when another writer holds a line, wait for it (default: skip that line, "
                                 "name the holder and exit 75)")
+            _log_level_arguments(p)
         p.set_defaults(func=func)
     demo = sub.add_parser("demo", help="local warehouse + demo table with several snapshots, synced end to end")
     demo.add_argument("--dir", default="icecdc-demo", help="where the demo's warehouse, catalog and instance live")

@@ -110,6 +110,12 @@ class SyncContext:
     wait: bool = False
     stop: StopRequest = field(default_factory=StopRequest)
     say: Callable[[str], None] = lambda message: None
+    log_level: str = "INFO"  # of the runs' console log: one line per step at INFO; DEBUG adds Dagster's events
+
+
+def console_log_config(level: str) -> dict:
+    """Run config for Dagster's console logger at ``level`` (the event log keeps everything)."""
+    return {"loggers": {"console": {"config": {"log_level": level.upper()}}}}
 
 
 def execute_run(context: SyncContext, line: lines.Line, planned: NextRun) -> tuple[str, DagsterRunStatus | None]:
@@ -126,7 +132,8 @@ def execute_run(context: SyncContext, line: lines.Line, planned: NextRun) -> tup
         try:
             adopt_spark_session()
             job.execute_in_process(instance=instance, run_id=run_id, partition_key=request.partition_key,
-                                   asset_selection=list(line.asset_keys), tags=tags, raise_on_error=False)
+                                   asset_selection=list(line.asset_keys), tags=tags, raise_on_error=False,
+                                   run_config=console_log_config(context.log_level))
         except BaseException as exc:  # noqa: BLE001 - recorded on the run below
             errors.append(exc)
 

@@ -2,6 +2,7 @@
 where the sink stands; after a new commit ``icecdc sync`` applies it and status catches up."""
 
 import re
+from pathlib import Path
 
 from icecdc_dagster.cli import main
 from icecdc_dagster.demo import workload
@@ -17,7 +18,13 @@ def test_demo_then_status_then_sync(spark, tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     directory = tmp_path / "demo"
     assert main(["demo", "--dir", str(directory)]) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
+    # Quiet by default: Dagster's console log at INFO (our one line per step), no DEBUG events.
+    assert " - DEBUG - " not in captured.err and " - INFO - " in captured.err
+    hint = out.strip().splitlines()[-1].split()   # the closing hint runs as printed
+    assert hint[-3:] == ["dev", "-m", "icecdc_dagster.definitions"] and Path(hint[-4]).name == "dagster"
+    assert Path(hint[-4]).exists()
     assert "replica matches source: True" in out
     assert "source rows: 1100, replica rows: 1100" in out
     # demo.orders: one export line plus one line per committed change (the compaction is an empty
@@ -43,8 +50,10 @@ def test_demo_then_status_then_sync(spark, tmp_path, monkeypatch, capsys):
     status = _status(capsys, config, home)
     assert "1 snapshots pending" in status and "1 not yet applied" in status
 
-    assert main(["sync", "--config", str(config), "--dagster-home", str(home)]) == 0
-    assert "demo.orders: 1/1 runs succeeded; ok" in capsys.readouterr().out
+    assert main(["sync", "--config", str(config), "--dagster-home", str(home), "-v"]) == 0
+    captured = capsys.readouterr()
+    assert "demo.orders: 1/1 runs succeeded; ok" in captured.out
+    assert " - DEBUG - " in captured.err and "STEP_START" in captured.err   # -v: Dagster's events too
     status = _status(capsys, config, home)
     newest = re.search(r"demo.orders: current snapshot (\d+)", status).group(1)
     assert newest != current and f"checkpoint {newest}, 0 snapshots pending" in status

@@ -1,6 +1,8 @@
 """Run the demo: create, sync (export), change, sync again (CDC per snapshot), verify, summarise."""
 
 import os
+import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -79,9 +81,11 @@ def run_demo(directory: Path, opensearch_url: str | None = None) -> int:
     gold = customers.where(customers.tier == "gold").count()
     print(f"ingested customers: {customers.count()} rows ({gold} gold, columns {', '.join(customers.columns)}); "
           f"dead letters: {dead.count()}")
+    # The dagster command of this interpreter's environment (e.g. .venv/bin/dagster): runnable as printed.
+    dagster_cli = Path(sys.executable).parent / "dagster"
     print(f"demo finished in {time.monotonic() - started:.1f}s. Explore it in the UI:\n"
-          f"  DAGSTER_HOME={os.environ['DAGSTER_HOME']} ICECDC_CONFIG={config_path} "
-          f"dagster dev -m icecdc_dagster.definitions")
+          f"  DAGSTER_HOME={shlex.quote(os.environ['DAGSTER_HOME'])} ICECDC_CONFIG={shlex.quote(str(config_path))} "
+          f"{shlex.quote(str(dagster_cli))} dev -m icecdc_dagster.definitions")
     return 0 if matches and all(r.ok for r in reports) else 1
 
 
