@@ -7,6 +7,7 @@ from icecdc_dagster.assets.changelog import build_changelog_asset
 from icecdc_dagster.assets.ingest import build_ingest_asset
 from icecdc_dagster.assets.sinks import build_sink_asset
 from icecdc_dagster.assets.source import build_source_asset
+from icecdc_dagster.checks.lifecycle import build_lifecycle_check
 from icecdc_dagster.checks.stuck import build_stuck_check
 from icecdc_dagster.errors import ConfigError
 from icecdc_dagster.lease.executor import line_executor
@@ -135,7 +136,8 @@ def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Defi
         assets.append(build_changelog_asset(table))
         assets.extend(build_sink_asset(table, sink) for sink in table.sinks)
         checks.append(build_stuck_check(table))
-        sensors.append(build_snapshot_sensor(table))
+        checks.append(build_lifecycle_check(table, config.source))
+        sensors.append(build_snapshot_sensor(table, config.source))
     from icecdc_dagster.checks.consistency import build_consistency_checks
 
     for table in config.tables:

@@ -13,6 +13,7 @@ from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.metadata import batch_metadata
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.pipeline.batches import compute_batch, identifier_columns_of, keys_to_request
+from icecdc_dagster.pipeline import lifecycle
 from icecdc_dagster.pipeline.changelog_store import ChangelogStore
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 
@@ -46,11 +47,14 @@ def build_changelog_asset(table: TableConfig):  # noqa: ANN201 - AssetsDefinitio
             computed = compute_batch(session, catalog.name, source, request)
             stored = ChangelogStore(session, catalog.name, table.table_name).write(computed.info, computed.rows)
         parent = changelog.plan_snapshot(source, computed.info.first_snapshot_id).parent_id
+        line_meta = {naming.SOURCE_UUID_METADATA: lifecycle.table_uuid(source)}
+        if request.line is not None:
+            line_meta["line"] = request.line
         context.log.info(f"{table.table_name}: stored {stored.rows} change rows of snapshots "
                          f"{computed.info.first_snapshot_id}..{computed.info.snapshot_id} ({computed.kind})")
         return MaterializeResult(metadata=batch_metadata(
             computed.info, parent, started, stored.counts,
             {"batch_kind": computed.kind, "changelog_table": stored.table_name,
-             "changelog_snapshot_id": str(stored.snapshot_id), **computed.stats}))
+             "changelog_snapshot_id": str(stored.snapshot_id), **line_meta, **computed.stats}))
 
     return _changelog

@@ -8,6 +8,11 @@ then blocks the line until it is re-executed; other tables keep flowing. A run w
 died is failed over on the next tick (and retried); while an ``icecdc sync`` holds the table's
 line lock the sensor requests nothing.
 The partitions themselves are the cursor, so a daemon restart loses nothing.
+
+When the table changed under the line (rolled back, a needed snapshot expired, dropped and
+recreated: ``pipeline.lifecycle.diagnose``), the tick skips with a reason that names what happened
+and the ``icecdc resync`` command that recovers; it never raises on every tick. Partitions before
+the latest resync bootstrap are superseded and never planned again.
 """
 
 from dagster import (
@@ -18,19 +23,43 @@ from dagster._core.definitions.data_version import DATA_VERSION_TAG
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import TableConfig
+from icecdc_dagster.pipeline import lifecycle
 from icecdc_dagster.pipeline.ordering import Blocked, KeyStatus, NextRun
 from icecdc_dagster.sensors import line
 
 
 def discover_new_keys(table, known_keys: list[str]) -> list[str]:  # noqa: ANN001 - pyiceberg Table
-    """Snapshot ids after the newest known key along the current ancestry (the bootstrap if none)."""
+    """Snapshot ids after the newest known key along the current ancestry (the bootstrap if none).
+    Raises a ``LineDivergedError`` when the newest key is not in that ancestry (see ``diagnose``)."""
     current = table.current_snapshot()
     if current is None:
         return []
     if not known_keys:
         return [str(current.snapshot_id)]
-    plans = changelog.snapshots_after(table, int(known_keys[-1]))
+    plans = changelog.snapshots_after(table, lifecycle.snapshot_id_of(known_keys[-1]))
     return [str(plan.snapshot_id) for plan in plans]
+
+
+def recorded_table_uuid(instance, table: TableConfig, active: list[str]) -> str | None:  # noqa: ANN001
+    """The source table uuid recorded by the line's latest changelog batch, if it is on the active line."""
+    from dagster import AssetRecordsFilter
+
+    records = instance.fetch_materializations(AssetRecordsFilter(asset_key=naming.changelog_key(table)),
+                                              limit=1).records
+    if not records or records[0].partition_key not in set(active):
+        return None
+    value = records[0].asset_materialization.metadata.get(naming.SOURCE_UUID_METADATA)
+    return getattr(value, "value", value) if value is not None else None
+
+
+def diagnose(instance, table: TableConfig, source_table, known: list[str],  # noqa: ANN001
+             config_path: str | None) -> lifecycle.LineProblem | None:
+    """Why the line cannot continue (rollback, expiry, recreation), or None."""
+    active = lifecycle.active_keys(known)
+    statuses = key_statuses(instance, table, active)
+    done = {k for k, s in statuses.items() if s is KeyStatus.DONE}
+    return lifecycle.diagnose(source_table, table.table_name, known, done,
+                              recorded_table_uuid(instance, table, active), config_path)
 
 
 def asset_keys(table: TableConfig) -> list[AssetKey]:
@@ -52,14 +81,20 @@ def run_request(table: TableConfig, planned: NextRun) -> RunRequest:
     return line.run_request(table_line(table), planned)
 
 
-def evaluate(instance, table: TableConfig, source_table) -> tuple[list[str], NextRun | Blocked | None]:  # noqa: ANN001
-    """New keys to add and the next run to request, for this tick (shared by the CLI's sync)."""
+def evaluate(instance, table: TableConfig, source_table,  # noqa: ANN001
+             config_path: str | None = None) -> tuple[list[str], NextRun | Blocked | None]:
+    """New keys to add and the next run to request, for this tick (shared by the CLI's sync).
+    A table that changed under the line gives ``Blocked`` with the diagnosis (no new keys)."""
     known = list(instance.get_dynamic_partitions(naming.partitions_name(table)))
-    new_keys = discover_new_keys(source_table, known)
-    return new_keys, line.plan(instance, table_line(table), known + new_keys)
+    problem = diagnose(instance, table, source_table, known, config_path)
+    if problem is not None:
+        return [], Blocked(lifecycle.active_keys(known)[-1], problem.message)
+    active = lifecycle.active_keys(known)
+    new_keys = discover_new_keys(source_table, active)
+    return new_keys, line.plan(instance, table_line(table), active + new_keys)
 
 
-def build_snapshot_sensor(table: TableConfig):  # noqa: ANN201 - SensorDefinition
+def build_snapshot_sensor(table: TableConfig, config_path: str | None = None):  # noqa: ANN201 - SensorDefinition
     @sensor(
         name=naming.sensor_name(table),
         minimum_interval_seconds=max(1, int(table.polling_interval_s)),
@@ -75,7 +110,7 @@ def build_snapshot_sensor(table: TableConfig):  # noqa: ANN201 - SensorDefinitio
             source = context.resources.catalog.load_table(table.table_name)
         except NoSuchTableError:  # an ingest entry with auto_create has not created it yet
             return SkipReason(f"table {table.table_name} does not exist yet")
-        new_keys, planned = evaluate(context.instance, table, source)
+        new_keys, planned = evaluate(context.instance, table, source, config_path)
         partitions = naming.partitions_def(table)
         add = [partitions.build_add_request(new_keys)] if new_keys else []
         # Record the source's new state on its observable asset (data version = snapshot id).
