@@ -9,6 +9,7 @@ from icecdc_dagster import changelog
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import IngestConfig, OpenSearchSinkConfig, TableConfig
 from icecdc_dagster.pipeline import lifecycle
+from icecdc_dagster.pipeline.maintenance import retention_warning
 from icecdc_dagster.pipeline.ordering import KeyStatus
 from icecdc_dagster.pipeline.sinks import open_configured_sink, sink_name
 from icecdc_dagster.sensors.snapshots import diagnose, discover_new_keys, key_statuses
@@ -105,6 +106,7 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
         problem=problem.message if problem else None, line=lifecycle.line_token(known),
         superseded_partitions=len(known) - len(active))
     spark = None
+    needed: list[int] = []  # checkpoints of sinks that still have snapshots to apply
     for sink in table.sinks:
         try:
             if spark is None and not isinstance(sink, OpenSearchSinkConfig):
@@ -118,6 +120,13 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
             status.sinks.append(SinkStatus(sink_name(sink), None, len(keys), None, error=str(exc)[:200]))
             continue
         status.sinks.append(_sink_status(source, table, sink_name(sink), checkpoint, keys, status.line, config_path))
+        if checkpoint is not None and status.sinks[-1].error is None and status.sinks[-1].pending_snapshots:
+            needed.append(checkpoint.snapshot_id)
+    # The retention guard: the table's own expiry settings must not expire what the slowest sink needs.
+    slowest = min(needed, key=lambda i: source.metadata.snapshot_by_id(i).timestamp_ms, default=None)
+    warning = retention_warning(source, table.table_name, slowest)
+    if warning:
+        status.warnings.append(warning)
     return status
 
 

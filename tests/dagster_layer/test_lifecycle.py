@@ -3,11 +3,11 @@ a rollback, an expired checkpoint snapshot and a dropped-and-recreated table are
 (sensor skip reason, ``icecdc status``, the ``line_follows_table`` check) with the command that
 recovers; ``icecdc resync`` re-bootstraps the line and every sink converges to the table."""
 
-import pytest
 from dagster import AssetKey, build_asset_check_context
 from opensearchpy import OpenSearch
 
 from icecdc_dagster.assets import naming
+from icecdc_dagster.cli import main
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
 from icecdc_dagster.errors import SupersededPartitionError
@@ -119,7 +119,7 @@ def test_rollback_is_named_everywhere_then_resync_converges_both_sinks(
 
 
 def test_expired_checkpoint_snapshot_is_named_then_resync_recovers(spark, catalog_settings, catalog, instance,
-                                                                   tmp_path):
+                                                                   tmp_path, capsys, monkeypatch):
     fq, config, defs, table, path = _setup(spark, catalog_settings, tmp_path, [
         {"iceberg": {"table_name": "db.items_replica"}}])
     assert tick(defs, instance, table).succeeded == [True]
@@ -134,14 +134,25 @@ def test_expired_checkpoint_snapshot_is_named_then_resync_recovers(spark, catalo
     replica = next(s for s in table_status(defs, instance, table, path).sinks)
     assert replica.checkpoint_snapshot_id == checkpoint and "expired" in replica.error
 
-    report = _resync(config, defs, instance, path)
-    assert report.sync.ok and "expired" in report.diagnosis
+    # Through the CLI, on the same Dagster instance: status names it, resync recovers (exit 0).
+    home = instance.root_directory
+    monkeypatch.setenv("DAGSTER_HOME", home)     # the CLI sets it; restored after the test
+    capsys.readouterr()
+    assert main(["status", "--config", path, "--dagster-home", home]) == 0
+    assert f"STOPPED: db.items: snapshot {checkpoint}" in capsys.readouterr().out
+    assert main(["resync", "--config", path, "--dagster-home", home, "--table", "db.items"]) == 0
+    out = capsys.readouterr().out
+    current = catalog.load_table("db.items").current_snapshot().snapshot_id
+    assert f"db.items: resync: db.items: snapshot {checkpoint}" in out and "expired" in out
+    assert f"new bootstrap partition {current}@resync1 at snapshot {current}" in out
+    assert "db.items: 1/1 runs succeeded; ok" in out
     assert _rows(spark, f"{catalog_settings.name}.db.items_replica") == _rows(spark, fq)
+    assert main(["status", "--config", path, "--dagster-home", home]) == 0
+    assert f"checkpoint {current}, 0 snapshots pending" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("with_opensearch", [True])
 def test_recreated_table_is_named_then_resync_replaces_sink_contents(
-        spark, catalog_settings, catalog, instance, tmp_path, opensearch_url, with_opensearch):
+        spark, catalog_settings, catalog, instance, tmp_path, opensearch_url):
     fq, config, defs, table, path = _setup(spark, catalog_settings, tmp_path, [
         {"opensearch": {"hosts": [opensearch_url], "index": INDEX}},
         {"iceberg": {"table_name": "db.items_replica"}}], rows=12)
