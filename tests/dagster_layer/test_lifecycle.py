@@ -3,6 +3,7 @@ a rollback, an expired checkpoint snapshot and a dropped-and-recreated table are
 (sensor skip reason, ``icecdc status``, the ``line_follows_table`` check) with the command that
 recovers; ``icecdc resync`` re-bootstraps the line and every sink converges to the table."""
 
+import pytest
 from dagster import AssetKey, build_asset_check_context
 from opensearchpy import OpenSearch
 
@@ -151,6 +152,7 @@ def test_expired_checkpoint_snapshot_is_named_then_resync_recovers(spark, catalo
     assert f"checkpoint {current}, 0 snapshots pending" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # ~6 runs; the rollback test covers both sinks' convergence in the default run
 def test_recreated_table_is_named_then_resync_replaces_sink_contents(
         spark, catalog_settings, catalog, instance, tmp_path, opensearch_url):
     fq, config, defs, table, path = _setup(spark, catalog_settings, tmp_path, [

@@ -4,6 +4,7 @@ a sync of the same line runs (it waits for the line lock: no commit is lost, not
 
 import threading
 
+import pytest
 from dagster import AssetKey, AssetRecordsFilter
 
 from icecdc_dagster.config import load_config
@@ -23,6 +24,7 @@ def _rows(spark, name):
     return sorted((r.id, r.name, r.qty) for r in spark.table(name).collect())
 
 
+@pytest.mark.slow  # ~7 runs plus compaction and expiry
 def test_maintenance_compacts_and_expires_while_a_sync_runs(spark, catalog_settings, catalog, instance, tmp_path):
     cat = catalog_settings.name
     fq, replica = f"{cat}.db.items", f"{cat}.db.items_replica"
