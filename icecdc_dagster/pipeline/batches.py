@@ -52,7 +52,8 @@ def keys_to_request(table_name: str, keys: Sequence[str], all_keys: Sequence[str
     """``all_keys`` are the table's partition keys in commit order. The bootstrap is the first key of
     the active line (after the latest ``icecdc resync``); keys of a superseded line are refused."""
     active = lifecycle.active_keys(all_keys)
-    stale = [k for k in keys if k not in set(active)]
+    superseded = set(lifecycle.superseded_keys(all_keys))
+    stale = [k for k in keys if k in superseded]
     if stale:
         raise SupersededPartitionError(
             f"{table_name}: partition(s) {', '.join(stale)} belong to a superseded line (replaced by the resync "
