@@ -4,7 +4,7 @@
 A real Dagster instance (SQLite storage, as ``dagster dev`` uses) holds N synced keys, each
 materialised by the line's two assets (changelog + one sink); a real Iceberg table (pyiceberg, SQL
 catalog, no Spark) has 5 snapshots: the last 2 synced keys are its first snapshots (older ones were
-expired, as in production) and its 3 newest are new. We time ``sensors.snapshots.evaluate_line``
+expired, as in production) and its 3 newest are new. We time ``sensors.snapshots.evaluate_window``
 (ours: the ancestry after the line's latest materialisations) and, as the peer, the previous
 planning that asked Dagster for the status of every known partition (``legacy_plan`` below,
 measured at 1k and 10k only: at 100k it takes minutes). Landing-file lines use
@@ -34,7 +34,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from icecdc_dagster.pipeline.ordering import KeyStatus, NextRun, plan_next_run
 from icecdc_dagster.sensors import line as lines
-from icecdc_dagster.sensors.snapshots import evaluate_line
+from icecdc_dagster.sensors.snapshots import evaluate_window
 
 ASSETS = (AssetKey(["changelog", "db", "orders"]), AssetKey(["replica", "db", "orders_copy"]))
 NEW_KEYS = 3
@@ -104,10 +104,10 @@ def measure(synced: int, legacy: bool, repeat: int) -> tuple[float, float, float
         started = time.perf_counter()
         new_keys = seed(instance, line, synced, [str(s.snapshot_id) for s in table.snapshots()])
         print(f"  seeded {synced:,} synced keys x {len(ASSETS)} assets in {time.perf_counter() - started:.1f} s")
-        discovered, planned = evaluate_line(instance, line, table)
+        discovered, planned = evaluate_window(instance, line, table)
         assert discovered == new_keys and isinstance(planned, NextRun) and list(planned.keys) == new_keys, planned
         assert lines.plan(instance, line, new_keys) == planned       # the walk agrees
-        tick = timed(lambda: evaluate_line(instance, line, table), repeat)
+        tick = timed(lambda: evaluate_window(instance, line, table), repeat)
         walk = timed(lambda: lines.plan(instance, line, new_keys), repeat)
         peer = None
         if legacy:

@@ -38,10 +38,12 @@ LAST_UPDATED_SEQUENCE_NUMBER = "_last_updated_sequence_number"
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """The last source snapshot a sink has applied."""
+    """The last source snapshot a sink has applied. ``line``: the resync key of the line it belongs to
+    (None: the original line); sequence numbers only compare within one line."""
 
     snapshot_id: int
     sequence_number: int
+    line: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,10 +66,16 @@ class BatchInfo:
     is_export: bool = False
     identifier_columns: tuple[str, ...] = ()
     snapshot_ids: tuple[int, ...] = field(default=())
+    line: str | None = None  # resync key of the batch's line (None: the original line)
 
     @property
     def checkpoint(self) -> Checkpoint:
-        return Checkpoint(self.snapshot_id, self.sequence_number)
+        return Checkpoint(self.snapshot_id, self.sequence_number, self.line)
+
+    @property
+    def resyncs_target(self) -> bool:
+        """An export of a resync line: the sink replaces what it holds (converges), never merges."""
+        return self.is_export and self.line is not None
 
 
 class Decision(enum.Enum):
@@ -83,6 +91,13 @@ def decide(sink_name: str, checkpoint: Checkpoint | None, batch: BatchInfo) -> D
         raise CheckpointError(
             f"{sink_name}: has no checkpoint, so it cannot apply snapshot {batch.snapshot_id} of "
             f"{batch.table_name}; the table's export batch must be applied first")
+    if checkpoint.line != batch.line:
+        if batch.is_export:
+            return Decision.APPLY  # the bootstrap of a new line (resync) replaces the old line's state
+        raise CheckpointError(
+            f"{sink_name}: refusing snapshot {batch.snapshot_id} of {batch.table_name}: the sink is on line "
+            f"{checkpoint.line or 'original'} at snapshot {checkpoint.snapshot_id}, the batch on line "
+            f"{batch.line or 'original'}; apply the line's bootstrap export first (icecdc resync)")
     if checkpoint.snapshot_id == batch.snapshot_id or checkpoint.sequence_number >= batch.sequence_number:
         return Decision.ALREADY_APPLIED
     if checkpoint.snapshot_id in batch.accepted_predecessors:

@@ -58,6 +58,33 @@ def cmd_sync(args: argparse.Namespace) -> int:
     return EXIT_BUSY if any(r.busy for r in reports) else 0
 
 
+def cmd_resync(args: argparse.Namespace) -> int:
+    from icecdc_dagster.lease.holder import Holder, set_process_role
+    from icecdc_dagster.sync import StopRequest, SyncContext, resync_table
+
+    set_process_role("icecdc resync")
+    with StopRequest().installed() as stop:
+        from icecdc_dagster.config import load_config
+        from icecdc_dagster.definitions import build_definitions
+
+        config = load_config(args.config)
+        defs = build_definitions(config)
+        instance = _instance(args.config, args.dagster_home)
+        context = SyncContext(defs=defs, instance=instance, holder=Holder.current(), wait=args.wait, stop=stop,
+                              say=lambda message: print(message, flush=True), config_path=args.config)
+        from icecdc_dagster.errors import LineBusyError
+
+        try:
+            report = resync_table(config, defs, instance, args.table, context=context)
+        except LineBusyError as busy:
+            print(f"{args.table}: BUSY: {busy}")
+            return EXIT_BUSY
+        print(report.render())
+        if stop.requested:
+            return stop.exit_code
+    return 0 if report.sync.ok else (EXIT_BUSY if report.sync.busy else 1)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from icecdc_dagster.config import load_config
     from icecdc_dagster.definitions import build_definitions
@@ -67,7 +94,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     defs = build_definitions(config)
     instance = _instance(args.config, args.dagster_home)
     for table in config.tables:
-        status = table_status(defs, instance, table)
+        status = table_status(defs, instance, table, args.config)
         print(status.render())
     for entry in config.ingest:
         print(ingest_status(instance, entry).render())
@@ -94,12 +121,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="icecdc", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, func, helptext in (("sync", cmd_sync, "apply all pending batches of every table, in order"),
-                                 ("status", cmd_status, "checkpoint, pending snapshots and lag per sink")):
+                                 ("status", cmd_status, "checkpoint, pending snapshots and lag per sink"),
+                                 ("resync", cmd_resync, "re-bootstrap one table's line (after a rollback, an "
+                                                        "expired snapshot or a recreated table): full export "
+                                                        "that converges every sink")):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("--config", default=os.environ.get("ICECDC_CONFIG"), required=not os.environ.get("ICECDC_CONFIG"),
                        help="pipeline YAML (default: $ICECDC_CONFIG)")
         p.add_argument("--dagster-home", default=None,
                        help="Dagster instance directory (default: $DAGSTER_HOME, else .dagster_home next to the config)")
+        if name == "resync":
+            p.add_argument("--table", required=True, help="the table to re-bootstrap (<namespace>.<table>)")
+            p.add_argument("--wait", action="store_true", help="wait for another writer of the line")
         if name == "sync":
             p.add_argument("--retry-failed", action="store_true",
                            help="re-execute, once, each batch that used up its retries and blocks its line")

@@ -100,6 +100,14 @@ class TableConfig:
     # OpenSearch sink may index it with generated ids; a DELETE then fails its batch.
     append_only: bool = False
     sinks: tuple[SinkConfig, ...] = ()
+    # Maintenance of the table group (asset maintenance/<ns>/<table>, on this cron schedule):
+    maintenance_schedule: str = "0 3 * * *"
+    compact_delete_files: int = 50    # compact a replica / ingest target when a partition has more delete files
+    changelog_retention: str = "P7D"  # applied changelog batches and replica snapshots older than this are expired
+
+    @property
+    def changelog_retention_s(self) -> float:
+        return parse_duration(self.changelog_retention)
 
     @property
     def namespace(self) -> str:
@@ -303,6 +311,10 @@ def parse_config(data: Any, source: str = "<config>", base_dir: Path | None = No
             table.polling_interval_s  # noqa: B018
         except ValueError as exc:
             raise reader.fail(f"{path}.polling_interval", str(exc)) from None
+        try:
+            table.changelog_retention_s  # noqa: B018
+        except ValueError as exc:
+            raise reader.fail(f"{path}.changelog_retention", str(exc)) from None
         tables.append(table)
     _unique(reader, "tables", [t.table_name for t in tables])
     _unique(reader, "sinks", [f"{s.kind}:{s.asset_name}" for t in tables for s in t.sinks])

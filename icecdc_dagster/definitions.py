@@ -5,8 +5,10 @@ from dagster import Definitions, EnvVar
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.changelog import build_changelog_asset
 from icecdc_dagster.assets.ingest import build_ingest_asset
+from icecdc_dagster.assets.maintenance import build_maintenance_asset, build_maintenance_schedule
 from icecdc_dagster.assets.sinks import build_sink_asset
 from icecdc_dagster.assets.source import build_source_asset
+from icecdc_dagster.checks.lifecycle import build_lifecycle_check
 from icecdc_dagster.checks.stuck import build_stuck_check
 from icecdc_dagster.errors import ConfigError
 from icecdc_dagster.lease.executor import line_executor
@@ -125,8 +127,11 @@ def check_replicas_can_match_rows(config: PipelineConfig, table, source) -> None
 def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Definitions:
     if check_tables:
         check_tables_exist(config)
-    assets, checks, sensors = [], [], []
+    assets, checks, sensors, schedules = [], [], [], []
     writers = ingest_writers(config)
+    entries_by_target = {}
+    for entry in config.ingest:
+        entries_by_target.setdefault(fixed_target(entry), []).append(entry)
     for entry in config.ingest:
         assets.append(build_ingest_asset(entry))
         sensors.append(build_ingest_sensor(entry))
@@ -135,14 +140,18 @@ def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Defi
         assets.append(build_changelog_asset(table))
         assets.extend(build_sink_asset(table, sink) for sink in table.sinks)
         checks.append(build_stuck_check(table))
-        sensors.append(build_snapshot_sensor(table))
+        checks.append(build_lifecycle_check(table, config.source))
+        assets.append(build_maintenance_asset(table, tuple(entries_by_target.get(table.table_name, ()))))
+        schedules.append(build_maintenance_schedule(table))
+        sensors.append(build_snapshot_sensor(table, config.source))
     from icecdc_dagster.checks.consistency import build_consistency_checks
 
     for table in config.tables:
         checks.extend(build_consistency_checks(table))
     # One process per run keeps one warm SparkSession for every step of the batch; the executor
     # records the worker on the run and holds the line's lock (one writer per line, crash safe).
-    return Definitions(assets=assets, asset_checks=checks, sensors=sensors, resources=build_resources(config),
+    return Definitions(assets=assets, asset_checks=checks, sensors=sensors, schedules=schedules,
+                       resources=build_resources(config),
                        executor=line_executor)
 
 

@@ -63,3 +63,24 @@ class LineBusyError(IcecdcError):
 
 class SyncInterruptedError(IcecdcError):
     """A sync was stopped by SIGINT/SIGTERM before it finished (names where it stopped)."""
+
+
+class LineDivergedError(SnapshotNotFoundError):
+    """A table's line can no longer continue from what the sinks applied (rollback, expiry,
+    recreation); the message names what happened and the ``icecdc resync`` command that recovers."""
+
+
+class TableRolledBackError(LineDivergedError):
+    """The line's snapshot is not an ancestor of the table's current snapshot (rollback)."""
+
+
+class SnapshotExpiredError(LineDivergedError):
+    """A snapshot the line still needs was expired from the table's metadata."""
+
+
+class TableRecreatedError(LineDivergedError):
+    """The table was dropped and recreated (new table uuid) since the line was bootstrapped."""
+
+
+class SupersededPartitionError(IcecdcError):
+    """A partition before the line's latest resync was (re-)executed: it belongs to a superseded line."""

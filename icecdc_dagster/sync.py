@@ -111,6 +111,7 @@ class SyncContext:
     stop: StopRequest = field(default_factory=StopRequest)
     say: Callable[[str], None] = lambda message: None
     log_level: str = "INFO"  # of the runs' console log: one line per step at INFO; DEBUG adds Dagster's events
+    config_path: str | None = None  # named in recovery commands (icecdc resync --config ...)
 
 
 def console_log_config(level: str) -> dict:
@@ -241,17 +242,17 @@ def _context(defs: Definitions, instance: DagsterInstance, retry_failed: bool = 
 def sync_table(defs: Definitions, instance: DagsterInstance, table: TableConfig, max_runs: int = 1000,
                retry_failed: bool = False, context: SyncContext | None = None) -> TableSyncReport:
     catalog = defs.resources["catalog"]
+    context = _context(defs, instance, retry_failed, context)
 
     def evaluate():  # noqa: ANN202
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
-            return snapshots.evaluate(instance, table, catalog.load_table(table.table_name))
+            return snapshots.evaluate(instance, table, catalog.load_table(table.table_name), context.config_path)
         except NoSuchTableError:  # written by an auto-creating ingest entry that has not run yet
             return [], None
 
-    return _sync_line(_context(defs, instance, retry_failed, context), snapshots.table_line(table), evaluate,
-                      max_runs)
+    return _sync_line(context, snapshots.table_line(table), evaluate, max_runs)
 
 
 def sync_ingest(defs: Definitions, instance: DagsterInstance, entry: IngestConfig,
@@ -266,8 +267,76 @@ def sync_all(config: PipelineConfig, defs: Definitions, instance: DagsterInstanc
     """Every line is synced independently: one blocked or busy line does not stop the others.
     ``retry_failed``: re-execute (once) a batch that used up its retries, as an operator would."""
     context = _context(defs, instance, retry_failed, context)
+    if context.config_path is None:
+        context.config_path = config.source
     return ([sync_ingest(defs, instance, entry, context=context) for entry in config.ingest]
             + [sync_table(defs, instance, table, context=context) for table in config.tables])
 
 
-__all__ = ["NextRun", "StopRequest", "SyncContext", "TableSyncReport", "sync_all", "sync_ingest", "sync_table"]
+
+
+@dataclass
+class ResyncReport:
+    table_name: str
+    key: str                    # the new bootstrap partition
+    snapshot_id: int
+    superseded: int             # partitions of the old line (kept for lineage, never applied again)
+    diagnosis: str | None       # why the old line could not continue (None: it could; resynced anyway)
+    sync: TableSyncReport
+
+    def render(self) -> str:
+        why = self.diagnosis or "the line could continue; re-bootstrapped on request"
+        return (f"{self.table_name}: resync: {why}\n"
+                f"{self.table_name}: new bootstrap partition {self.key} at snapshot {self.snapshot_id} "
+                f"(full export into every sink); {self.superseded} earlier partitions superseded\n"
+                + self.sync.render())
+
+
+def resync_table(config: PipelineConfig, defs: Definitions, instance: DagsterInstance, table_name: str,
+                 context: SyncContext | None = None) -> ResyncReport:
+    """Re-bootstrap a table's line: a new bootstrap partition ``<current snapshot>@resync<n>`` whose export
+    converges every sink (OpenSearch: index, then delete documents the export lacks; replica: one
+    overwrite), then the usual sync. Earlier partitions stay (lineage) but are superseded. The partition
+    is added under the line's lock, with no run of the line in flight, so no old batch can interleave."""
+    from dagster import AssetObservation
+
+    from icecdc_dagster.assets import naming
+    from icecdc_dagster.errors import TableHasNoSnapshotError
+    from icecdc_dagster.pipeline import lifecycle
+
+    table = config.table(table_name)
+    context = _context(defs, instance, False, context)
+    if context.config_path is None:
+        context.config_path = config.source
+    source = defs.resources["catalog"].load_table(table.table_name)
+    current = source.current_snapshot()
+    if current is None:
+        raise TableHasNoSnapshotError(f"{table.table_name} has no snapshot yet: nothing to re-bootstrap from; "
+                                      f"commit to it, then run icecdc sync")
+    line = snapshots.table_line(table)
+    with holding(LineLock.for_instance(instance, line.line_id), context.holder, wait=context.wait,
+                 on_wait=context.say, stop_requested=lambda: context.stop.requested):
+        failover.fail_dead_runs(instance, line.line_id, context.holder)
+        running = lines.active_run(instance, line)
+        if running is not None:
+            raise LineBusyError(f"{table.table_name}: {lines.describe_run(running)} is in flight; resync when it "
+                                f"has ended")
+        known = list(instance.get_dynamic_partitions(line.partitions_def.name))
+        problem = snapshots.diagnose(instance, table, source, known, context.config_path)
+        key = lifecycle.resync_key(current.snapshot_id, known)
+        instance.add_dynamic_partitions(line.partitions_def.name, [key])
+        superseded = lifecycle.superseded_keys([*known, key])
+        instance.report_runless_asset_event(AssetObservation(
+            asset_key=naming.changelog_key(table),
+            metadata={"resync_bootstrap": key, "resync_snapshot_id": str(current.snapshot_id),
+                      "superseded_partitions": len(superseded),
+                      "superseded_range": f"{superseded[0]}..{superseded[-1]}" if superseded else "none",
+                      "reason": problem.message if problem else "requested",
+                      "table_uuid": lifecycle.table_uuid(source)}))
+    report = sync_table(defs, instance, table, context=context)
+    return ResyncReport(table.table_name, key, current.snapshot_id, len(superseded),
+                        problem.message if problem else None, report)
+
+
+__all__ = ["NextRun", "ResyncReport", "StopRequest", "SyncContext", "TableSyncReport", "resync_table", "sync_all",
+           "sync_ingest", "sync_table"]

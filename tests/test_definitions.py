@@ -48,6 +48,13 @@ def test_two_tables_give_source_changelog_and_sink_assets_with_lineage(two_table
     assert sensors["snapshots__db_orders"].minimum_interval_seconds == 5
     check_keys = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
     assert ("changelog/db/orders", "no_stuck_snapshots") in check_keys
+    assert ("changelog/db/orders", "line_follows_table") in check_keys
+    # Maintenance: one scheduled asset per table group, downstream of the line's assets.
+    maintenance = graph.get(AssetKey(["maintenance", "db", "orders"]))
+    assert maintenance.group_name == "db_orders" and maintenance.partitions_def is None
+    assert AssetKey(["replica", "replica", "orders"]) in maintenance.parent_keys
+    schedules = {s.name: s for s in defs.schedules}
+    assert schedules["maintenance__db_orders"].cron_schedule == "0 3 * * *"
     # The OpenSearch password is an EnvVar, resolved only at run time.
     resource = defs.resources["opensearch__orders"]
     assert "s3cret" not in repr(resource)

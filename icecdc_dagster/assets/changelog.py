@@ -13,14 +13,15 @@ from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.metadata import batch_metadata
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.pipeline.batches import compute_batch, identifier_columns_of, keys_to_request
+from icecdc_dagster.pipeline import lifecycle
 from icecdc_dagster.pipeline.changelog_store import ChangelogStore
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 
 
 def batch_request(context: AssetExecutionContext, table: TableConfig, source):  # noqa: ANN001, ANN201
-    # The bootstrap is the first partition: one indexed query, not the whole history.
-    first = context.instance.get_paginated_dynamic_partitions(naming.partitions_name(table), limit=1, ascending=True)
-    return keys_to_request(table.table_name, context.partition_keys, first.results[0], table.disable_export,
+    # Every key of the table (the active line starts at the latest resync bootstrap): one query per run.
+    all_keys = context.instance.get_dynamic_partitions(naming.partitions_name(table))
+    return keys_to_request(table.table_name, context.partition_keys, all_keys, table.disable_export,
                            identifier_columns_of(table.identifier_columns, source))
 
 
@@ -47,11 +48,14 @@ def build_changelog_asset(table: TableConfig):  # noqa: ANN201 - AssetsDefinitio
             computed = compute_batch(session, catalog.name, source, request)
             stored = ChangelogStore(session, catalog.name, table.table_name).write(computed.info, computed.rows)
         parent = changelog.plan_snapshot(source, computed.info.first_snapshot_id).parent_id
+        line_meta = {naming.SOURCE_UUID_METADATA: lifecycle.table_uuid(source)}
+        if request.line is not None:
+            line_meta["line"] = request.line
         context.log.info(f"{table.table_name}: stored {stored.rows} change rows of snapshots "
                          f"{computed.info.first_snapshot_id}..{computed.info.snapshot_id} ({computed.kind})")
         return MaterializeResult(metadata=batch_metadata(
             computed.info, parent, started, stored.counts,
             {"batch_kind": computed.kind, "changelog_table": stored.table_name,
-             "changelog_snapshot_id": str(stored.snapshot_id), **computed.stats}))
+             "changelog_snapshot_id": str(stored.snapshot_id), **line_meta, **computed.stats}))
 
     return _changelog

@@ -70,3 +70,4 @@ def ingest_line_id(entry: IngestConfig) -> str:
 TABLE_TAG = "icecdc/table"
 FIRST_SNAPSHOT_TAG = "icecdc/first_snapshot"
 LAST_SNAPSHOT_TAG = "icecdc/last_snapshot"
+SOURCE_UUID_METADATA = "source_table_uuid"  # changelog metadata: the table uuid a batch was computed from

@@ -197,6 +197,9 @@ def ancestry_ids(table, after_snapshot_id: int | None, until_snapshot_id: int | 
     if after_snapshot_id is None:
         return ids
     if int(after_snapshot_id) not in ids:
+        oldest = table.metadata.snapshot_by_id(ids[0]) if ids else None
+        if oldest is not None and oldest.parent_snapshot_id == int(after_snapshot_id):
+            return ids  # expired after the line passed it: the chain after it is intact
         snapshot_or_raise(table, after_snapshot_id)
         raise SnapshotNotFoundError(
             f"snapshot {after_snapshot_id} of table {name} is not an ancestor of snapshot "

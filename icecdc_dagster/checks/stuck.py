@@ -4,9 +4,9 @@ import time
 
 from dagster import AssetCheckResult, AssetCheckSeverity, asset_check
 
-from icecdc_dagster import changelog
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import TableConfig
+from icecdc_dagster.pipeline import lifecycle
 from icecdc_dagster.sensors import line as lines
 from icecdc_dagster.sensors.snapshots import table_line
 
@@ -24,21 +24,25 @@ def build_stuck_check(table: TableConfig):  # noqa: ANN201 - AssetChecksDefiniti
     )
     def _check(context) -> AssetCheckResult:  # noqa: ANN001
         source = context.resources.catalog.load_table(table.table_name)
-        # Only what is still pending is read (the line's frontier), never the whole history.
+        # Only what is still pending is read (the line's frontier), never the whole history; superseded
+        # partitions (before the latest resync) never run again: only the active line counts.
         line = table_line(table)
-        waiting = lines.pending_keys(context.instance, line)
+        waiting = lifecycle.active_keys(lines.pending_keys(context.instance, line))
         limit_s = STUCK_AFTER_INTERVALS * table.polling_interval_s
         now_ms = time.time() * 1000
         # The first pending key failed unless this very run is its retry.
         retrying = context.run.tags.get(naming.FIRST_SNAPSHOT_TAG)
         failed = [k for k in waiting[:1] if k != retrying and lines.failures_of(context.instance, line, k)]
-        stuck = [k for k in waiting
-                 if (now_ms - changelog.plan_snapshot(source, int(k)).committed_at_ms) / 1000 > limit_s]
+
+        def committed_ms(key: str) -> float:  # an expired snapshot: stuck (line_follows_table says why)
+            snapshot = source.metadata.snapshot_by_id(lifecycle.snapshot_id_of(key))
+            return snapshot.timestamp_ms if snapshot is not None else 0
+
+        stuck = [k for k in waiting if (now_ms - committed_ms(k)) / 1000 > limit_s]
         unseen = []
         current = source.current_snapshot()
-        newest = lines.newest_key(context.instance, line)
-        if current is not None and newest is not None and not context.instance.has_dynamic_partition(
-                line.partitions_def.name, str(current.snapshot_id)):
+        if current is not None and not context.instance.get_existing_dynamic_partitions(
+                line.partitions_def.name, [str(current.snapshot_id)]):
             unseen = [str(current.snapshot_id)]
         passed = not failed and not stuck
         return AssetCheckResult(

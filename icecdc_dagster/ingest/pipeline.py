@@ -25,7 +25,7 @@ from icecdc_dagster.ingest.debezium import DELETE, INSERT, NANOS_TRUNCATED, Even
 from icecdc_dagster.ingest.schema_inference import merge_types, spark_type, widened
 from icecdc_dagster.writer.auto_create import (add_columns, create_table, declared_columns, ensure_namespace,
                                                namespace_exists, widen_columns)
-from icecdc_dagster.writer.exactly_once import BATCH_ID_PROPERTY, committed_summaries, java_table
+from icecdc_dagster.writer.exactly_once import BATCH_ID_PROPERTY, java_table, recorded_summaries
 from icecdc_dagster.writer.merge import OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN, write_batch
 from icecdc_dagster.writer.tables import table_exists
 
@@ -124,7 +124,7 @@ def recorded_batches(spark: Any, catalog_name: str, settings: IngestSettings) ->
     seen: dict[str, set[str]] = {}
     wanted: dict[str, set[str]] = {}
     for table in _ledger_tables(spark, catalog_name, settings):
-        for _, _, summary in committed_summaries(spark, f"{catalog_name}.{table}"):
+        for summary in recorded_summaries(spark, f"{catalog_name}.{table}"):  # survives snapshot expiry
             if summary.get(LANDING_PROPERTY) == settings.landing and BATCH_ID_PROPERTY in summary:
                 bid = summary[BATCH_ID_PROPERTY]
                 seen.setdefault(bid, set()).add(table)
@@ -396,7 +396,7 @@ def _ingest_parsed(spark: Any, catalog_name: str, settings: IngestSettings, pars
         for dl_table in dl_tables:
             dead_letters.ensure_table(spark, catalog_name, dl_table)
             frame = dead_letters.frame(dead_by_table[dl_table], bid).withColumn(OP_COLUMN, F.lit(OP_INSERT))
-            write_batch(spark, f"{catalog_name}.{dl_table}", frame, (), bid, props)
+            write_batch(spark, f"{catalog_name}.{dl_table}", frame, (), bid, props, ledger=True)
             owner = dl_table[: -len("__dead_letters")]
             if owner in results:
                 counts = {**results[owner].counts, "dead_lettered": dead_counts[dl_table]}
@@ -410,7 +410,7 @@ def _ingest_parsed(spark: Any, catalog_name: str, settings: IngestSettings, pars
             outcome = write_batch(spark, f"{catalog_name}.{target}",
                                   rows.where(F.col(REASON).isNull()).select(*[F.col(_quote(c)) for c in fields],
                                                                             OP_COLUMN, ORDER_COLUMN),
-                                  keys, bid, props)
+                                  keys, bid, props, ledger=True)
             prior = results[target]
             results[target] = TargetResult(target, outcome.skipped, outcome.snapshot_id,
                                            {**prior.counts, **outcome.counts}, prior.added_columns,

@@ -7,6 +7,8 @@ from typing import Any
 
 from icecdc_dagster import changelog
 from icecdc_dagster.batch import BatchInfo
+from icecdc_dagster.errors import SupersededPartitionError
+from icecdc_dagster.pipeline import lifecycle
 
 
 @dataclass(frozen=True)
@@ -18,9 +20,13 @@ class BatchRequest:
     bootstrap_snapshot_id: int
     disable_export: bool = False
     identifier_columns: tuple[str, ...] = ()
+    line: str | None = None  # the resync key of the active line (None: the original line)
+    starts_line: bool | None = None  # the first key is the line's bootstrap (None: compare snapshot ids)
 
     @property
     def includes_bootstrap(self) -> bool:
+        if self.starts_line is not None:
+            return self.starts_line
         return self.snapshot_ids[0] == self.bootstrap_snapshot_id
 
 
@@ -41,12 +47,24 @@ def identifier_columns_of(configured: Sequence[str], table) -> tuple[str, ...]: 
     return tuple(f.name for f in schema.fields if f.field_id in ids)
 
 
-def keys_to_request(table_name: str, keys: Sequence[str], bootstrap_key: str, disable_export: bool,
+def keys_to_request(table_name: str, keys: Sequence[str], all_keys: Sequence[str], disable_export: bool,
                     identifier_columns: Sequence[str]) -> BatchRequest:
-    """``bootstrap_key``: the table's first partition key (its bootstrap snapshot)."""
-    return BatchRequest(table_name=table_name, snapshot_ids=tuple(int(k) for k in keys),
-                        bootstrap_snapshot_id=int(bootstrap_key), disable_export=disable_export,
-                        identifier_columns=tuple(identifier_columns))
+    """``all_keys`` are the table's partition keys in commit order. The bootstrap is the first key of
+    the active line (after the latest ``icecdc resync``); keys of a superseded line are refused."""
+    active = lifecycle.active_keys(all_keys)
+    superseded = set(lifecycle.superseded_keys(all_keys))
+    stale = [k for k in keys if k in superseded]
+    if stale:
+        raise SupersededPartitionError(
+            f"{table_name}: partition(s) {', '.join(stale)} belong to a superseded line (replaced by the resync "
+            f"bootstrap {active[0]}); they are kept for lineage and are never applied again")
+    resync = lifecycle.line_token(all_keys)
+    # A resync bootstrap is an export even when the table's export is disabled: it must converge sinks.
+    return BatchRequest(table_name=table_name, snapshot_ids=tuple(lifecycle.snapshot_id_of(k) for k in keys),
+                        bootstrap_snapshot_id=lifecycle.snapshot_id_of(active[0]),
+                        disable_export=disable_export and resync is None,
+                        identifier_columns=tuple(identifier_columns), line=resync,
+                        starts_line=keys[0] == active[0])
 
 
 def batch_info(table, request: BatchRequest) -> BatchInfo:  # noqa: ANN001 - pyiceberg Table
@@ -65,6 +83,7 @@ def batch_info(table, request: BatchRequest) -> BatchInfo:  # noqa: ANN001 - pyi
         is_export=request.includes_bootstrap,
         identifier_columns=request.identifier_columns,
         snapshot_ids=request.snapshot_ids,
+        line=request.line,
     )
 
 

@@ -26,6 +26,7 @@ from icecdc_dagster.pipeline.ordering import Blocked, KeyStatus, NextRun, combin
 
 _STATUS = {"MATERIALIZED": KeyStatus.DONE, "FAILED": KeyStatus.FAILED, "IN_PROGRESS": KeyStatus.IN_PROGRESS}
 TAIL_PAGE = 100  # keys read per page when walking a line back to its frontier
+MEMBERSHIP_CHUNK = 500  # keys per "which of these are materialised" query
 _ACTIVE_RUN_STATUSES = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
                         DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
 
@@ -76,11 +77,14 @@ def done_in_every_asset(instance, line: Line, keys: Sequence[str]) -> set[str]: 
     """Those of ``keys`` that every asset of the line has materialised (one indexed query per asset)."""
     done = set(keys)
     for asset_key in line.asset_keys:
+        found: set[str] = set()
+        pending = sorted(done)
+        for start in range(0, len(pending), MEMBERSHIP_CHUNK):  # SQL engines cap bound parameters
+            found |= set(instance.event_log_storage.get_latest_storage_id_by_partition(
+                asset_key, DagsterEventType.ASSET_MATERIALIZATION, set(pending[start:start + MEMBERSHIP_CHUNK])))
+        done &= found
         if not done:
             break
-        latest = instance.event_log_storage.get_latest_storage_id_by_partition(
-            asset_key, DagsterEventType.ASSET_MATERIALIZATION, set(done))
-        done &= set(latest)
     return done
 
 

@@ -8,6 +8,11 @@ then blocks the line until it is re-executed; other tables keep flowing. A run w
 died is failed over on the next tick (and retried); while an ``icecdc sync`` holds the table's
 line lock the sensor requests nothing.
 The partitions themselves are the cursor, so a daemon restart loses nothing.
+
+When the table changed under the line (rolled back, a needed snapshot expired, dropped and
+recreated: ``pipeline.lifecycle.diagnose``), the tick skips with a reason that names what happened
+and the ``icecdc resync`` command that recovers; it never raises on every tick. Partitions before
+the latest resync bootstrap are superseded and never planned again.
 """
 
 from dagster import (
@@ -19,18 +24,42 @@ from icecdc_dagster import changelog
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.errors import SnapshotNotFoundError
+from icecdc_dagster.pipeline import lifecycle
 from icecdc_dagster.pipeline.ordering import Blocked, KeyStatus, NextRun
 from icecdc_dagster.sensors import line
 
 
 def discover_new_keys(table, newest_known: str | None) -> list[str]:  # noqa: ANN001 - pyiceberg Table
-    """Snapshot ids after the newest known key along the current ancestry (the bootstrap if none)."""
+    """Snapshot ids after the newest known key along the current ancestry (the bootstrap if none).
+    Raises a ``LineDivergedError`` when the newest key is not in that ancestry (see ``diagnose``)."""
     current = table.current_snapshot()
     if current is None:
         return []
     if newest_known is None:
         return [str(current.snapshot_id)]
-    return [str(sid) for sid in changelog.ancestry_ids(table, int(newest_known))]
+    return [str(sid) for sid in changelog.ancestry_ids(table, lifecycle.snapshot_id_of(newest_known))]
+
+
+def recorded_table_uuid(instance, table: TableConfig, active: list[str]) -> str | None:  # noqa: ANN001
+    """The source table uuid recorded by the line's latest changelog batch, if it is on the active line."""
+    from dagster import AssetRecordsFilter
+
+    records = instance.fetch_materializations(AssetRecordsFilter(asset_key=naming.changelog_key(table)),
+                                              limit=1).records
+    if not records or records[0].partition_key not in set(active):
+        return None
+    value = records[0].asset_materialization.metadata.get(naming.SOURCE_UUID_METADATA)
+    return getattr(value, "value", value) if value is not None else None
+
+
+def diagnose(instance, table: TableConfig, source_table, known: list[str],  # noqa: ANN001
+             config_path: str | None) -> lifecycle.LineProblem | None:
+    """Why the line cannot continue (rollback, expiry, recreation), or None."""
+    active = lifecycle.active_keys(known)
+    statuses = key_statuses(instance, table, active)
+    done = {k for k, s in statuses.items() if s is KeyStatus.DONE}
+    return lifecycle.diagnose(source_table, table.table_name, known, done,
+                              recorded_table_uuid(instance, table, active), config_path)
 
 
 def asset_keys(table: TableConfig) -> list[AssetKey]:
@@ -55,41 +84,68 @@ def run_request(table: TableConfig, planned: NextRun) -> RunRequest:
 def ancestry_window(instance, table_line_: line.Line, source_table) -> list[str] | None:  # noqa: ANN001
     """The snapshots that can still be pending, in commit order: the table's ancestry after the oldest
     of the line's assets' latest materialisations (metadata and indexed queries only, whatever the
-    history). None when an asset has never been materialised or its latest key left the ancestry
-    (rollback, expiry): the caller then walks the known partitions instead."""
-    anchors = set()
+    history).
+
+    None - the caller then diagnoses the whole line - when an asset has never been materialised, when
+    a latest key left the ancestry (rollback, expiry, a recreated table), or when a resync started a
+    new line that the latest materialisations do not belong to yet.
+    """
+    anchors: set[int] = set()
+    epoch = 0
     for asset_key in table_line_.asset_keys:
         records = instance.fetch_materializations(asset_key, limit=1).records
         if not records or records[0].partition_key is None:
             return None
-        anchors.add(records[0].partition_key)
+        anchors.add(lifecycle.snapshot_id_of(records[0].partition_key))
+        token = records[0].asset_materialization.metadata.get("line")
+        epoch = max(epoch, lifecycle.line_epoch(getattr(token, "value", token)))
     windows = []
     for anchor in anchors:
         try:
-            windows.append([str(sid) for sid in changelog.ancestry_ids(source_table, int(anchor))])
+            windows.append([str(sid) for sid in changelog.ancestry_ids(source_table, anchor)])
         except (SnapshotNotFoundError, ValueError):
             return None
-    return max(windows, key=len)
+    window = max(windows, key=len)
+    # A resync adds "<snapshot>@resync<n>" at the table's current snapshot: the anchors or the window.
+    next_resync = [f"{sid}{lifecycle.RESYNC_MARK}{epoch + 1}" for sid in [*anchors, *window]]
+    if instance.get_existing_dynamic_partitions(table_line_.partitions_def.name, next_resync):
+        return None
+    return window
 
 
-def evaluate(instance, table: TableConfig, source_table) -> tuple[list[str], NextRun | Blocked | None]:  # noqa: ANN001
-    """New keys to add and the next run to request, for this tick (shared by the CLI's sync)."""
-    return evaluate_line(instance, table_line(table), source_table)
+def evaluate(instance, table: TableConfig, source_table,  # noqa: ANN001
+             config_path: str | None = None) -> tuple[list[str], NextRun | Blocked | None]:
+    """New keys to add and the next run to request, for this tick (shared by the CLI's sync).
+    A table that changed under the line gives ``Blocked`` with the diagnosis (no new keys)."""
+    table_line_ = table_line(table)
+    fast = evaluate_window(instance, table_line_, source_table)
+    if fast is not None:
+        return fast
+    # The line does not simply follow the table: read the whole line once and diagnose it.
+    known = list(instance.get_dynamic_partitions(naming.partitions_name(table)))
+    problem = diagnose(instance, table, source_table, known, config_path)
+    if problem is not None:
+        return [], Blocked(lifecycle.active_keys(known)[-1], problem.message)
+    active = lifecycle.active_keys(known)
+    new_keys = discover_new_keys(source_table, active[-1] if active else None)
+    return new_keys, line.plan(instance, table_line_, window=active + new_keys)
 
 
-def evaluate_line(instance, table_line_: line.Line,  # noqa: ANN001 - DagsterInstance
-                  source_table) -> tuple[list[str], NextRun | Blocked | None]:  # noqa: ANN001 - pyiceberg Table
-    """:func:`evaluate` for a table's line: its cost follows the backlog, not the history."""
+def evaluate_window(instance, table_line_: line.Line,  # noqa: ANN001 - DagsterInstance
+                    source_table) -> tuple[list[str], NextRun | Blocked | None] | None:  # noqa: ANN001
+    """:func:`evaluate` when the line follows the table (the usual tick): its cost follows the
+    backlog, not the history. None when :func:`ancestry_window` cannot tell."""
     window = ancestry_window(instance, table_line_, source_table)
     if window is None:
-        new_keys = discover_new_keys(source_table, line.newest_key(instance, table_line_))
-        return new_keys, line.plan(instance, table_line_, new_keys)
+        return None
     known = instance.get_existing_dynamic_partitions(table_line_.partitions_def.name, window) if window else set()
     new_keys = [key for key in window if key not in known]
     return new_keys, line.plan(instance, table_line_, window=window)
 
 
-def build_snapshot_sensor(table: TableConfig):  # noqa: ANN201 - SensorDefinition
+
+
+def build_snapshot_sensor(table: TableConfig, config_path: str | None = None):  # noqa: ANN201 - SensorDefinition
     @sensor(
         name=naming.sensor_name(table),
         minimum_interval_seconds=max(1, int(table.polling_interval_s)),
@@ -105,7 +161,7 @@ def build_snapshot_sensor(table: TableConfig):  # noqa: ANN201 - SensorDefinitio
             source = context.resources.catalog.load_table(table.table_name)
         except NoSuchTableError:  # an ingest entry with auto_create has not created it yet
             return SkipReason(f"table {table.table_name} does not exist yet")
-        new_keys, planned = evaluate(context.instance, table, source)
+        new_keys, planned = evaluate(context.instance, table, source, config_path)
         partitions = naming.partitions_def(table)
         add = [partitions.build_add_request(new_keys)] if new_keys else []
         # Record the source's new state on its observable asset (data version = snapshot id).

@@ -2,7 +2,10 @@
 
 The checkpoint is the target's own history: every commit carries the source snapshot
 id, sequence number and batch id in its summary, so a rerun or duplicate run is a
-no-op and an out-of-order batch is refused (:func:`batch.decide`).
+no-op and an out-of-order batch is refused (:func:`batch.decide`). The same properties are
+written, in the same metadata commit, to the table property ``icecdc.last-batch``, so the
+checkpoint survives compaction + snapshot expiry of the replica (which remove old summaries).
+The export of a resync line (``icecdc resync``) replaces the replica's content in one overwrite.
 
 The replica has the source's schema, partitioning, properties and format version. It never
 receives the source's v3 lineage columns as data: a v3 replica has its own row lineage.
@@ -23,13 +26,14 @@ from icecdc_dagster.batch import (CHANGE_ORDINAL, CHANGE_TYPE, COMMIT_SEQUENCE_N
 from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import SinkWriteError
 from icecdc_dagster.sinks.base import ApplyResult
-from icecdc_dagster.writer.exactly_once import committed_summaries, java_table
+from icecdc_dagster.writer.exactly_once import TARGET_SNAPSHOT_KEY, java_table, last_batch, main_ancestors
 from icecdc_dagster.writer.merge import OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN, write_batch
 from icecdc_dagster.writer.tables import copy_table, set_identifier_fields, table_exists, union_schema
 
 SOURCE_SNAPSHOT_PROPERTY = "icecdc.source-snapshot-id"
 SOURCE_SEQUENCE_PROPERTY = "icecdc.source-sequence-number"
 SOURCE_TABLE_PROPERTY = "icecdc.source-table"
+LINE_PROPERTY = "icecdc.line"  # the resync key of the line the batch belongs to (absent: the original line)
 SOURCE_ROW_ID = "_source_row_id"
 SOURCE_ROW_ID_DOC = "_row_id of the source row (icecdc replica key of a keyless v3 table)"
 
@@ -40,6 +44,11 @@ def _table_name(table: Any) -> str:
         return table.split(".", 1)[1] if table.count(".") >= 2 else table
     ident = table.name() if callable(getattr(table, "name", None)) else table.identifier
     return ".".join(ident[-2:])
+
+
+def _checkpoint(properties: dict[str, str]) -> Checkpoint:
+    return Checkpoint(int(properties[SOURCE_SNAPSHOT_PROPERTY]), int(properties[SOURCE_SEQUENCE_PROPERTY]),
+                      properties.get(LINE_PROPERTY))
 
 
 class IcebergReplicaSink:
@@ -60,11 +69,22 @@ class IcebergReplicaSink:
         return f"{self.catalog_name}.{self.target_table}"
 
     def read_checkpoint(self) -> Checkpoint | None:
+        """The newest ancestor summary that carries a checkpoint, else the ``icecdc.last-batch`` property
+        (after maintenance expired those summaries). The property wins unless ``main`` was rolled back
+        past the snapshot it names (then the summaries say where the replica really is)."""
         if not table_exists(self.spark, self.catalog_name, self.target_table):
             return None
-        for _, _, summary in committed_summaries(self.spark, self._target):
+        jtable = java_table(self.spark, self._target)
+        ancestors = list(main_ancestors(jtable))
+        last = last_batch(jtable)
+        if last is not None and SOURCE_SNAPSHOT_PROPERTY in last:
+            published = int(last.get(TARGET_SNAPSHOT_KEY, "0"))
+            if published in {int(s.snapshotId()) for s in ancestors} or jtable.snapshot(published) is None:
+                return _checkpoint(last)
+        for snap in ancestors:
+            summary = dict(snap.summary())
             if SOURCE_SNAPSHOT_PROPERTY in summary:
-                return Checkpoint(int(summary[SOURCE_SNAPSHOT_PROPERTY]), int(summary[SOURCE_SEQUENCE_PROPERTY]))
+                return _checkpoint(summary)
         return None
 
     def _keys(self) -> tuple[str, ...]:
@@ -111,10 +131,15 @@ class IcebergReplicaSink:
         # A replica is exact: an INSERT of a key the target already holds is still an upsert.
         rows = rows.withColumn(OP_COLUMN, F.when(F.col(OP_COLUMN) == OP_INSERT, F.lit(OP_UPSERT))
                                .otherwise(F.col(OP_COLUMN))) if keys else rows
-        outcome = write_batch(self.spark, self._target, rows, keys, f"{batch.table_name}@{batch.snapshot_id}",
-                              {SOURCE_SNAPSHOT_PROPERTY: str(batch.snapshot_id),
-                               SOURCE_SEQUENCE_PROPERTY: str(batch.sequence_number),
-                               SOURCE_TABLE_PROPERTY: batch.table_name})
+        properties = {SOURCE_SNAPSHOT_PROPERTY: str(batch.snapshot_id),
+                      SOURCE_SEQUENCE_PROPERTY: str(batch.sequence_number), SOURCE_TABLE_PROPERTY: batch.table_name}
+        batch_id = f"{batch.table_name}@{batch.snapshot_id}"
+        if batch.line is not None:
+            properties[LINE_PROPERTY] = batch.line
+            batch_id += f"/{batch.line}"
+        # A resync export is the table's whole content: an overwrite drops rows the source no longer has.
+        outcome = write_batch(self.spark, self._target, rows, keys, batch_id, properties,
+                              replace_all=batch.resyncs_target)
         return ApplyResult(self.name, outcome.skipped, batch.checkpoint, outcome.counts,
                            {"target_snapshot_id": outcome.snapshot_id, "added_columns": added})
 

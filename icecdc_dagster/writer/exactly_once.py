@@ -5,15 +5,27 @@ A batch is written to a private staging branch first (data files + a snapshot th
 the publish leaves a dangling branch whose files are orphans once the next attempt
 drops it; ``main`` never holds half a batch. The ledger is ``main``'s history: a batch
 whose id is in an ancestor's summary is skipped.
+
+Maintenance of the table itself (``rewrite_data_files`` + ``expire_snapshots``) removes those
+summaries, so the publish also writes, in the SAME metadata commit (one Iceberg transaction:
+fast-forward + property update), table properties that no expiry touches: the last batch's
+summary properties (``icecdc.last-batch``: a replica's checkpoint) and, for ingest targets, the
+ledger of every batch id (``icecdc.ledger``, compressed). Readers take the union of both.
 """
 
+import base64
+import json
 import os
 import signal
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 BATCH_ID_PROPERTY = "icecdc.batch-id"
+LAST_BATCH_PROPERTY = "icecdc.last-batch"  # table property: JSON of the last published batch's summary properties
+LEDGER_PROPERTY = "icecdc.ledger"          # table property: zlib+base64 JSON list of recorded batches' properties
+TARGET_SNAPSHOT_KEY = "icecdc.target-snapshot-id"  # in LAST_BATCH_PROPERTY: the snapshot the batch published
 STAGING_BRANCH = "icecdc_stage"
 FAULT_ENV = "ICECDC_FAULT"
 FAULT_KILL_BEFORE_PUBLISH = "kill-after-write-before-commit"
@@ -42,8 +54,37 @@ def committed_summaries(spark: Any, table: str) -> Iterator[tuple[int, int, dict
         yield int(snap.snapshotId()), int(snap.sequenceNumber()), dict(snap.summary())
 
 
+def table_properties(jtable: Any) -> dict[str, str]:
+    return dict(jtable.properties())
+
+
+def decode_ledger(value: str | None) -> list[dict[str, str]]:
+    if not value:
+        return []
+    return json.loads(zlib.decompress(base64.b64decode(value)).decode("utf-8"))
+
+
+def encode_ledger(entries: list[dict[str, str]]) -> str:
+    return base64.b64encode(zlib.compress(json.dumps(entries, separators=(",", ":")).encode("utf-8"), 9)).decode()
+
+
+def last_batch(jtable: Any) -> dict[str, str] | None:
+    """The summary properties of the last batch published to ``main`` (a table property: survives expiry)."""
+    value = table_properties(jtable).get(LAST_BATCH_PROPERTY)
+    return json.loads(value) if value else None
+
+
+def recorded_summaries(spark: Any, table: str) -> Iterator[dict[str, str]]:
+    """Summary properties of every batch the table records: ``main``'s ancestors (newest first), then the
+    ledger property (oldest first), which survives compaction and snapshot expiry."""
+    jtable = java_table(spark, table)
+    for snap in main_ancestors(jtable):
+        yield dict(snap.summary())
+    yield from decode_ledger(table_properties(jtable).get(LEDGER_PROPERTY))
+
+
 def committed_batch_ids(spark: Any, table: str) -> set[str]:
-    return {s[BATCH_ID_PROPERTY] for _, _, s in committed_summaries(spark, table) if BATCH_ID_PROPERTY in s}
+    return {s[BATCH_ID_PROPERTY] for s in recorded_summaries(spark, table) if BATCH_ID_PROPERTY in s}
 
 
 @contextmanager
@@ -69,10 +110,12 @@ def commit_properties(spark: Any, properties: dict[str, str]) -> Iterator[None]:
         local.remove()
 
 
-def staged_commit(spark: Any, table: str, properties: dict[str, str], write: Callable[[str], T]) -> tuple[T, int]:
+def staged_commit(spark: Any, table: str, properties: dict[str, str], write: Callable[[str], T],
+                  ledger: bool = False) -> tuple[T, int]:
     """Run ``write(branch_table_name)`` on a fresh staging branch, then publish it to ``main``.
 
-    Returns the write's result and the published snapshot id.
+    ``ledger``: also append the batch to the table's ledger property (ingest targets: every batch id
+    must stay known after expiry). Returns the write's result and the published snapshot id.
     """
     jtable = java_table(spark, table)
     if jtable.refs().containsKey(STAGING_BRANCH):
@@ -95,6 +138,21 @@ def staged_commit(spark: Any, table: str, properties: dict[str, str], write: Cal
         # Test hook: die with the batch's files written and its snapshot staged, before main sees it.
         os.kill(os.getpid(), signal.SIGKILL)
     jtable.refresh()
-    jtable.manageSnapshots().fastForwardBranch("main", STAGING_BRANCH).removeBranch(STAGING_BRANCH).commit()
+    publish(jtable, {k: str(v) for k, v in properties.items()}, ledger)
     jtable.refresh()
     return result, int(jtable.currentSnapshot().snapshotId())
+
+
+def publish(jtable: Any, properties: dict[str, str], ledger: bool) -> None:
+    """Fast-forward ``main`` to the staged batch and record it in table properties: one metadata commit."""
+    staged = int(jtable.snapshot(STAGING_BRANCH).snapshotId())
+    txn = jtable.newTransaction()
+    txn.manageSnapshots().fastForwardBranch("main", STAGING_BRANCH).removeBranch(STAGING_BRANCH).commit()
+    update = txn.updateProperties().set(LAST_BATCH_PROPERTY,
+                                        json.dumps({**properties, TARGET_SNAPSHOT_KEY: str(staged)}, sort_keys=True))
+    if ledger:
+        entries = decode_ledger(table_properties(jtable).get(LEDGER_PROPERTY))
+        entries.append(properties)
+        update = update.set(LEDGER_PROPERTY, encode_ledger(entries))
+    update.commit()
+    txn.commitTransaction()

@@ -48,18 +48,33 @@ def collapse(rows: DataFrame, key_columns: Sequence[str]) -> DataFrame:
 
 
 def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[str], batch_id: str,
-                properties: dict[str, str] | None = None, exact_counts: bool = True) -> WriteOutcome:
+                properties: dict[str, str] | None = None, exact_counts: bool = True, ledger: bool = False,
+                replace_all: bool = False) -> WriteOutcome:
     """Write ``rows`` to ``table`` (full Spark name) once: skipped when ``batch_id`` is already in main's history.
 
     Counts: inserted / updated / deleted (keys that existed) / delete_missing (last op a delete of a
     key the table does not hold: nothing to do), or appended for key-less tables.
     ``exact_counts`` joins the batch's keys with the table's keys to split these counts.
+    ``ledger``: keep the batch id in the table's ledger property too (survives snapshot expiry).
+    ``replace_all``: the batch is the table's whole new content (a resync export): one overwrite
+    replaces every row, so rows the batch does not hold are gone (counts: ``replaced``).
     """
     if batch_id in committed_batch_ids(spark, table):
         return WriteOutcome(table, batch_id, True, None, {})
     target_columns = [f.name for f in spark.table(table).schema.fields]
     data_columns = [c for c in rows.columns if c in target_columns]
     props = {**(properties or {}), BATCH_ID_PROPERTY: batch_id}
+    if replace_all:
+        content = (collapse(rows, key_columns) if key_columns else rows).where(F.col(OP_COLUMN) != OP_DELETE)
+        content = content.select(*data_columns)
+
+        def overwrite(name: str) -> None:
+            content.writeTo(name).overwrite(F.lit(True))
+
+        _, snapshot_id = staged_commit(spark, table, props, overwrite, ledger)
+        count = int(spark.sql(f"SELECT summary['total-records'] FROM {table}.snapshots "
+                              f"WHERE snapshot_id = {snapshot_id}").first()[0] or 0)
+        return WriteOutcome(table, batch_id, False, snapshot_id, {"replaced": count})
     if not key_columns:
         appended = rows.where(F.col(OP_COLUMN) != OP_DELETE).select(*data_columns)
 
@@ -67,7 +82,7 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
             appended.writeTo(name).append()
             return 0
 
-        _, snapshot_id = staged_commit(spark, table, props, append)
+        _, snapshot_id = staged_commit(spark, table, props, append, ledger)
         count = int(spark.sql(f"SELECT summary['added-records'] FROM {table}.snapshots "
                               f"WHERE snapshot_id = {snapshot_id}").first()[0] or 0)
         return WriteOutcome(table, batch_id, False, snapshot_id, {"appended": count})
@@ -97,7 +112,7 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
                       f"{update}"
                       f"WHEN NOT MATCHED AND s.{OP_COLUMN} <> '{OP_DELETE}' THEN INSERT ({cols}) VALUES ({vals})")
 
-        _, snapshot_id = staged_commit(spark, table, props, merge)
+        _, snapshot_id = staged_commit(spark, table, props, merge, ledger)
         spark.catalog.dropTempView(view)
         return WriteOutcome(table, batch_id, False, snapshot_id, counts)
     finally:

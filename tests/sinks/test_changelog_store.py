@@ -11,7 +11,7 @@ from icecdc_dagster.pipeline.changelog_store import SOURCE_ROW_ID, ChangelogStor
 
 
 def _store_batch(spark, cat, table, name, snapshot_ids, bootstrap_id, key):
-    request = keys_to_request(name, [str(s) for s in snapshot_ids], str(bootstrap_id), False, key)
+    request = keys_to_request(name, [str(s) for s in snapshot_ids], [str(bootstrap_id)], False, key)
     store = ChangelogStore(spark, cat, name)
     with changelog.staged_scans(spark):
         computed = compute_batch(spark, cat, table, request)

@@ -19,7 +19,7 @@ KEY = ("id",)
 
 def _batch(spark, cat, table, snapshot_id, bootstrap_id, key):
     """The batch as the Dagster assets run it: computed, stored, read back as events."""
-    request = keys_to_request("db.src", [str(snapshot_id)], str(bootstrap_id), False, key)
+    request = keys_to_request("db.src", [str(snapshot_id)], [str(bootstrap_id)], False, key)
     store = ChangelogStore(spark, cat, "db.src")
     with changelog.staged_scans(spark):
         computed = compute_batch(spark, cat, table, request)

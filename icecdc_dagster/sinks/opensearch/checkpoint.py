@@ -4,7 +4,7 @@ Keeping it on the index itself means the checkpoint and the documents can
 only disappear together: a deleted or recreated index reads as "no
 checkpoint", so the export is applied again instead of claiming data that is
 gone. Layout: ``_meta.icecdc.checkpoints[<sink name>] = {snapshot_id,
-sequence_number, table, applied_at_ms}`` (ids as strings: they are 64-bit).
+sequence_number, table, applied_at_ms, line}`` (``line``: the resync key, absent for the original line) (ids as strings: they are 64-bit).
 ``_meta`` is replaced as a whole by put_mapping, so other keys are read first
 and written back.
 """
@@ -40,7 +40,7 @@ def read_checkpoint(client: Any, index: str, sink_name: str) -> Checkpoint | Non
     if entry is None:
         return None
     try:
-        return Checkpoint(int(entry["snapshot_id"]), int(entry["sequence_number"]))
+        return Checkpoint(int(entry["snapshot_id"]), int(entry["sequence_number"]), entry.get("line"))
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{sink_name}: unreadable checkpoint in _meta of index {index}: {entry!r}") from exc
 
@@ -59,6 +59,8 @@ def write_checkpoint(client: Any, index: str, sink_name: str, batch: BatchInfo) 
         "table": batch.table_name,
         "applied_at_ms": int(time.time() * 1000),
     }
+    if batch.line is not None:
+        checkpoints[sink_name]["line"] = batch.line
     ours["checkpoints"] = checkpoints
     meta[META_KEY] = ours
     client.indices.put_mapping(index=index, body={"_meta": meta})

@@ -28,8 +28,10 @@ from icecdc_dagster.batch import BatchInfo, Checkpoint, Decision, decide
 from icecdc_dagster.errors import CheckpointError, ConfigError, SinkWriteError
 from icecdc_dagster.sinks.base import ApplyResult
 from icecdc_dagster.sinks.opensearch import checkpoint as cp
-from icecdc_dagster.sinks.opensearch.actions import FAILED, WriteSummary
-from icecdc_dagster.sinks.opensearch.documents import bulk_rows, document_columns, with_generated_ids
+from icecdc_dagster.pipeline.lifecycle import version_offset
+from icecdc_dagster.sinks.opensearch.actions import DELETED, FAILED, WriteSummary
+from icecdc_dagster.sinks.opensearch.documents import (ACTION, ID, SOURCE, VERSION, bulk_rows, document_columns,
+                                                       with_generated_ids)
 from icecdc_dagster.sinks.opensearch.mapping import iceberg_schema_to_mapping, missing_properties
 from icecdc_dagster.sinks.opensearch.settings import OpenSearchSinkSettings
 from icecdc_dagster.sinks.opensearch.writer import write_bulk_rows
@@ -58,6 +60,56 @@ def prepare_events(events: DataFrame, identifier_columns: tuple[str, ...], inclu
 def write_events(settings: OpenSearchSinkSettings, events: DataFrame) -> WriteSummary:
     """Bulk-write CDC events as they are (no checkpoint check, no checkpoint write)."""
     return write_bulk_rows(settings, bulk_rows(events, settings.include_iceberg_metadata))
+
+
+def index_ids(settings: OpenSearchSinkSettings, spark, slices: int) -> DataFrame:  # noqa: ANN001
+    """Every document id of the index, read by Spark tasks (one sliced scroll each), never by the driver."""
+    from pyspark.sql import types as T
+
+    def scroll(slice_ids):  # noqa: ANN001, ANN202 - runs in an executor
+        client = settings.client()
+        try:
+            for slice_id in slice_ids:
+                body = {"_source": False, "size": 1000, "query": {"match_all": {}}}
+                if slices > 1:
+                    body["slice"] = {"id": slice_id, "max": slices}
+                page = client.search(index=settings.index, body=body, scroll="5m",
+                                     request_timeout=settings.request_timeout_s)
+                while page["hits"]["hits"]:
+                    for hit in page["hits"]["hits"]:
+                        yield (hit["_id"],)
+                    page = client.scroll(scroll_id=page["_scroll_id"], scroll="5m",
+                                         request_timeout=settings.request_timeout_s)
+                try:
+                    client.clear_scroll(scroll_id=page["_scroll_id"])
+                except Exception:  # noqa: BLE001 - the scroll expires on its own
+                    pass
+        finally:
+            client.close()
+
+    schema = T.StructType([T.StructField(ID, T.StringType(), False)])
+    rdd = spark.sparkContext.parallelize(range(slices), slices).mapPartitions(scroll)
+    return spark.createDataFrame(rdd, schema)
+
+
+def delete_missing(settings: OpenSearchSinkSettings, exported: DataFrame, version: int) -> WriteSummary:
+    """Delete every document of the index that ``exported`` (a resync export) did not write.
+
+    ``version`` (the export's) outranks the old line's versions, so the deletes apply and their
+    tombstones refuse a late write of the old line."""
+    spark = exported.sparkSession
+    client = settings.client()
+    try:
+        client.indices.refresh(index=settings.index)
+    finally:
+        client.close()
+    slices = max(1, min(8, spark.sparkContext.defaultParallelism))
+    present = index_ids(settings, spark, slices)
+    written = exported.select(F.col(b.DOCUMENT_ID).cast("string").alias(ID))
+    stale = present.join(written, ID, "left_anti").select(
+        ID, F.lit(b.DELETE_ACTION).alias(ACTION), F.lit(version).cast("long").alias(VERSION),
+        F.lit(None).cast("string").alias(SOURCE))
+    return write_bulk_rows(settings, stale)
 
 
 class OpenSearchSink:
@@ -128,9 +180,17 @@ class OpenSearchSink:
             return ApplyResult(self.name, skipped=True, checkpoint=before,
                                details={"index": self.settings.index})
         self.ensure_index()
+        offset = version_offset(batch.line)
+        if offset:  # a resync line outranks every version the old line wrote (see lifecycle)
+            events = events.withColumn(b.COMMIT_SEQUENCE_NUMBER, F.col(b.COMMIT_SEQUENCE_NUMBER) + F.lit(offset))
         prepared = prepare_events(events, batch.identifier_columns, self.settings.include_iceberg_metadata,
                                   batch.table_name, batch.snapshot_id, self.name)
         summary = write_events(self.settings, prepared)
+        if summary.ok and batch.resyncs_target:
+            # Converge: every document the export did not write belongs to rows the table no longer has.
+            stale = delete_missing(self.settings, prepared, offset + batch.sequence_number)
+            summary.merge(stale, self.settings.max_reported_failures)
+            summary.counts["stale_deleted"] = stale.counts.get(DELETED, 0)
         if not summary.ok:
             raise SinkWriteError(self._failure_message(batch, before, summary))
         if self.settings.refresh is True:

@@ -1,0 +1,103 @@
+"""``maintenance/<ns>/<table>``: compaction, changelog expiry and the retention guard of a table group,
+on a schedule (``maintenance_schedule``, default daily 03:00), visible in the group's graph.
+
+The asset holds the line lock of the table (and of each ingest entry writing it) while it works, so it
+never interleaves with a batch of the same line: a sync or run that starts meanwhile waits, and no
+commit is lost. What a sink still needs (its checkpoint, pending snapshots) is never expired.
+"""
+
+import time
+from contextlib import ExitStack
+
+from dagster import (AssetExecutionContext, AssetKey, AssetSelection, DefaultScheduleStatus, MaterializeResult,
+                     ScheduleDefinition, asset)
+
+from icecdc_dagster.assets import naming
+from icecdc_dagster.config import IcebergSinkConfig, IngestConfig, TableConfig
+from icecdc_dagster.pipeline import lifecycle, maintenance
+from icecdc_dagster.pipeline.ordering import KeyStatus
+
+
+def maintenance_key(table: TableConfig) -> AssetKey:
+    return AssetKey(["maintenance", *table.table_name.split(".")])
+
+
+def build_maintenance_schedule(table: TableConfig) -> ScheduleDefinition:
+    return ScheduleDefinition(name="maintenance__" + naming.group_name(table), cron_schedule=table.maintenance_schedule,
+                              target=AssetSelection.assets(maintenance_key(table)),
+                              default_status=DefaultScheduleStatus.RUNNING,
+                              description=f"Compaction and expiry for the {table.table_name} group.")
+
+
+def build_maintenance_asset(table: TableConfig, writers: tuple[IngestConfig, ...] = ()):  # noqa: ANN201
+    replicas = [s.table_name for s in table.sinks if isinstance(s, IcebergSinkConfig)]
+
+    @asset(
+        key=maintenance_key(table),
+        deps=[naming.changelog_key(table), *(naming.sink_key(s) for s in table.sinks)],
+        group_name=naming.group_name(table),
+        kinds={"iceberg", "spark"},
+        required_resource_keys={"spark", "catalog"},
+        description=(f"Compacts {', '.join(replicas + ([table.table_name] if writers else [])) or 'nothing'} when a "
+                     f"partition has more than {table.compact_delete_files} delete files; expires "
+                     f"{table.table_name}__changelog batches applied by every sink and older than "
+                     f"{table.changelog_retention}; never expires a snapshot a sink still needs."),
+    )
+    def _maintain(context: AssetExecutionContext) -> MaterializeResult:
+        from pyiceberg.exceptions import NoSuchTableError
+
+        from icecdc_dagster.lease.holder import Holder
+        from icecdc_dagster.lease.line_lock import LineLock, holding
+        from icecdc_dagster.sensors.snapshots import key_statuses
+
+        catalog = context.resources.catalog
+        spark = context.resources.spark.session(catalog)
+        holder = Holder.current(role="icecdc maintenance")
+        lines = [table.table_name, *(naming.ingest_line_id(e) for e in writers)]
+        results: list[maintenance.TableMaintenance] = []
+        with ExitStack() as held:
+            for line in sorted(lines):  # a fixed order: two holders of several locks never deadlock
+                held.enter_context(holding(LineLock.for_instance(context.instance, line), holder, wait=True,
+                                           on_wait=context.log.info))
+            try:
+                source = catalog.load_table(table.table_name)
+            except NoSuchTableError:
+                return MaterializeResult(metadata={"skipped": f"{table.table_name} does not exist yet"})
+            known = list(context.instance.get_dynamic_partitions(naming.partitions_name(table)))
+            active = lifecycle.active_keys(known)
+            statuses = key_statuses(context.instance, table, active)
+            pending = [lifecycle.snapshot_id_of(k) for k in active if statuses.get(k) is not KeyStatus.DONE]
+            applied = [lifecycle.snapshot_id_of(k) for k in active if statuses.get(k) is KeyStatus.DONE]
+            now = time.time()
+            cutoff = now - table.changelog_retention_s
+            for replica in replicas:
+                done = maintenance.compact(spark, catalog.name, replica, table.compact_delete_files)
+                if done.skipped is None:
+                    done.expired_snapshots = maintenance.expire_snapshots(spark, catalog.name, replica, cutoff)
+                results.append(done)
+            if writers:  # an ingest target that is also our source: compact, expire only what no sink needs
+                done = maintenance.compact(spark, catalog.name, table.table_name, table.compact_delete_files)
+                needed = pending + applied[-1:]
+                guarded = maintenance.guarded_expiry_cutoff(source, needed, cutoff)
+                done.expired_snapshots = maintenance.expire_snapshots(spark, catalog.name, table.table_name, guarded)
+                done.notes.append(f"expired before {maintenance._timestamp(guarded)} UTC (retention guard)")
+                results.append(done)
+            results.append(maintenance.expire_changelog(spark, catalog.name, table.table_name,
+                                                        table.changelog_retention_s, set(pending), now_s=now))
+        metadata = {}
+        for r in results:
+            prefix = r.table
+            metadata[f"{prefix}: max delete files per partition"] = r.max_delete_files_per_partition
+            metadata[f"{prefix}: compacted"] = r.compacted
+            metadata[f"{prefix}: rewritten data files"] = r.rewritten_data_files
+            metadata[f"{prefix}: deleted batches"] = r.deleted_batches
+            metadata[f"{prefix}: expired snapshots"] = r.expired_snapshots
+            if r.skipped:
+                metadata[f"{prefix}: skipped"] = r.skipped
+            for note in r.notes:
+                metadata[f"{prefix}: note"] = note
+        context.log.info("; ".join(f"{r.table}: compacted={r.compacted}, deleted batches={r.deleted_batches}, "
+                                   f"expired snapshots={r.expired_snapshots}" for r in results))
+        return MaterializeResult(metadata=metadata)
+
+    return _maintain

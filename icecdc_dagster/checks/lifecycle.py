@@ -1,0 +1,45 @@
+"""The line can continue from the table: no rollback, no expired snapshot it needs, same table.
+
+Fails (ERROR) with the diagnosis of ``pipeline.lifecycle`` (what happened + the ``icecdc resync``
+command that recovers) instead of letting the sensor, status and runs raise on every tick.
+"""
+
+from dagster import AssetCheckResult, AssetCheckSeverity, asset_check
+
+from icecdc_dagster.assets import naming
+from icecdc_dagster.config import TableConfig
+from icecdc_dagster.pipeline import lifecycle
+from icecdc_dagster.sensors.snapshots import diagnose
+
+
+def build_lifecycle_check(table: TableConfig, config_path: str | None):  # noqa: ANN201 - AssetChecksDefinition
+    @asset_check(
+        asset=naming.changelog_key(table),
+        name="line_follows_table",
+        description=(f"Fails when {table.table_name} was rolled back, a snapshot the line needs was expired, or the "
+                     f"table was recreated; the result names the icecdc resync command that recovers."),
+        required_resource_keys={"catalog"},
+        blocking=False,
+    )
+    def _check(context) -> AssetCheckResult:  # noqa: ANN001
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            source = context.resources.catalog.load_table(table.table_name)
+        except NoSuchTableError:
+            return AssetCheckResult(passed=False, severity=AssetCheckSeverity.WARN,
+                                    metadata={"problem": f"table {table.table_name} does not exist (dropped, or "
+                                                         f"not created yet)"})
+        known = list(context.instance.get_dynamic_partitions(naming.partitions_name(table)))
+        problem = diagnose(context.instance, table, source, known, config_path)
+        active = lifecycle.active_keys(known)
+        metadata = {"table_uuid": lifecycle.table_uuid(source),
+                    "line": lifecycle.line_token(known) or "original",
+                    "superseded_partitions": len(known) - len(active)}
+        if problem is None:
+            return AssetCheckResult(passed=True, metadata={**metadata, "problem": "none"})
+        return AssetCheckResult(passed=False, severity=AssetCheckSeverity.ERROR,
+                                metadata={**metadata, "problem": problem.kind.value, "message": problem.message,
+                                          "recover": lifecycle.recovery_command(config_path, table.table_name)})
+
+    return _check
