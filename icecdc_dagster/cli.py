@@ -28,23 +28,31 @@ def _instance(config_path: str | None, dagster_home: str | None):  # noqa: ANN20
 EXIT_BUSY = 75  # EX_TEMPFAIL: another writer holds a line; try again later (or use --wait)
 
 
+def _sync_context(args: argparse.Namespace, stop, **options):  # noqa: ANN001, ANN202 - (config, SyncContext)
+    """The pipeline file, its definitions and the instance, as a sync or resync works with them."""
+    from icecdc_dagster.config import load_config
+    from icecdc_dagster.definitions import build_definitions
+    from icecdc_dagster.lease.holder import Holder
+    from icecdc_dagster.sync import SyncContext
+
+    config = load_config(args.config)
+    defs = build_definitions(config)
+    instance = _instance(args.config, args.dagster_home)
+    context = SyncContext(defs=defs, instance=instance, holder=Holder.current(), wait=args.wait, stop=stop,
+                          say=lambda message: print(message, flush=True), log_level=args.log_level,
+                          config_path=args.config, **options)
+    return config, context
+
+
 def cmd_sync(args: argparse.Namespace) -> int:
-    from icecdc_dagster.lease.holder import Holder, set_process_role
-    from icecdc_dagster.sync import StopRequest, SyncContext, sync_all
+    from icecdc_dagster.lease.holder import set_process_role
+    from icecdc_dagster.sync import StopRequest, sync_all
 
     set_process_role("icecdc sync")
     with StopRequest().installed() as stop:
-        from icecdc_dagster.config import load_config
-        from icecdc_dagster.definitions import build_definitions
-
-        config = load_config(args.config)
-        defs = build_definitions(config)
-        instance = _instance(args.config, args.dagster_home)
+        config, context = _sync_context(args, stop, retry_failed=args.retry_failed)
         started = time.monotonic()
-        context = SyncContext(defs=defs, instance=instance, holder=Holder.current(), retry_failed=args.retry_failed,
-                              wait=args.wait, stop=stop, say=lambda message: print(message, flush=True),
-                              log_level=args.log_level)
-        reports = sync_all(config, defs, instance, context=context)
+        reports = sync_all(config, context.defs, context.instance, context=context)
         for report in reports:
             for message in report.failed_over:
                 print(f"{report.table_name}: failed over a dead worker's run: {message}")
@@ -59,23 +67,15 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 
 def cmd_resync(args: argparse.Namespace) -> int:
-    from icecdc_dagster.lease.holder import Holder, set_process_role
-    from icecdc_dagster.sync import StopRequest, SyncContext, resync_table
+    from icecdc_dagster.errors import LineBusyError
+    from icecdc_dagster.lease.holder import set_process_role
+    from icecdc_dagster.sync import StopRequest, resync_table
 
     set_process_role("icecdc resync")
     with StopRequest().installed() as stop:
-        from icecdc_dagster.config import load_config
-        from icecdc_dagster.definitions import build_definitions
-
-        config = load_config(args.config)
-        defs = build_definitions(config)
-        instance = _instance(args.config, args.dagster_home)
-        context = SyncContext(defs=defs, instance=instance, holder=Holder.current(), wait=args.wait, stop=stop,
-                              say=lambda message: print(message, flush=True), config_path=args.config)
-        from icecdc_dagster.errors import LineBusyError
-
+        config, context = _sync_context(args, stop)
         try:
-            report = resync_table(config, defs, instance, args.table, context=context)
+            report = resync_table(config, context.defs, context.instance, args.table, context=context)
         except LineBusyError as busy:
             print(f"{args.table}: BUSY: {busy}")
             return EXIT_BUSY
@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         if name == "resync":
             p.add_argument("--table", required=True, help="the table to re-bootstrap (<namespace>.<table>)")
             p.add_argument("--wait", action="store_true", help="wait for another writer of the line")
+            _log_level_arguments(p)
         if name == "sync":
             p.add_argument("--retry-failed", action="store_true",
                            help="re-execute, once, each batch that used up its retries and blocks its line")
