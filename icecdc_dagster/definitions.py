@@ -90,14 +90,17 @@ def check_format_version(config: PipelineConfig, table, source) -> None:  # noqa
         raise ConfigError(f"{config.source}: tables: {table.table_name!r}: {exc}") from None
 
 
+def _rows_identifiable(table, source) -> bool:  # noqa: ANN001
+    """A sink can name a row: identifier columns, v3 row lineage, or the table is declared append-only."""
+    from icecdc_dagster.pipeline.batches import identifier_columns_of, uses_row_lineage
+
+    return table.append_only or bool(identifier_columns_of(table.identifier_columns, source)) or uses_row_lineage(source)
+
+
 def check_documents_have_ids(config: PipelineConfig, table, source) -> None:  # noqa: ANN001
     """An OpenSearch sink deletes documents by id: a table with no key and no v3 row lineage has
     none, so it is accepted only when declared ``append_only`` (its deletes then fail the batch)."""
-    from icecdc_dagster.pipeline.batches import identifier_columns_of, uses_row_lineage
-
-    if not any(isinstance(s, OpenSearchSinkConfig) for s in table.sinks) or table.append_only:
-        return
-    if identifier_columns_of(table.identifier_columns, source) or uses_row_lineage(source):
+    if not any(isinstance(s, OpenSearchSinkConfig) for s in table.sinks) or _rows_identifiable(table, source):
         return
     raise ConfigError(
         f"{config.source}: tables: {table.table_name!r} has an OpenSearch sink but no identifier columns "
@@ -110,12 +113,8 @@ def check_replicas_can_match_rows(config: PipelineConfig, table, source) -> None
     v3 ``_row_id`` (kept as ``_source_row_id``). A keyless v2 table offers neither: its replica can only
     be appended to, so it is accepted only when declared ``append_only`` (its updates and deletes then
     fail the batch)."""
-    from icecdc_dagster.pipeline.batches import identifier_columns_of, uses_row_lineage
-
     replicas = [s.table_name for s in table.sinks if isinstance(s, IcebergSinkConfig)]
-    if not replicas or table.append_only:
-        return
-    if identifier_columns_of(table.identifier_columns, source) or uses_row_lineage(source):
+    if not replicas or _rows_identifiable(table, source):
         return
     raise ConfigError(
         f"{config.source}: tables: {table.table_name!r} has an Iceberg replica sink ({', '.join(replicas)}) but no "

@@ -56,8 +56,8 @@ def diagnose(instance, table: TableConfig, source_table, known: list[str],  # no
              config_path: str | None) -> lifecycle.LineProblem | None:
     """Why the line cannot continue (rollback, expiry, recreation), or None."""
     active = lifecycle.active_keys(known)
-    statuses = key_statuses(instance, table, active)
-    done = {k for k, s in statuses.items() if s is KeyStatus.DONE}
+    # Materialisation records, not Dagster's cached partition status (stale under concurrent writers).
+    done = line.done_in_every_asset(instance, table_line(table), active)
     return lifecycle.diagnose(source_table, table.table_name, known, done,
                               recorded_table_uuid(instance, table, active), config_path)
 
