@@ -1,6 +1,12 @@
-"""Dagster definitions built from the pipeline file (``$ICECDC_CONFIG``; none = empty project)."""
+"""Dagster definitions built from the pipeline file (``$ICECDC_CONFIG``; none = empty project).
 
-from dagster import Definitions, EnvVar
+Nothing is read at import: ``dagster dev`` and run workers call :func:`defs`, the CLI calls
+:func:`build_definitions` with the file it was given, so ``--config B`` never loads ``$ICECDC_CONFIG``.
+"""
+
+from typing import TYPE_CHECKING
+
+from dagster import Definitions, EnvVar, definitions
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.changelog import build_changelog_asset
@@ -12,20 +18,25 @@ from icecdc_dagster.checks.lifecycle import build_lifecycle_check
 from icecdc_dagster.checks.stuck import build_stuck_check
 from icecdc_dagster.errors import ConfigError
 from icecdc_dagster.lease.executor import line_executor
-from icecdc_dagster.config import EnvRef, IcebergSinkConfig, OpenSearchSinkConfig, PipelineConfig, load_config
-from icecdc_dagster.resources import IcebergCatalogResource, OpenSearchResource, SparkResource
+from icecdc_dagster.config import PipelineConfig, TableConfig, load_config
+from icecdc_dagster.fields import EnvRef
+from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 from icecdc_dagster.pipeline.ingest import fixed_target
 from icecdc_dagster.sensors.ingest import build_ingest_sensor
 from icecdc_dagster.sensors.snapshots import build_snapshot_sensor
 
 
-def _secret(value):  # noqa: ANN001, ANN202
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+
+def _secret(value: EnvRef | None) -> EnvVar | None:
     return EnvVar(value.name) if isinstance(value, EnvRef) else value
 
 
 def build_resources(config: PipelineConfig) -> dict:
     resources: dict = {
-        "catalog": IcebergCatalogResource(name=config.catalog.name, uri=config.catalog.uri,
+        "catalog": IcebergCatalogResource(type=config.catalog.type, name=config.catalog.name, uri=config.catalog.uri,
                                           warehouse=config.catalog.warehouse,
                                           password=_secret(config.catalog.password),
                                           properties={k: str(v) for k, v in config.catalog.properties.items()}),
@@ -34,10 +45,9 @@ def build_resources(config: PipelineConfig) -> dict:
     }
     for table in config.tables:
         for sink in table.sinks:
-            if isinstance(sink, OpenSearchSinkConfig):
-                resources[naming.opensearch_resource_key(sink)] = OpenSearchResource(
-                    hosts=list(sink.hosts), username=_secret(sink.username), password=_secret(sink.password),
-                    verify_certs=sink.verify_certs, ca_certs=sink.ca_certs, request_timeout_s=sink.request_timeout_s)
+            key = sink.resource_key()
+            if key:
+                resources[key] = sink.connection_resource()
     return resources
 
 
@@ -75,11 +85,10 @@ def check_tables_exist(config: PipelineConfig) -> None:
             raise ConfigError(f"{config.source}: tables: table {table.table_name!r} does not exist in catalog "
                               f"{config.catalog.name!r} ({config.catalog.uri})") from None
         check_format_version(config, table, source)
-        check_documents_have_ids(config, table, source)
-        check_replicas_can_match_rows(config, table, source)
+        check_sinks_can_follow(config, table, source)
 
 
-def check_format_version(config: PipelineConfig, table, source) -> None:  # noqa: ANN001
+def check_format_version(config: PipelineConfig, table: TableConfig, source: "Table") -> None:
     """A format v1 table has no sequence numbers to order its changes by: refused at load, with the fix."""
     from icecdc_dagster.changelog import check_supported
     from icecdc_dagster.errors import UnsupportedFormatVersionError
@@ -90,37 +99,21 @@ def check_format_version(config: PipelineConfig, table, source) -> None:  # noqa
         raise ConfigError(f"{config.source}: tables: {table.table_name!r}: {exc}") from None
 
 
-def _rows_identifiable(table, source) -> bool:  # noqa: ANN001
+def _rows_identifiable(table: TableConfig, source: "Table") -> bool:
     """A sink can name a row: identifier columns, v3 row lineage, or the table is declared append-only."""
     from icecdc_dagster.pipeline.batches import identifier_columns_of, uses_row_lineage
 
     return table.append_only or bool(identifier_columns_of(table.identifier_columns, source)) or uses_row_lineage(source)
 
 
-def check_documents_have_ids(config: PipelineConfig, table, source) -> None:  # noqa: ANN001
-    """An OpenSearch sink deletes documents by id: a table with no key and no v3 row lineage has
-    none, so it is accepted only when declared ``append_only`` (its deletes then fail the batch)."""
-    if not any(isinstance(s, OpenSearchSinkConfig) for s in table.sinks) or _rows_identifiable(table, source):
-        return
-    raise ConfigError(
-        f"{config.source}: tables: {table.table_name!r} has an OpenSearch sink but no identifier columns "
-        f"(config or table identifier fields) and no v3 row lineage, so its deletes cannot name a document; "
-        f"set identifier_columns, or declare the table append_only: true")
-
-
-def check_replicas_can_match_rows(config: PipelineConfig, table, source) -> None:  # noqa: ANN001
-    """An Iceberg replica matches updated and deleted rows by the identifier columns, or by the source's
-    v3 ``_row_id`` (kept as ``_source_row_id``). A keyless v2 table offers neither: its replica can only
-    be appended to, so it is accepted only when declared ``append_only`` (its updates and deletes then
-    fail the batch)."""
-    replicas = [s.table_name for s in table.sinks if isinstance(s, IcebergSinkConfig)]
-    if not replicas or _rows_identifiable(table, source):
-        return
-    raise ConfigError(
-        f"{config.source}: tables: {table.table_name!r} has an Iceberg replica sink ({', '.join(replicas)}) but no "
-        f"identifier columns (config or table identifier fields) and no v3 row lineage (format version "
-        f"{source.metadata.format_version}), so its updates and deletes cannot be matched in the replica; set "
-        f"identifier_columns, upgrade the table to format v3, or declare the table append_only: true")
+def check_sinks_can_follow(config: PipelineConfig, table: TableConfig, source: "Table") -> None:
+    """Each sink kind names what it needs of a source (an OpenSearch sink deletes documents by id,
+    a replica matches rows by key): a table that cannot offer it is refused at load, with the fix."""
+    identifiable = _rows_identifiable(table, source)
+    for sink in table.sinks:
+        problem = sink.refuse_source(table.table_name, source, identifiable)
+        if problem:
+            raise ConfigError(f"{config.source}: tables: {problem}")
 
 
 def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Definitions:
@@ -154,4 +147,7 @@ def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Defi
                        executor=line_executor)
 
 
-defs = build_definitions(load_config())
+@definitions
+def defs() -> Definitions:
+    """What ``dagster dev``, the daemon and run workers load: the pipeline file named by ``$ICECDC_CONFIG``."""
+    return build_definitions(load_config())

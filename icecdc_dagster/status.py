@@ -7,11 +7,11 @@ from dagster import DagsterInstance, Definitions
 
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import naming
-from icecdc_dagster.config import IngestConfig, OpenSearchSinkConfig, TableConfig
+from icecdc_dagster.config import IngestConfig, TableConfig
 from icecdc_dagster.pipeline import lifecycle
 from icecdc_dagster.pipeline.maintenance import retention_warning
 from icecdc_dagster.pipeline.ordering import KeyStatus
-from icecdc_dagster.pipeline.sinks import open_configured_sink, sink_name
+from icecdc_dagster.pipeline.sinks import open_configured_sink
 from icecdc_dagster.sensors.snapshots import diagnose, discover_new_keys, key_statuses
 
 
@@ -109,17 +109,16 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
     needed: list[int] = []  # checkpoints of sinks that still have snapshots to apply
     for sink in table.sinks:
         try:
-            if spark is None and not isinstance(sink, OpenSearchSinkConfig):
+            if spark is None and sink.needs_spark:
                 spark = defs.resources["spark"].session(catalog)
-            is_opensearch = isinstance(sink, OpenSearchSinkConfig)
-            cluster = defs.resources[naming.opensearch_resource_key(sink)] if is_opensearch else None
+            key = sink.resource_key()
             target = open_configured_sink(sink, table, spark=spark, catalog=catalog, source_table=source,
-                                          cluster=cluster)
+                                          connection=defs.resources[key] if key else None)
             checkpoint = target.read_checkpoint()
         except Exception as exc:  # noqa: BLE001 - status reports, it does not fail
-            status.sinks.append(SinkStatus(sink_name(sink), None, len(keys), None, error=str(exc)[:200]))
+            status.sinks.append(SinkStatus(sink.name, None, len(keys), None, error=str(exc)[:200]))
             continue
-        status.sinks.append(_sink_status(source, table, sink_name(sink), checkpoint, keys, status.line, config_path))
+        status.sinks.append(_sink_status(source, table, sink.name, checkpoint, keys, status.line, config_path))
         if checkpoint is not None and status.sinks[-1].error is None and status.sinks[-1].pending_snapshots:
             needed.append(checkpoint.snapshot_id)
     # The retention guard: the table's own expiry settings must not expire what the slowest sink needs.

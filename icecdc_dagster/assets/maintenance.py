@@ -13,7 +13,7 @@ from dagster import (AssetExecutionContext, AssetKey, AssetSelection, DefaultSch
                      ScheduleDefinition, asset)
 
 from icecdc_dagster.assets import naming
-from icecdc_dagster.config import IcebergSinkConfig, IngestConfig, TableConfig
+from icecdc_dagster.config import IngestConfig, TableConfig
 from icecdc_dagster.pipeline import lifecycle, maintenance
 from icecdc_dagster.pipeline.ordering import KeyStatus
 
@@ -30,7 +30,7 @@ def build_maintenance_schedule(table: TableConfig) -> ScheduleDefinition:
 
 
 def build_maintenance_asset(table: TableConfig, writers: tuple[IngestConfig, ...] = ()):  # noqa: ANN201
-    replicas = [s.table_name for s in table.sinks if isinstance(s, IcebergSinkConfig)]
+    replicas = [t for t in (s.maintained_table() for s in table.sinks) if t]
 
     @asset(
         key=maintenance_key(table),

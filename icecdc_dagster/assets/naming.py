@@ -4,7 +4,7 @@ import re
 
 from dagster import AssetKey, DynamicPartitionsDefinition
 
-from icecdc_dagster.config import IcebergSinkConfig, IngestConfig, OpenSearchSinkConfig, SinkConfig, TableConfig
+from icecdc_dagster.config import IngestConfig, SinkConfig, TableConfig
 
 
 def _slug(text: str) -> str:
@@ -20,11 +20,7 @@ def changelog_key(table: TableConfig) -> AssetKey:
 
 
 def sink_key(sink: SinkConfig) -> AssetKey:
-    if isinstance(sink, OpenSearchSinkConfig):
-        return AssetKey(["opensearch", sink.index])
-    if isinstance(sink, IcebergSinkConfig):
-        return AssetKey(["replica", *sink.table_name.split(".")])
-    raise TypeError(f"unknown sink {sink!r}")
+    return AssetKey(list(sink.asset_path()))
 
 
 def group_name(table: TableConfig) -> str:
@@ -41,10 +37,6 @@ def partitions_def(table: TableConfig) -> DynamicPartitionsDefinition:
 
 def sensor_name(table: TableConfig) -> str:
     return "snapshots__" + _slug(table.table_name)
-
-
-def opensearch_resource_key(sink: OpenSearchSinkConfig) -> str:
-    return "opensearch__" + _slug(sink.index)
 
 
 def ingest_key(entry: IngestConfig) -> AssetKey:

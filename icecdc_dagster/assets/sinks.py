@@ -12,7 +12,7 @@ from icecdc_dagster import changelog
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.changelog import batch_request
 from icecdc_dagster.assets.metadata import batch_metadata
-from icecdc_dagster.config import OpenSearchSinkConfig, SinkConfig, TableConfig
+from icecdc_dagster.config import SinkConfig, TableConfig
 from icecdc_dagster.pipeline.batches import batch_info, uses_row_id
 from icecdc_dagster.pipeline.changelog_store import ChangelogStore
 from icecdc_dagster.pipeline.sinks import open_configured_sink
@@ -20,8 +20,7 @@ from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 
 
 def build_sink_asset(table: TableConfig, sink: SinkConfig):  # noqa: ANN201 - AssetsDefinition
-    is_opensearch = isinstance(sink, OpenSearchSinkConfig)
-    resource_key = naming.opensearch_resource_key(sink) if is_opensearch else None
+    resource_key = sink.resource_key()
 
     @asset(
         key=naming.sink_key(sink),
@@ -29,10 +28,9 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig):  # noqa: ANN201 - As
         partitions_def=naming.partitions_def(table),
         backfill_policy=BackfillPolicy.single_run(),
         group_name=naming.group_name(table),
-        kinds={"opensearch", "spark"} if is_opensearch else {"iceberg", "spark"},
+        kinds=set(sink.tags),
         required_resource_keys={"spark", "catalog", *([resource_key] if resource_key else [])},
-        description=(f"OpenSearch index {sink.index} kept in step with {table.table_name}" if is_opensearch
-                     else f"Iceberg replica {sink.table_name} of {table.table_name} (MERGE per batch)"),
+        description=sink.describe(table.table_name),
         metadata={"source_table": table.table_name, "target": sink.asset_name},
     )
     def _sink(context: AssetExecutionContext) -> MaterializeResult:
@@ -43,9 +41,9 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig):  # noqa: ANN201 - As
         source = catalog.load_table(table.table_name)
         request = batch_request(context, table, source)
         info = batch_info(source, request)
-        cluster = getattr(context.resources, resource_key) if is_opensearch else None
+        connection = getattr(context.resources, resource_key) if resource_key else None
         target = open_configured_sink(sink, table, spark=session, catalog=catalog, source_table=source,
-                                      cluster=cluster)
+                                      connection=connection)
         events = ChangelogStore(session, catalog.name, table.table_name).read_events(
             info, use_row_id=uses_row_id(source, info.identifier_columns))
         result = target.apply(info, events)

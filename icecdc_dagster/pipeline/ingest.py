@@ -18,7 +18,7 @@ from icecdc_dagster.ingest.pipeline import IngestSettings
 
 def ingest_settings(entry: IngestConfig) -> IngestSettings:
     return IngestSettings(landing=entry.landing, target=entry.target,
-                          identifier_columns=tuple(entry.identifier_columns), auto_create=entry.auto_create,
+                          identifier_columns=entry.identifier_columns, auto_create=entry.auto_create,
                           schema=entry.schema, schema_evolution=entry.schema_evolution,
                           files_per_batch=entry.files_per_batch)
 

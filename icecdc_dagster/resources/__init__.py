@@ -1,5 +1,7 @@
+"""Dagster resources shared by every asset: the catalog and the SparkSession. A sink's own
+connection resource lives with its kind (``sinks/<kind>/resource.py``)."""
+
 from icecdc_dagster.resources.catalog import IcebergCatalogResource
-from icecdc_dagster.resources.opensearch import OpenSearchResource
 from icecdc_dagster.resources.spark import SparkResource
 
-__all__ = ["IcebergCatalogResource", "OpenSearchResource", "SparkResource"]
+__all__ = ["IcebergCatalogResource", "SparkResource"]

@@ -1,9 +1,14 @@
 """The SparkSession, started once per process with Iceberg and attached to the catalog."""
 
+from typing import TYPE_CHECKING
+
 from dagster import ConfigurableResource
 
 from icecdc_dagster.resources.catalog import IcebergCatalogResource
 from icecdc_dagster.runtime.spark import SparkSettings, build_spark_session
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 class SparkResource(ConfigurableResource):
@@ -18,5 +23,5 @@ class SparkResource(ConfigurableResource):
         return SparkSettings(master=self.master, app_name=self.app_name, conf=dict(self.conf),
                              jars=tuple(self.jars))
 
-    def session(self, catalog: IcebergCatalogResource):  # noqa: ANN201 - SparkSession
+    def session(self, catalog: IcebergCatalogResource) -> "SparkSession":
         return build_spark_session(self.settings(), [catalog.settings()])

@@ -15,6 +15,9 @@ from sqlalchemy.engine import make_url
 from icecdc_dagster.errors import ConfigError
 
 SPARK_CATALOG_IMPL = "org.apache.iceberg.spark.SparkCatalog"
+# "sql" is the tested path (pyiceberg SqlCatalog + Iceberg's JdbcCatalog on one database); the others
+# are known to both pyiceberg and Iceberg's Spark catalog and are passed through unchanged.
+CATALOG_TYPES = ("sql", "rest", "hive", "glue")
 
 
 @dataclass(frozen=True)
@@ -25,9 +28,20 @@ class CatalogSettings:
     uri: str
     warehouse: str
     properties: dict[str, str] = field(default_factory=dict)
+    type: str = "sql"
+
+    def check(self) -> None:
+        """A ConfigError now rather than at the first run (a database pyiceberg and Spark cannot share)."""
+        if self.type not in CATALOG_TYPES:
+            raise ConfigError(f"catalog.type: unknown catalog type {self.type!r} (one of {', '.join(CATALOG_TYPES)})")
+        if self.type == "sql":
+            self.jdbc_url()
 
     @cached_property
-    def backend(self) -> str:
+    def backend(self) -> str | None:
+        """The SQL database of a ``sql`` catalog (sqlite, postgresql); None for other catalog types."""
+        if self.type != "sql":
+            return None
         backend = make_url(self.uri).get_backend_name()
         if backend not in ("sqlite", "postgresql"):
             raise ConfigError(f"catalog.uri: unsupported catalog database {backend!r} "
@@ -45,10 +59,14 @@ class CatalogSettings:
         return f"jdbc:postgresql://{host}:{port}/{url.database}"
 
     def pyiceberg_properties(self) -> dict[str, str]:
-        return {"type": "sql", "uri": self.uri, "warehouse": self.warehouse, **self.properties}
+        return {"type": self.type, "uri": self.uri, "warehouse": self.warehouse, **self.properties}
 
     def spark_conf(self) -> dict[str, str]:
         prefix = f"spark.sql.catalog.{self.name}"
+        if self.type != "sql":
+            return {prefix: SPARK_CATALOG_IMPL, f"{prefix}.type": self.type, f"{prefix}.uri": self.uri,
+                    f"{prefix}.warehouse": self.warehouse, f"{prefix}.cache-enabled": "false",
+                    **{f"{prefix}.{k}": str(v) for k, v in self.properties.items()}}
         conf = {
             prefix: SPARK_CATALOG_IMPL,
             f"{prefix}.type": "jdbc",
@@ -75,6 +93,10 @@ class CatalogSettings:
         """The pyiceberg catalog (creates the catalog tables when missing)."""
         from pyiceberg.catalog.sql import SqlCatalog
 
+        if self.type != "sql":
+            from pyiceberg.catalog import load_catalog
+
+            return load_catalog(self.name, **self.pyiceberg_properties())
         if self.backend == "sqlite":
             from pathlib import Path
 

@@ -1,0 +1,219 @@
+"""The pipeline file as one typed model tree: catalog, Spark, tables with their sinks, ingestion.
+
+Every section forbids unknown keys; every value is checked for its type without coercion; rules
+that involve several keys are model validators here, so a mistake fails at load with the file
+and the key path (see :mod:`icecdc_dagster.config.load`), never in the middle of a run.
+"""
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import Discriminator, Field, PrivateAttr, Tag, field_validator, model_validator
+
+from icecdc_dagster.errors import ConfigError
+from icecdc_dagster.fields import (Duration, Flag, LocationOrUri, Model, Names, NonNegativeInt, PositiveInt, Secret,
+                                   TableName, parse_duration)
+from icecdc_dagster.runtime.catalog import CATALOG_TYPES, CatalogSettings
+from icecdc_dagster.runtime.spark import SparkSettings
+from icecdc_dagster.sinks.kind import SinkConfig
+from icecdc_dagster.sinks.registry import SINK_KINDS
+
+
+def _sink_entry(kind: str, config: type[SinkConfig]) -> Any:
+    """``{<kind>: {settings}}``: the YAML shape of one sink, as its own small model."""
+    from pydantic import create_model
+
+    entry = create_model(f"{config.__name__}Entry", __base__=Model,
+                         **{kind: (config, Field(description=config.__doc__))})
+    return Annotated[entry, Tag(kind)]
+
+
+def _sink_kind(value: Any) -> str | None:
+    if isinstance(value, dict) and len(value) == 1:
+        return next(iter(value))
+    if isinstance(value, Model):
+        return next(iter(type(value).model_fields))
+    return None
+
+
+_ENTRIES = tuple(_sink_entry(kind, config) for kind, config in SINK_KINDS.items())
+SinkEntry = Annotated[Union[_ENTRIES],  # type: ignore[valid-type]  # noqa: UP007 - built from the registry
+                      Discriminator(_sink_kind, custom_error_type="sink_kind", custom_error_message="unknown sink type",
+                                    custom_error_context={"expected": ", ".join(sorted(SINK_KINDS))})]
+
+
+class TableConfig(Model):
+    """One source table followed snapshot by snapshot into its sinks."""
+
+    table_name: TableName = Field(description="<namespace>.<table> in the catalog")
+    identifier_columns: Names = Field(default=(), description="row key (default: the table's identifier fields)")
+    disable_export: Flag = Field(default=False, description="start from the current snapshot without an export")
+    polling_interval: Duration = Field(default="PT30S", description="sensor interval")
+    max_snapshots_per_run: PositiveInt = Field(default=10, description="snapshots applied as one batch at most")
+    max_retries: NonNegativeInt = Field(default=3, description="automatic retries of a failed batch")
+    append_only: Flag = Field(
+        default=False, description="a keyless table without row lineage is insert-only: OpenSearch documents get "
+                                   "generated ids and a DELETE fails its batch")
+    sink_entries: tuple[SinkEntry, ...] = Field(default=(), alias="sinks",
+                                               description="where the table's changes go")
+    maintenance_schedule: str = Field(default="0 3 * * *", description="cron schedule of the maintenance asset")
+    compact_delete_files: PositiveInt = Field(
+        default=50, description="compact a replica / ingest target when a partition has more delete files")
+    changelog_retention: Duration = Field(
+        default="P7D", description="applied changelog batches and replica snapshots older than this are expired")
+
+    @property
+    def sinks(self) -> tuple[SinkConfig, ...]:
+        return tuple(getattr(entry, _sink_kind(entry) or "") for entry in self.sink_entries)
+
+    @property
+    def changelog_retention_s(self) -> float:
+        return parse_duration(self.changelog_retention)
+
+    @property
+    def namespace(self) -> str:
+        return self.table_name.rsplit(".", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.table_name.rsplit(".", 1)[1]
+
+    @property
+    def polling_interval_s(self) -> float:
+        return parse_duration(self.polling_interval)
+
+
+class IngestConfig(Model):
+    """Debezium-style change events from landing files into Iceberg tables."""
+
+    name: str = Field(min_length=1, description="names the ingest asset, sensor and line")
+    landing: LocationOrUri = Field(description="directory of landing files (relative to the pipeline file)")
+    target: str = Field(description="target table, or a template over envelope fields: db.{source.table}")
+    identifier_columns: Names | dict[str, Names] = Field(
+        default=(), description="upsert key; per routed target: {table or short name: [columns]}")
+    auto_create: Flag = Field(default=False, description="create missing targets (declared or inferred schema)")
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema",
+                                          description="declared schema of a created target: columns, "
+                                                      "partition_spec, table_properties")
+    schema_evolution: Flag = Field(default=False, description="add new fields as columns, widen types safely")
+    files_per_batch: PositiveInt = Field(default=1, description="landing files per batch (one commit per target)")
+    polling_interval: Duration = "PT30S"
+    max_retries: NonNegativeInt = 3
+
+    @property
+    def schema(self) -> dict[str, Any] | None:  # type: ignore[override]
+        return self.schema_
+
+    @property
+    def polling_interval_s(self) -> float:
+        return parse_duration(self.polling_interval)
+
+    @field_validator("target")
+    @classmethod
+    def _routable(cls, target: str) -> str:
+        from icecdc_dagster.ingest import routing
+
+        if routing.is_template(target):
+            routing.namespace_of(target)  # ValueError names the fixed namespace rule
+        elif not _is_table_name(target):
+            raise ValueError("expected <namespace>.<table> or a template like db.{source.table}")
+        return target
+
+    @model_validator(mode="after")
+    def _one_schema_per_table(self) -> "IngestConfig":
+        from icecdc_dagster.ingest import routing
+
+        if self.schema_ is not None and routing.is_template(self.target):
+            raise ValueError("a declared schema describes one table, but the target is a routing template that "
+                             "writes many: drop 'schema' (the schema is inferred per table) or use a fixed target")
+        if isinstance(self.identifier_columns, dict) and not routing.is_template(self.target):
+            raise ValueError("identifier_columns per target only applies to a routing template; "
+                             "give a list of columns for a fixed target")
+        return self
+
+
+def _is_table_name(text: str) -> bool:
+    from icecdc_dagster.fields import _TABLE_NAME
+
+    return bool(_TABLE_NAME.match(text))
+
+
+class CatalogConfig(Model):
+    """The Iceberg catalog that pyiceberg and Spark share."""
+
+    type: Literal[CATALOG_TYPES] = Field(  # type: ignore[valid-type]
+        default="sql", description="sql (SQLite/PostgreSQL, shared with Spark's JDBC catalog; tested) or another "
+                                   "pyiceberg/Iceberg catalog type, passed through unchanged")
+    name: str = Field(default="lake", pattern=r"^[A-Za-z_]\w*$", description="catalog name in Spark SQL")
+    uri: LocationOrUri = Field(default="sqlite:///lake/catalog.db", validate_default=True,
+                               description="sql: a SQLAlchemy URL (relative SQLite paths are relative to the file)")
+    warehouse: LocationOrUri = Field(default="lake/warehouse", validate_default=True,
+                                     description="warehouse location (relative paths: relative to the file)")
+    password: Secret | None = Field(default=None, description="catalog database password: {env: VARIABLE}")
+    properties: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="extra catalog properties (pyiceberg and Spark)")
+
+    @model_validator(mode="after")
+    def _usable(self) -> "CatalogConfig":
+        try:
+            self.settings().check()
+        except ConfigError as exc:
+            raise ValueError(str(exc).split(": ", 1)[-1]) from None
+        return self
+
+    def settings(self) -> CatalogSettings:
+        uri = self.uri
+        if self.type == "sql" and self.password is not None and self.password.resolve():
+            from sqlalchemy.engine import make_url
+
+            uri = make_url(uri).set(password=self.password.resolve()).render_as_string(hide_password=False)
+        return CatalogSettings(self.name, uri, self.warehouse, {k: str(v) for k, v in self.properties.items()},
+                               type=self.type)
+
+
+class SparkConfig(Model):
+    """The SparkSession every run shares (local by default)."""
+
+    master: str = "local[*]"
+    app_name: str = "icecdc_dagster"
+    conf: dict[str, str | int | float | bool] = Field(default_factory=dict, description="spark.* settings")
+    jars: tuple[str, ...] = Field(default=(), description="extra jars (a cluster's own Iceberg runtime)")
+
+    def settings(self) -> SparkSettings:
+        return SparkSettings(master=self.master, app_name=self.app_name,
+                             conf={k: str(v) for k, v in self.conf.items()}, jars=self.jars)
+
+
+class PipelineConfig(Model):
+    """The pipeline file."""
+
+    catalog: CatalogConfig = Field(default_factory=CatalogConfig)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+    tables: tuple[TableConfig, ...] = ()
+    ingest: tuple[IngestConfig, ...] = ()
+    _source: str = PrivateAttr(default="<defaults>")
+
+    @property
+    def source(self) -> str:
+        """The pipeline file this was loaded from (named in every error)."""
+        return self._source
+
+    @model_validator(mode="after")
+    def _unique(self) -> "PipelineConfig":
+        _unique("tables", [t.table_name for t in self.tables])
+        _unique("sinks", [f"{s.kind}:{s.target}" for t in self.tables for s in t.sinks])
+        _unique("ingest", [e.name for e in self.ingest])
+        return self
+
+    def table(self, table_name: str) -> TableConfig:
+        for table in self.tables:
+            if table.table_name == table_name:
+                return table
+        raise ConfigError(f"{self.source}: no table {table_name!r} in tables")
+
+
+def _unique(what: str, names: list[str]) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"{what}: {name!r} is declared twice")
+        seen.add(name)

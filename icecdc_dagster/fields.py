@@ -1,0 +1,127 @@
+"""Field types of the pipeline file: secrets from the environment, ISO-8601 durations, table names.
+
+Each type validates strictly (a string is never silently a boolean, a number never silently a
+string) and documents itself in the generated JSON schema. Paths relative to the pipeline file
+are resolved against the directory given as ``base_dir`` in the validation context.
+"""
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, StrictBool,
+                      StrictInt, ValidationInfo, WithJsonSchema)
+
+_DURATION = re.compile(
+    r"^P(?:(?P<days>\d+(?:\.\d+)?)D)?(?:T(?:(?P<hours>\d+(?:\.\d+)?)H)?"
+    r"(?:(?P<minutes>\d+(?:\.\d+)?)M)?(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?$")
+TABLE_NAME_PATTERN = r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+$"
+_TABLE_NAME = re.compile(TABLE_NAME_PATTERN)
+
+
+class Model(BaseModel):
+    """Every section of the pipeline file: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def parse_duration(text: str) -> float:
+    """ISO-8601 duration (``PT30S``, ``PT5M``, ``P1DT2H``) in seconds."""
+    match = _DURATION.match(str(text).strip())
+    if not match or text in ("P", "PT") or str(text).endswith("T"):
+        raise ValueError(f"{text!r} is not an ISO-8601 duration like PT30S")
+    parts = {k: float(v) for k, v in match.groupdict().items() if v}
+    if not parts:
+        raise ValueError(f"{text!r} is not an ISO-8601 duration like PT30S")
+    return (parts.get("days", 0) * 86400 + parts.get("hours", 0) * 3600
+            + parts.get("minutes", 0) * 60 + parts.get("seconds", 0))
+
+
+def _duration(value: str) -> str:
+    parse_duration(value)
+    return value
+
+
+Duration = Annotated[str, Field(strict=True), AfterValidator(_duration),
+                     WithJsonSchema({"type": "string", "format": "duration",
+                                     "description": "ISO-8601 duration, e.g. PT30S, PT5M, P7D"})]
+"""An ISO-8601 duration kept as written; ``parse_duration`` gives seconds."""
+
+
+@dataclass(frozen=True)
+class EnvRef:
+    """A value taken from an environment variable when it is used, never stored."""
+
+    name: str
+
+    def resolve(self) -> str | None:
+        return os.environ.get(self.name)
+
+
+_ENV_SCHEMA = {"type": "object", "properties": {"env": {"type": "string"}}, "required": ["env"],
+               "additionalProperties": False, "description": "read from this environment variable at run time"}
+
+
+def _env_ref(value: Any) -> EnvRef:
+    if isinstance(value, EnvRef):
+        return value
+    if isinstance(value, dict) and set(value) == {"env"} and isinstance(value["env"], str) and value["env"]:
+        return EnvRef(value["env"])
+    raise ValueError("secrets must come from the environment: write {env: VARIABLE_NAME}")
+
+
+def _env_or_text(value: Any) -> EnvRef | str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        if set(value) != {"env"} or not isinstance(value["env"], str):
+            raise ValueError("expected a string or {env: VARIABLE_NAME}")
+        return EnvRef(value["env"])
+    return _env_ref(value)
+
+
+Secret = Annotated[EnvRef, PlainValidator(_env_ref), WithJsonSchema(_ENV_SCHEMA)]
+"""A password or token: only ``{env: VARIABLE}`` is accepted, so no secret is ever written in the file."""
+
+EnvOrText = Annotated[EnvRef | str, PlainValidator(_env_or_text),
+                      WithJsonSchema({"anyOf": [{"type": "string"}, _ENV_SCHEMA]})]
+"""A value that may be written plainly or read from the environment (a user name)."""
+
+
+def _table_name(value: str) -> str:
+    if not _TABLE_NAME.match(value):
+        raise ValueError("expected <namespace>.<table>")
+    return value
+
+
+TableName = Annotated[str, Field(strict=True, json_schema_extra={"pattern": TABLE_NAME_PATTERN}),
+                      AfterValidator(_table_name)]
+
+PositiveInt = Annotated[StrictInt, Field(ge=1)]
+NonNegativeInt = Annotated[StrictInt, Field(ge=0)]
+PositiveSeconds = Annotated[float, Field(gt=0, strict=False)]
+Flag = StrictBool
+
+
+def _one_or_many(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+Names = Annotated[tuple[Annotated[str, Field(strict=True, min_length=1)], ...], BeforeValidator(_one_or_many)]
+"""Column names: a list, or one name written alone (``identifier_columns: id``)."""
+
+
+def _local_path(value: str, info: ValidationInfo) -> str:
+    """Relative warehouse paths and SQLite files are relative to the pipeline file."""
+    base = Path((info.context or {}).get("base_dir") or Path.cwd())
+    if value.startswith("sqlite:///") and not value.startswith("sqlite:////"):
+        return "sqlite:///" + str((base / value[len("sqlite:///"):]).resolve())
+    if "://" not in value:
+        return "file://" + str((base / value).resolve())
+    return value
+
+
+LocationOrUri = Annotated[str, Field(strict=True), AfterValidator(_local_path)]
+"""A URI (``s3://``, ``postgresql://``, ``file://``) or a path relative to the pipeline file."""

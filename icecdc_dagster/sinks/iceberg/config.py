@@ -1,0 +1,59 @@
+"""``- iceberg: {table_name: ...}``: the Iceberg replica sink kind — a downstream table kept by MERGE."""
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import Field
+
+from icecdc_dagster.fields import TableName
+from icecdc_dagster.sinks.kind import Comparison, SinkConfig, SinkContext
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+    from pyspark.sql import DataFrame
+
+    from icecdc_dagster.batch import Checkpoint
+    from icecdc_dagster.sinks.iceberg.sink import IcebergReplicaSink
+
+
+class IcebergSinkConfig(SinkConfig):
+    """A replica in the same catalog: created like the source, then one MERGE commit per batch."""
+
+    kind: ClassVar[str] = "iceberg"
+    asset_prefix: ClassVar[str] = "replica"
+    tags: ClassVar[frozenset[str]] = frozenset({"iceberg", "spark"})
+
+    table_name: TableName = Field(description="<namespace>.<table> of the replica (created when missing)")
+
+    @property
+    def target(self) -> str:
+        return self.table_name
+
+    def describe(self, source_table: str) -> str:
+        return f"Iceberg replica {self.table_name} of {source_table} (MERGE per batch)"
+
+    def maintained_table(self) -> str:
+        return self.table_name
+
+    def refuse_source(self, table_name: str, source: "Table", rows_identifiable: bool) -> str | None:
+        if rows_identifiable:
+            return None
+        return (f"{table_name!r} has an Iceberg replica sink ({self.table_name}) but no identifier columns "
+                f"(config or table identifier fields) and no v3 row lineage (format version "
+                f"{source.metadata.format_version}), so its updates and deletes cannot be matched in the "
+                f"replica; set identifier_columns, upgrade the table to format v3, or declare the table "
+                f"append_only: true")
+
+    def open(self, context: SinkContext) -> "IcebergReplicaSink":
+        from icecdc_dagster.sinks.iceberg.sink import IcebergReplicaSink
+
+        return IcebergReplicaSink(context.spark, context.catalog_name, context.pyiceberg_catalog, self.table_name,
+                                  context.source_table, identifier_columns=context.identifier_columns,
+                                  name=self.name)
+
+    def compare(self, context: SinkContext, sink: Any, checkpoint: "Checkpoint", source_rows: "DataFrame",
+                source_count: int, sample_size: int) -> Comparison:
+        from icecdc_dagster.sinks.iceberg.consistency import compare_replica
+
+        assert context.spark is not None
+        return compare_replica(context.spark, f"{context.catalog_name}.{self.table_name}", source_rows,
+                               source_count, sample_size)

@@ -1,0 +1,18 @@
+"""A replica compared with its source at the replica checkpoint: count, and a Bernoulli sample of
+source rows (no sort of the table) looked up in the replica."""
+
+from pyspark.sql import DataFrame, SparkSession
+
+from icecdc_dagster.column_names import column
+from icecdc_dagster.sinks.kind import Comparison
+
+
+def compare_replica(spark: SparkSession, replica: str, source_rows: DataFrame, source_count: int,
+                    sample_size: int) -> Comparison:
+    target = spark.table(replica)
+    fraction = min(1.0, 5.0 * sample_size / max(source_count, 1))
+    sample = source_rows.sample(fraction=fraction, seed=7).limit(sample_size).cache()
+    missing = sample.exceptAll(target.select(*[column(c) for c in source_rows.columns])).limit(5).collect()
+    sampled = sample.count()
+    sample.unpersist()
+    return Comparison(target.count(), [str(row.asDict()) for row in missing], sampled)

@@ -1,0 +1,101 @@
+"""What a sink kind is: its config section, and everything derived from it (no Dagster).
+
+A sink kind is one folder under ``sinks/`` whose ``config.py`` subclasses :class:`SinkConfig`.
+The config class is the plugin: it names the YAML key, the asset path, the connection resource
+(if the sink reaches a service), how the engine sink is opened, what a source table must offer,
+and how the consistency check compares the sink with its source. The Dagster layer
+(``definitions``, assets, checks, ``status``) loops over sinks and never branches on their kind.
+Registering a new kind is one line in :mod:`icecdc_dagster.sinks.registry`.
+"""
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from icecdc_dagster.fields import Model
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+    from pyspark.sql import DataFrame, SparkSession
+
+    from icecdc_dagster.batch import Checkpoint
+    from icecdc_dagster.sinks.base import Sink
+
+
+@dataclass(frozen=True)
+class SinkContext:
+    """What opening a sink needs from the run: sessions, the source table and its keys.
+
+    ``connection``: the sink's connection resource with secrets resolved (see
+    :meth:`SinkConfig.connection_resource`), or None to use the config's own values.
+    """
+
+    catalog_name: str
+    pyiceberg_catalog: "Catalog"
+    source_table: "Table"
+    table_name: str
+    identifier_columns: tuple[str, ...]
+    spark: "SparkSession | None" = None
+    connection: Any = None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A sink compared with its source at the sink's checkpoint (the consistency check)."""
+
+    sink_rows: int
+    mismatches: list[str] = field(default_factory=list)
+    sampled_rows: int = 0
+
+
+class SinkConfig(Model):
+    """One entry of a table's ``sinks:`` list (``- <kind>: {settings}``)."""
+
+    kind: ClassVar[str]
+    asset_prefix: ClassVar[str]
+    tags: ClassVar[frozenset[str]]
+    needs_spark: ClassVar[bool] = True  # opening it (for status or checks) needs a SparkSession
+
+    @property
+    def target(self) -> str:
+        """The index or table this sink writes (unique per kind in a pipeline file)."""
+        raise NotImplementedError
+
+    @property
+    def name(self) -> str:
+        """``<asset prefix>/<target>``: how logs, metadata and status name the sink."""
+        return f"{self.asset_prefix}/{self.target}"
+
+    @property
+    def asset_name(self) -> str:
+        return self.target
+
+    def asset_path(self) -> tuple[str, ...]:
+        return (self.asset_prefix, *self.target.split("."))
+
+    def describe(self, source_table: str) -> str:
+        raise NotImplementedError
+
+    def maintained_table(self) -> str | None:
+        """An Iceberg table this sink owns and the table group's maintenance compacts and expires."""
+        return None
+
+    def resource_key(self) -> str | None:
+        """The Dagster resource key of this sink's connection; None when it needs none."""
+        return None
+
+    def connection_resource(self) -> Any:
+        """The connection as a Dagster ``ConfigurableResource`` (secrets as ``EnvVar``), or None."""
+        return None
+
+    def refuse_source(self, table_name: str, source: "Table", rows_identifiable: bool) -> str | None:
+        """Why this sink cannot follow ``source`` (checked at load), or None."""
+        return None
+
+    def open(self, context: SinkContext) -> "Sink":
+        raise NotImplementedError
+
+    def compare(self, context: SinkContext, sink: "Sink", checkpoint: "Checkpoint", source_rows: "DataFrame",
+                source_count: int, sample_size: int) -> Comparison:
+        """Row count and a sample of source rows at ``checkpoint`` looked up in the sink."""
+        raise NotImplementedError
