@@ -101,6 +101,29 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config_schema(args: argparse.Namespace) -> int:
+    """The pipeline file's JSON schema (for editors and CI), or its Markdown reference."""
+    import json
+
+    from icecdc_dagster.config import config_schema
+    from icecdc_dagster.config.reference import markdown_reference
+
+    print(markdown_reference() if args.markdown else json.dumps(config_schema(), indent=2))
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Load the pipeline file and its definitions (tables exist, sinks can follow them), nothing else."""
+    from icecdc_dagster.config import load_config
+    from icecdc_dagster.definitions import build_definitions
+
+    config = load_config(args.config)
+    defs = build_definitions(config)
+    assets = len(list(defs.assets or []))
+    print(f"{config.source}: ok ({len(config.tables)} tables, {len(config.ingest)} ingest entries, {assets} assets)")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from icecdc_dagster.demo.run import run_demo
 
@@ -142,6 +165,13 @@ def main(argv: list[str] | None = None) -> int:
                                 "name the holder and exit 75)")
             _log_level_arguments(p)
         p.set_defaults(func=func)
+    schema = sub.add_parser("config-schema", help="print the pipeline file's JSON schema (--markdown: reference)")
+    schema.add_argument("--markdown", action="store_true", help="the Markdown reference (docs/configuration.md)")
+    schema.set_defaults(func=cmd_config_schema)
+    validate = sub.add_parser("validate", help="load a pipeline file and check it against the catalog")
+    validate.add_argument("--config", default=os.environ.get("ICECDC_CONFIG"),
+                          required=not os.environ.get("ICECDC_CONFIG"), help="pipeline YAML (default: $ICECDC_CONFIG)")
+    validate.set_defaults(func=cmd_validate)
     demo = sub.add_parser("demo", help="local warehouse + demo table with several snapshots, synced end to end")
     demo.add_argument("--dir", default="icecdc-demo", help="where the demo's warehouse, catalog and instance live")
     demo.add_argument("--opensearch-url", default=os.environ.get("ICECDC_DEMO_OPENSEARCH_URL"),

@@ -66,3 +66,126 @@ def test_parse_duration(text, seconds):
 def test_parse_duration_rejects(text):
     with pytest.raises(ValueError):
         parse_duration(text)
+
+
+# --- one model: every engine setting reachable, every cross-key mistake caught at load -------------
+
+def _sink(**settings):
+    return {"tables": [{"table_name": "db.t", "sinks": [{"opensearch": {"index": "orders", **settings}}]}]}
+
+
+def test_every_opensearch_engine_setting_is_reachable_from_yaml(monkeypatch):
+    from dataclasses import fields
+
+    from icecdc_dagster.sinks.opensearch.settings import OpenSearchSinkSettings
+
+    monkeypatch.setenv("OS_PASS", "pw")
+    values = {"hosts": ["http://a:9200", "http://b:9200"], "username": "ops", "password": {"env": "OS_PASS"},
+              "verify_certs": False, "ca_certs": "/ca.pem", "chunk_size": 7, "max_chunk_bytes": 1024,
+              "parallelism": 3, "max_retries": 0, "initial_backoff_s": 0.1, "max_backoff_s": 2,
+              "refresh": "wait_for", "request_timeout_s": 5, "template_name": "tpl",
+              "index_settings": {"number_of_shards": 2}, "evolve_mapping": False,
+              "include_iceberg_metadata": True, "max_reported_failures": 9}
+    config = parse_config(_sink(**values), source="p.yaml")
+    settings = config.tables[0].sinks[0].settings()
+    assert {f.name for f in fields(OpenSearchSinkSettings)} - {"mapping"} <= set(values) | {"index"}
+    expected = {**values, "hosts": ("http://a:9200", "http://b:9200"), "password": "pw"}
+    assert {k: getattr(settings, k) for k in values} == expected
+
+
+def test_every_ingest_engine_setting_is_reachable_from_yaml(tmp_path):
+    from dataclasses import fields
+
+    from icecdc_dagster.ingest.pipeline import IngestSettings
+    from icecdc_dagster.pipeline.ingest import ingest_settings
+
+    entry = {"name": "cdc", "landing": "landing", "target": "db.{source.table}", "auto_create": True,
+             "identifier_columns": {"orders": ["id"], "db.items": ["order_id", "line"]},
+             "schema_evolution": True, "files_per_batch": 4}
+    config = parse_config({"ingest": [entry]}, source="p.yaml", base_dir=tmp_path)
+    settings = ingest_settings(config.ingest[0])
+    assert {f.name for f in fields(IngestSettings)} <= set(entry) | {"schema"}
+    assert settings.keys_for("db.orders") == ("id",) and settings.keys_for("db.items") == ("order_id", "line")
+    assert settings.landing == "file://" + str((tmp_path / "landing").resolve())
+    assert (settings.files_per_batch, settings.auto_create, settings.schema_evolution) == (4, True, True)
+
+
+@pytest.mark.parametrize("data, fragment", [
+    (_sink(index="Orders Index"), "sinks[0].opensearch: not a valid index name"),
+    (_sink(mapping={"properties": {}}, template_name="t"), "set either 'mapping' or 'template_name'"),
+    (_sink(refresh="sometimes"), "opensearch.refresh: expected true or false"),
+    (_sink(chunk_size="500"), "opensearch.chunk_size: expected a valid integer"),
+    (_sink(chunk_sise=5), "opensearch.chunk_sise: unknown key (expected one of: ca_certs, chunk_size"),
+    ({"tables": [{"table_name": "db.t", "sinks": [{"opensearch": {"index": "a"}, "iceberg": {"table_name": "a.b"}}]}]},
+     "sinks[0]: a sink is one of iceberg, opensearch"),
+    ({"tables": [{"table_name": "db.t", "sinks": [{"iceberg": {"table_name": "nodot"}}]}]},
+     "sinks[0].iceberg.table_name: expected <namespace>.<table>"),
+    ({"ingest": [{"name": "e", "landing": "l", "target": "{source.table}"}]},
+     "ingest[0] (e).target: target '{source.table}': the namespace part must be a fixed name"),
+    ({"ingest": [{"name": "e", "landing": "l", "target": "db.{source.table}", "schema": {"columns": []}}]},
+     "ingest[0] (e): a declared schema describes one table"),
+    ({"ingest": [{"name": "e", "landing": "l", "target": "db.t", "identifier_columns": {"t": ["id"]}}]},
+     "identifier_columns per target only applies to a routing template"),
+    ({"ingest": [{"name": "e", "landing": "l", "target": "t"}]}, "ingest[0] (e).target: expected <namespace>"),
+    ({"catalog": {"type": "nessie"}}, "catalog.type: expected 'sql', 'rest', 'hive' or 'glue'"),
+    ({"tables": [{"table_name": "db.t", "sinks": [{"opensearch": {"index": "x"}}]},
+                 {"table_name": "db.u", "sinks": [{"opensearch": {"index": "x"}}]}]},
+     "sinks: 'opensearch:x' is declared twice"),
+])
+def test_mistakes_that_used_to_fail_at_run_time_fail_at_load(data, fragment):
+    with pytest.raises(ConfigError) as error:
+        parse_config(data, source="pipeline.yaml")
+    assert str(error.value).startswith("pipeline.yaml: ") and fragment in str(error.value), str(error.value)
+
+
+def test_a_single_identifier_column_may_be_written_alone():
+    config = parse_config({"tables": [{"table_name": "db.t", "identifier_columns": "id"}]})
+    assert config.tables[0].identifier_columns == ("id",)
+
+
+def test_other_catalog_types_pass_through_to_pyiceberg_and_spark_unchanged():
+    config = parse_config({"catalog": {"type": "rest", "name": "cat", "uri": "http://rest:8181",
+                                       "warehouse": "s3://bucket/wh", "properties": {"token": "t"}}})
+    settings = config.catalog.settings()
+    assert settings.pyiceberg_properties() == {"type": "rest", "uri": "http://rest:8181",
+                                               "warehouse": "s3://bucket/wh", "token": "t"}
+    conf = settings.spark_conf()
+    assert conf["spark.sql.catalog.cat.type"] == "rest" and conf["spark.sql.catalog.cat.uri"] == "http://rest:8181"
+    assert conf["spark.sql.catalog.cat.token"] == "t" and settings.backend is None
+
+
+def test_generated_reference_is_current_and_schema_accepts_the_example():
+    import jsonschema
+    import yaml
+
+    from icecdc_dagster.config import config_schema
+    from icecdc_dagster.config.reference import markdown_reference
+
+    committed = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
+    assert committed.strip() == markdown_reference().strip(), "regenerate: icecdc config-schema --markdown"
+    schema = config_schema()
+    jsonschema.validate(yaml.safe_load(EXAMPLE.read_text()), schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"tables": [{"table_name": "db.t", "sinks": [{"kafka": {}}]}]}, schema)
+
+
+def test_definitions_module_reads_no_config_at_import_and_cli_config_wins(tmp_path):
+    """``--config B`` is what the CLI loads even when ``$ICECDC_CONFIG`` names another (broken) file."""
+    import os
+    import subprocess
+    import sys
+
+    broken = tmp_path / "a.yaml"
+    broken.write_text("tabels: []\n")
+    good = tmp_path / "b.yaml"
+    good.write_text("catalog: {uri: 'sqlite:///cat.db', warehouse: wh}\n")
+    env = {**os.environ, "ICECDC_CONFIG": str(broken)}
+    imported = subprocess.run([sys.executable, "-c", "import icecdc_dagster.definitions"], env=env,
+                              capture_output=True, text=True)
+    assert imported.returncode == 0, imported.stderr
+    cli = Path(sys.executable).parent / "icecdc"
+    validated = subprocess.run([str(cli), "validate", "--config", str(good)], env=env, capture_output=True,
+                               text=True)
+    assert validated.returncode == 0 and f"{good}: ok (0 tables" in validated.stdout, validated.stderr
+    refused = subprocess.run([str(cli), "validate"], env=env, capture_output=True, text=True)
+    assert refused.returncode == 2 and "a.yaml: tabels: unknown key" in refused.stderr

@@ -96,8 +96,8 @@ class IngestConfig(Model):
                                                       "partition_spec, table_properties")
     schema_evolution: Flag = Field(default=False, description="add new fields as columns, widen types safely")
     files_per_batch: PositiveInt = Field(default=1, description="landing files per batch (one commit per target)")
-    polling_interval: Duration = "PT30S"
-    max_retries: NonNegativeInt = 3
+    polling_interval: Duration = Field(default="PT30S", description="sensor interval")
+    max_retries: NonNegativeInt = Field(default=3, description="automatic retries of a failed batch")
 
     @property
     def schema(self) -> dict[str, Any] | None:  # type: ignore[override]
@@ -173,8 +173,8 @@ class CatalogConfig(Model):
 class SparkConfig(Model):
     """The SparkSession every run shares (local by default)."""
 
-    master: str = "local[*]"
-    app_name: str = "icecdc_dagster"
+    master: str = Field(default="local[*]", description="Spark master URL")
+    app_name: str = Field(default="icecdc_dagster", description="Spark application name")
     conf: dict[str, str | int | float | bool] = Field(default_factory=dict, description="spark.* settings")
     jars: tuple[str, ...] = Field(default=(), description="extra jars (a cluster's own Iceberg runtime)")
 

@@ -35,18 +35,18 @@ class OpenSearchSinkConfig(SinkConfig):
     needs_spark: ClassVar[bool] = False
 
     index: str = Field(description="target index (lowercase; created with a mapping from the Iceberg schema)")
-    hosts: tuple[str, ...] = Field(default=("http://localhost:9200",), min_length=1)
-    username: EnvOrText | None = None
+    hosts: tuple[str, ...] = Field(default=("http://localhost:9200",), min_length=1, description="cluster URLs")
+    username: EnvOrText | None = Field(default=None, description="basic-auth user (plain or {env: VARIABLE})")
     password: Secret | None = Field(default=None, description="{env: VARIABLE}; never written in the file")
-    verify_certs: Flag = True
-    ca_certs: str | None = None
-    request_timeout_s: float = Field(default=60.0, gt=0)
+    verify_certs: Flag = Field(default=True, description="verify the cluster's TLS certificate")
+    ca_certs: str | None = Field(default=None, description="CA bundle file for TLS")
+    request_timeout_s: float = Field(default=60.0, gt=0, description="seconds per HTTP request")
     chunk_size: PositiveInt = Field(default=500, description="actions per bulk request")
     max_chunk_bytes: PositiveInt = Field(default=10 * 1024 * 1024, description="bytes per bulk request")
     parallelism: PositiveInt = Field(default=2, description="concurrent bulk requests inside each Spark task")
     max_retries: NonNegativeInt = Field(default=5, description="retries of 429/5xx/timeouts, with backoff")
-    initial_backoff_s: float = Field(default=0.5, ge=0)
-    max_backoff_s: float = Field(default=30.0, ge=0)
+    initial_backoff_s: float = Field(default=0.5, ge=0, description="first retry delay (seconds, doubling)")
+    max_backoff_s: float = Field(default=30.0, ge=0, description="longest retry delay (seconds)")
     refresh: bool | Literal["wait_for"] = Field(
         default=True, description="true: one refresh before the checkpoint; wait_for: every bulk request waits; "
                                   "false: the index's refresh interval")
@@ -57,7 +57,7 @@ class OpenSearchSinkConfig(SinkConfig):
     evolve_mapping: Flag = Field(default=True, description="add mappings for columns added to the source")
     include_iceberg_metadata: Flag = Field(default=False, description="also store iceberg_operation, "
                                            "iceberg_snapshot_operation, iceberg_table_name, iceberg_snapshot_id")
-    max_reported_failures: PositiveInt = 5
+    max_reported_failures: PositiveInt = Field(default=5, description="failed items quoted in a batch's error")
 
     @model_validator(mode="after")
     def _same_rules_as_the_engine(self) -> "OpenSearchSinkConfig":
