@@ -18,7 +18,13 @@ process in default mode), started -> applied (the batch itself).
 The last line is the warm mode (the chosen design); the default mode's figures
 and the ratio are extra keys.
 
+Many tables (``--tables 20``, warm mode, ``--workers`` lanes): N tables with a replica each
+commit together, ``--rounds`` times; each table's latency is commit -> applied, and
+``multi_table_p95_s`` is the 95th percentile over every table of every round. The instance runs
+``workers`` lanes with ``max_concurrent_runs = workers`` and one run per line (tag limit).
+
 Usage: python bench/freshness.py [--commits 20] [--interval 5] [--modes warm,default]
+                                 [--tables 20 --rounds 3 --workers 4]
 """
 
 import argparse
@@ -38,17 +44,20 @@ TABLE = "db.events"
 SINK_KEY = ["replica", "replica", "events"]
 
 
-def write_home(home: Path, mode: str) -> None:
+def write_home(home: Path, mode: str, workers: int = 1) -> None:
     home.mkdir(parents=True, exist_ok=True)
     config: dict = {"telemetry": {"enabled": False},
-                    "run_queue": {"max_concurrent_runs": 1, "dequeue_interval_seconds": 1}}
+                    "run_queue": {"max_concurrent_runs": workers, "dequeue_interval_seconds": 1,
+                                  "tag_concurrency_limits": [{"key": "icecdc/table", "limit": 1,
+                                                              "value": {"applyLimitPerUniqueValue": True}}]}}
     if mode == "warm":
-        config["run_launcher"] = {"module": "icecdc_dagster.launcher", "class": "WarmRunLauncher"}
+        config["run_launcher"] = {"module": "icecdc_dagster.launcher", "class": "WarmRunLauncher",
+                                  "config": {"workers": workers}}
         config["run_monitoring"] = {"enabled": True, "max_resume_run_attempts": 0, "poll_interval_seconds": 30}
     (home / "dagster.yaml").write_text(yaml.safe_dump(config))
 
 
-def setup_lake(root: Path, interval: int):  # noqa: ANN201
+def setup_lake(root: Path, interval: int, names: tuple[str, ...] = (TABLE,)):  # noqa: ANN201
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField, StringType
@@ -57,13 +66,14 @@ def setup_lake(root: Path, interval: int):  # noqa: ANN201
     catalog.create_namespace("db")
     schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "payload", StringType()),
                     identifier_field_ids=[1])
-    table = catalog.create_table(TABLE, schema=schema)
-    table.append(rows(0, 100))
+    for name in names:
+        catalog.create_table(name, schema=schema).append(rows(0, 100))
     config = {
         "catalog": {"name": "bench", "uri": f"sqlite:///{root}/catalog.db", "warehouse": f"file://{root}/warehouse"},
         "spark": {"master": "local[2]", "conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}},
-        "tables": [{"table_name": TABLE, "identifier_columns": ["id"], "polling_interval": f"PT{interval}S",
-                    "max_snapshots_per_run": 1, "sinks": [{"iceberg": {"table_name": "replica.events"}}]}],
+        "tables": [{"table_name": name, "identifier_columns": ["id"], "polling_interval": f"PT{interval}S",
+                    "max_snapshots_per_run": 1,
+                    "sinks": [{"iceberg": {"table_name": "replica." + name.split(".")[1]}}]} for name in names],
     }
     path = root / "pipeline.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -76,18 +86,19 @@ def rows(start: int, count: int) -> pa.Table:
                     schema=pa.schema([pa.field("id", pa.int64(), nullable=False), ("payload", pa.string())]))
 
 
-def applied_at(instance, partition: str) -> float | None:  # noqa: ANN001
+def applied_at(instance, partition: str, sink_key: tuple[str, ...] = tuple(SINK_KEY)) -> float | None:  # noqa: ANN001
     from dagster import AssetKey, AssetRecordsFilter
 
     result = instance.fetch_materializations(
-        AssetRecordsFilter(asset_key=AssetKey(SINK_KEY), asset_partitions=[partition]), limit=1)
+        AssetRecordsFilter(asset_key=AssetKey(list(sink_key)), asset_partitions=[partition]), limit=1)
     return result.records[0].timestamp if result.records else None
 
 
-def wait_applied(instance, partition: str, timeout: float) -> float:  # noqa: ANN001
+def wait_applied(instance, partition: str, timeout: float,  # noqa: ANN001
+                 sink_key: tuple[str, ...] = tuple(SINK_KEY)) -> float:
     deadline = time.time() + timeout
     while time.time() < deadline:
-        stamp = applied_at(instance, partition)
+        stamp = applied_at(instance, partition, sink_key)
         if stamp is not None:
             return stamp
         time.sleep(0.2)
@@ -95,19 +106,11 @@ def wait_applied(instance, partition: str, timeout: float) -> float:  # noqa: AN
 
 
 def run_mode(mode: str, commits: int, interval: int) -> dict:
-    from dagster import DagsterInstance
-
     root = Path(tempfile.mkdtemp(prefix=f"icecdc-fresh-{mode}-"))
     catalog, config_path = setup_lake(root, interval)
     home = root / "dagster_home"
     write_home(home, mode)
-    env = {**os.environ, "DAGSTER_HOME": str(home), "ICECDC_CONFIG": str(config_path)}
-    dagster = Path(sys.executable).parent / "dagster"
-    log = (root / "dagster.log").open("w")
-    process = subprocess.Popen([str(dagster), "dev", "-m", "icecdc_dagster.definitions", "-p", "0"],
-                               env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=root)
-    os.environ["DAGSTER_HOME"] = str(home)
-    instance = DagsterInstance.get()
+    process, instance = start_dagster(root, home, config_path)
     try:
         table = catalog.load_table(TABLE)
         bootstrap = str(table.current_snapshot().snapshot_id)
@@ -135,12 +138,8 @@ def run_mode(mode: str, commits: int, interval: int) -> dict:
               f"(queue+launch {record.start_time - record.create_timestamp.timestamp():.1f}s, "
               f"run {record.end_time - record.start_time:.1f}s)", flush=True)
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-    for name, values in zip(("sensor", "queue+launch", "run"), zip(*parts), strict=True):
+        stop_dagster(process)
+    for name, values in zip(("sensor", "queue+launch", "run"), zip(*parts, strict=True), strict=True):
         print(f"[{mode}] median {name}: {statistics.median(values):.1f}s", flush=True)
     latencies.sort()
     p95 = latencies[min(len(latencies) - 1, round(0.95 * (len(latencies) - 1)))]
@@ -162,6 +161,62 @@ def wait_run_finished(instance, partition: str, timeout: float):  # noqa: ANN001
     raise TimeoutError(f"the run of snapshot {partition} did not finish within {timeout}s")
 
 
+def start_dagster(root: Path, home: Path, config_path: Path):  # noqa: ANN201 - (process, instance)
+    from dagster import DagsterInstance
+
+    env = {**os.environ, "DAGSTER_HOME": str(home), "ICECDC_CONFIG": str(config_path)}
+    dagster = Path(sys.executable).parent / "dagster"
+    log = (root / "dagster.log").open("w")
+    process = subprocess.Popen([str(dagster), "dev", "-m", "icecdc_dagster.definitions", "-p", "0"],
+                               env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=root)
+    os.environ["DAGSTER_HOME"] = str(home)
+    return process, DagsterInstance.get()
+
+
+def stop_dagster(process) -> None:  # noqa: ANN001
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def run_many_tables(tables: int, rounds: int, workers: int, interval: int) -> dict:
+    """N tables commit together, ``rounds`` times: commit -> applied for every table of every round."""
+    root = Path(tempfile.mkdtemp(prefix="icecdc-fresh-many-"))
+    names = tuple(f"db.events_{i:02d}" for i in range(tables))
+    catalog, config_path = setup_lake(root, interval, names)
+    home = root / "dagster_home"
+    write_home(home, "warm", workers)
+    process, instance = start_dagster(root, home, config_path)
+    sink_keys = {name: ("replica", "replica", name.split(".")[1]) for name in names}
+    latencies: list[float] = []
+    try:
+        started = time.time()
+        for name in names:
+            bootstrap = str(catalog.load_table(name).current_snapshot().snapshot_id)
+            wait_applied(instance, bootstrap, 900, sink_keys[name])
+        print(f"[many] {tables} exports applied in {time.time() - started:.1f}s", flush=True)
+        for round_ in range(rounds):
+            committed = {}
+            for name in names:
+                table = catalog.load_table(name)
+                table.append(rows(1000 + round_ * 10, 10))
+                snapshot = table.current_snapshot()
+                committed[name] = (str(snapshot.snapshot_id), snapshot.timestamp_ms / 1000)
+            round_latencies = []
+            for name, (key, at) in committed.items():
+                round_latencies.append(wait_applied(instance, key, 900, sink_keys[name]) - at)
+            latencies += round_latencies
+            print(f"[many] round {round_ + 1}: {tables} tables, latency min {min(round_latencies):.1f}s "
+                  f"median {statistics.median(round_latencies):.1f}s max {max(round_latencies):.1f}s", flush=True)
+    finally:
+        stop_dagster(process)
+    latencies.sort()
+    p95 = latencies[min(len(latencies) - 1, round(0.95 * (len(latencies) - 1)))]
+    return {"p50": statistics.median(latencies), "p95": p95}
+
+
 def load() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -171,17 +226,31 @@ def main() -> None:
     parser.add_argument("--commits", type=int, default=20)
     parser.add_argument("--interval", type=int, default=5)
     parser.add_argument("--modes", default="warm,default")
+    parser.add_argument("--tables", type=int, default=20, help="tables of the many-tables scenario (0: skip)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=4, help="warm launcher lanes in the many-tables scenario")
     args = parser.parse_args()
     results = {}
-    for mode in args.modes.split(","):
+    for mode in [m for m in args.modes.split(",") if m]:
         print(f"[{mode}] start: {load()} ({os.cpu_count()} cores)", flush=True)
         results[mode] = run_mode(mode, args.commits, args.interval)
         r = results[mode]
         print(f"{mode}: p50 {r['p50']:.1f}s p95 {r['p95']:.1f}s empty batch {r['empty']:.1f}s "
               f"(sensor interval {args.interval}s, {args.commits} commits; end: {load()})", flush=True)
+    many = ""
+    if args.tables:
+        print(f"[many] start: {load()}", flush=True)
+        m = run_many_tables(args.tables, args.rounds, args.workers, args.interval)
+        print(f"many tables: {args.tables} tables x {args.rounds} rounds, {args.workers} lanes: p50 {m['p50']:.1f}s "
+              f"p95 {m['p95']:.1f}s (end: {load()})", flush=True)
+        many = (f" multi_table_p50_s={m['p50']:.2f} multi_table_p95_s={m['p95']:.2f} tables={args.tables}"
+                f" workers={args.workers}")
+    if not results:
+        print(f"RESULT{many} interval_s={args.interval}")
+        return
     main_mode = "warm" if "warm" in results else args.modes.split(",")[0]
     first = results[main_mode]
-    extra = ""
+    extra = many
     if "default" in results and main_mode != "default":
         d = results["default"]
         print(f"default / {main_mode}: p50 x{d['p50'] / first['p50']:.1f}, p95 x{d['p95'] / first['p95']:.1f}, "
