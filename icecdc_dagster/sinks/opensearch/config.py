@@ -79,16 +79,9 @@ class OpenSearchSinkConfig(SinkConfig):
         return "opensearch__" + _SLUG.sub("_", self.index)
 
     def connection_resource(self) -> "OpenSearchResource":
-        from dagster import EnvVar
-
         from icecdc_dagster.sinks.opensearch.resource import OpenSearchResource
 
-        def secret(value: EnvRef | str | None) -> Any:
-            return EnvVar(value.name) if isinstance(value, EnvRef) else value
-
-        return OpenSearchResource(hosts=list(self.hosts), username=secret(self.username),
-                                  password=secret(self.password), verify_certs=self.verify_certs,
-                                  ca_certs=self.ca_certs, request_timeout_s=self.request_timeout_s)
+        return OpenSearchResource.of(self)
 
     def settings(self, connection: Any = None, *, username: str | None = None,
                  password: str | None = None) -> "OpenSearchSinkSettings":

@@ -1,7 +1,15 @@
-"""Connection settings of one OpenSearch cluster; credentials come from EnvVar."""
+"""The Dagster adapter of the OpenSearch sink kind: the cluster connection as a resource, so the
+UI shows it, a launch can override it, and credentials are ``EnvVar``s resolved only at run time."""
 
-from dagster import ConfigurableResource
+from typing import TYPE_CHECKING
+
+from dagster import ConfigurableResource, EnvVar
 from pydantic import Field
+
+from icecdc_dagster.fields import EnvRef
+
+if TYPE_CHECKING:
+    from icecdc_dagster.sinks.opensearch.config import OpenSearchSinkConfig
 
 
 class OpenSearchResource(ConfigurableResource):
@@ -12,9 +20,13 @@ class OpenSearchResource(ConfigurableResource):
     ca_certs: str | None = None
     request_timeout_s: float = 60.0
 
-    def client(self):  # noqa: ANN201 - opensearchpy.OpenSearch
-        from opensearchpy import OpenSearch
+    @classmethod
+    def of(cls, config: "OpenSearchSinkConfig") -> "OpenSearchResource":
+        """The connection part of a sink config; ``{env: VAR}`` values become ``EnvVar``s."""
 
-        auth = (self.username, self.password) if self.username else None
-        return OpenSearch(hosts=list(self.hosts), http_auth=auth, verify_certs=self.verify_certs,
-                          ca_certs=self.ca_certs, timeout=self.request_timeout_s)
+        def secret(value: EnvRef | str | None) -> str | EnvVar | None:
+            return EnvVar(value.name) if isinstance(value, EnvRef) else value
+
+        return cls(hosts=list(config.hosts), username=secret(config.username), password=secret(config.password),
+                   verify_certs=config.verify_certs, ca_certs=config.ca_certs,
+                   request_timeout_s=config.request_timeout_s)
