@@ -123,6 +123,25 @@ _log = logging.getLogger("icecdc_dagster.launcher")
 _LIVE_SESSIONS: set[str] = set()
 
 
+def _no_logging_reconfiguration_per_run(instance) -> None:  # noqa: ANN001
+    """Keep run start from calling ``logging.config.dictConfig`` when no ``python_logs`` handlers are set.
+
+    Dagster (1.13) builds every run's log manager through ``get_yaml_python_handlers``, which calls
+    ``dictConfig`` whenever the instance has any settings, configured handlers or not. ``dictConfig``
+    holds logging's module lock while it takes every handler's lock to close it; a run in another
+    lane that is emitting an event holds its handler's lock and waits for the module lock (a logger
+    cache miss after the reconfiguration): both lanes, and then every daemon thread, hang.
+    Found by ``bench/freshness.py`` with 2 lanes. With no handlers configured the call returns no
+    handlers anyway, so it is skipped; configured ``python_logs`` handlers keep Dagster's own path.
+    """
+    if instance.get_python_log_dagster_handler_config():
+        if _log.isEnabledFor(logging.WARNING):
+            _log.warning("icecdc warm launcher: python_logs.dagster_handler_config reconfigures logging at "
+                         "every run start; with workers > 1 that can deadlock the lanes (a Dagster issue)")
+        return
+    instance.get_yaml_python_handlers = list  # the handlers dictConfig would have produced: none
+
+
 class WarmRunLauncher(RunLauncher, ConfigurableClass):
     def __init__(self, inst_data: ConfigurableClassData | None = None, workers: int = 1):
         if workers < 1:
@@ -162,6 +181,7 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
 
     def register_instance(self, instance) -> None:  # noqa: ANN001
         super().register_instance(instance)
+        _no_logging_reconfiguration_per_run(instance)
         try:
             self.fail_orphaned_runs()
         except Exception:  # noqa: BLE001 - never break instance loading; monitoring retries later

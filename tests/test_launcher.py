@@ -255,3 +255,20 @@ def test_one_lane_runs_one_run_at_a_time(instance):  # noqa: ANN001
     instance.run_launcher.terminate(slow_run)
     instance.run_launcher.join(timeout=30)
     assert instance.get_run_by_id(queued).status == DagsterRunStatus.SUCCESS
+
+
+def test_run_start_does_not_reconfigure_logging_when_no_python_logs_handlers_are_set(two_lane_instance,
+                                                                                        monkeypatch):
+    """dictConfig at every run start deadlocks two lanes when the other lane is logging (see
+    ``_no_logging_reconfiguration_per_run``): with no handlers configured it is never called."""
+    import logging.config
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("logging.config.dictConfig called at run start")
+
+    monkeypatch.setattr(logging.config, "dictConfig", refuse)
+    assert two_lane_instance._settings  # noqa: SLF001 - settings present: Dagster's own path would call it
+    assert list(two_lane_instance.get_handlers())  # the event log handler, and no dictConfig
+    runs = [launch(two_lane_instance, ok_job) for _ in range(2)]
+    two_lane_instance.run_launcher.join(timeout=30)
+    assert {two_lane_instance.get_run_by_id(r).status for r in runs} == {DagsterRunStatus.SUCCESS}
