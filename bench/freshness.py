@@ -164,13 +164,16 @@ def wait_run_finished(instance, partition: str, timeout: float):  # noqa: ANN001
 def start_dagster(root: Path, home: Path, config_path: Path):  # noqa: ANN201 - (process, instance)
     from dagster import DagsterInstance
 
+    # The storage is created here, before `dagster dev` starts: two processes creating one SQLite
+    # storage at once can leave two alembic heads, and then the code server cannot load.
+    os.environ["DAGSTER_HOME"] = str(home)
+    instance = DagsterInstance.get()
     env = {**os.environ, "DAGSTER_HOME": str(home), "ICECDC_CONFIG": str(config_path)}
     dagster = Path(sys.executable).parent / "dagster"
     log = (root / "dagster.log").open("w")
     process = subprocess.Popen([str(dagster), "dev", "-m", "icecdc_dagster.definitions", "-p", "0"],
                                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=root)
-    os.environ["DAGSTER_HOME"] = str(home)
-    return process, DagsterInstance.get()
+    return process, instance
 
 
 def stop_dagster(process) -> None:  # noqa: ANN001
