@@ -34,7 +34,7 @@ def unknown_keys(instance, entry_line: line.Line, keys: list[str]) -> list[str]:
 def build_ingest_sensor(entry: IngestConfig):  # noqa: ANN201 - SensorDefinition
     @sensor(
         name=naming.ingest_sensor_name(entry),
-        minimum_interval_seconds=max(1, int(entry.polling_interval_s)),
+        minimum_interval_seconds=line.minimum_interval(entry.polling_interval_s),
         asset_selection=[naming.ingest_key(entry)],
         default_status=DefaultSensorStatus.RUNNING,
         description=f"Adds each new landing file of {entry.landing} as a partition and ingests them in order.",

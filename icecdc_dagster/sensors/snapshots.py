@@ -148,7 +148,7 @@ def evaluate_window(instance, table_line_: line.Line,  # noqa: ANN001 - DagsterI
 def build_snapshot_sensor(table: TableConfig, config_path: str | None = None):  # noqa: ANN201 - SensorDefinition
     @sensor(
         name=naming.sensor_name(table),
-        minimum_interval_seconds=max(1, int(table.polling_interval_s)),
+        minimum_interval_seconds=line.minimum_interval(table.polling_interval_s),
         asset_selection=asset_keys(table),
         default_status=DefaultSensorStatus.RUNNING,
         required_resource_keys={"catalog"},

@@ -3,6 +3,7 @@ key done in every asset are planned, whatever the history (no Spark needed)."""
 
 import uuid
 
+import pytest
 from dagster import AssetKey, AssetMaterialization, DagsterRunStatus, DynamicPartitionsDefinition
 from dagster._core.storage.dagster_run import DagsterRun
 
@@ -115,3 +116,10 @@ def test_a_table_line_plans_from_its_ancestry_after_the_laggard_assets_latest_ke
     materialize(instance, CHANGELOG, s4, s5)
     materialize(instance, SINK, s4, s5)
     assert lines.plan(instance, line, window=ancestry_window(instance, line, table)) is None
+
+
+@pytest.mark.parametrize("polling_s, minimum", [(5, 4), (30, 29), (1, 1), (0.5, 1), (2.5, 2)])
+def test_sensor_minimum_interval_stays_under_the_polling_interval(polling_s, minimum):
+    from icecdc_dagster.sensors.line import minimum_interval
+
+    assert minimum_interval(polling_s) == minimum
