@@ -124,7 +124,8 @@ def execute_run(context: SyncContext, line: lines.Line, planned: NextRun) -> tup
     waits and, on a stop request, cancels the run (it ends CANCELED)."""
     instance = context.instance
     request = lines.run_request(line, planned)
-    job = context.defs.resolve_implicit_global_asset_job_def()
+    job = context.defs.resolve_implicit_global_asset_job_def().get_subset(
+        asset_selection=set(line.asset_keys), asset_check_selection=set(line.check_keys) or None)
     run_id = make_new_run_id()
     tags = {**request.tags, **context.holder.tags(), HEARTBEAT_TAG: f"{time.time():.3f}"}
     errors: list[BaseException] = []
@@ -133,7 +134,7 @@ def execute_run(context: SyncContext, line: lines.Line, planned: NextRun) -> tup
         try:
             adopt_spark_session()
             job.execute_in_process(instance=instance, run_id=run_id, partition_key=request.partition_key,
-                                   asset_selection=list(line.asset_keys), tags=tags, raise_on_error=False,
+                                   tags=tags, raise_on_error=False,
                                    run_config=console_log_config(context.log_level))
         except BaseException as exc:  # noqa: BLE001 - recorded on the run below
             errors.append(exc)

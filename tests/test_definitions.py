@@ -115,3 +115,25 @@ def test_format_v1_table_is_refused_at_load_with_the_upgrade_command(tmp_path, c
     with pytest.raises(ConfigError, match=r"p.yaml: tables: 'db.old': table db.old is Iceberg format v1: .*"
                                           r"ALTER TABLE db.old SET TBLPROPERTIES \('format-version'='2'\)"):
         build_definitions(load_config(path))
+
+
+def test_batch_runs_carry_the_line_checks_and_maintenance_carries_the_consistency_checks(two_table_config):
+    """A batch costs what the batch holds: the consistency check counts and samples the whole source
+    and sink, so it runs with the group's maintenance schedule (and on demand), not with each batch."""
+    from dagster import AssetCheckKey
+
+    from icecdc_dagster.pipeline.ordering import NextRun
+    from icecdc_dagster.sensors import line as lines
+    from icecdc_dagster.sensors.snapshots import table_line
+
+    config = load_config(two_table_config)
+    defs = build_definitions(config)
+    orders = config.table("db.orders")
+    changelog = AssetKey(["changelog", "db", "orders"])
+    request = lines.run_request(table_line(orders), NextRun("1", "1", ("1",), 0))
+    assert set(request.asset_check_keys) == {AssetCheckKey(changelog, "no_stuck_snapshots"),
+                                             AssetCheckKey(changelog, "line_follows_table")}
+    schedule = defs.resolve_schedule_def("maintenance__db_orders")
+    steps = set(defs.resolve_job_def(schedule.job_name).graph.node_dict)
+    assert steps == {"maintenance__db__orders", "opensearch__orders_matches_source_at_checkpoint",
+                     "replica__replica__orders_matches_source_at_checkpoint"}

@@ -24,9 +24,11 @@ def maintenance_key(table: TableConfig) -> AssetKey:
 
 def build_maintenance_schedule(table: TableConfig) -> ScheduleDefinition:
     return ScheduleDefinition(name="maintenance__" + naming.group_name(table), cron_schedule=table.maintenance_schedule,
-                              target=AssetSelection.assets(maintenance_key(table)),
+                              target=(AssetSelection.assets(maintenance_key(table))
+                                      | AssetSelection.checks(*naming.consistency_check_keys(table))),
                               default_status=DefaultScheduleStatus.RUNNING,
-                              description=f"Compaction and expiry for the {table.table_name} group.")
+                              description=f"Compaction and expiry for the {table.table_name} group, and each "
+                                          f"sink's consistency check ({naming.CONSISTENCY_CHECK}).")
 
 
 def build_maintenance_asset(table: TableConfig, writers: tuple[IngestConfig, ...] = ()):  # noqa: ANN201

@@ -2,7 +2,7 @@
 
 import re
 
-from dagster import AssetKey, DynamicPartitionsDefinition
+from dagster import AssetCheckKey, AssetKey, DynamicPartitionsDefinition
 
 from icecdc_dagster.config import IngestConfig, SinkConfig, TableConfig
 
@@ -57,6 +57,22 @@ def ingest_group_name(entry: IngestConfig) -> str:
 
 def ingest_line_id(entry: IngestConfig) -> str:
     return f"ingest:{entry.name}"
+
+
+# Checks. The line checks read metadata only and run with every batch; the consistency check
+# counts and samples the source and the sink (a cost that grows with the table), so it runs with
+# the table group's maintenance schedule and on demand, never on a batch's critical path.
+STUCK_CHECK = "no_stuck_snapshots"
+LINE_CHECK = "line_follows_table"
+CONSISTENCY_CHECK = "matches_source_at_checkpoint"
+
+
+def batch_check_keys(table: TableConfig) -> tuple[AssetCheckKey, ...]:
+    return tuple(AssetCheckKey(changelog_key(table), name) for name in (STUCK_CHECK, LINE_CHECK))
+
+
+def consistency_check_keys(table: TableConfig) -> tuple[AssetCheckKey, ...]:
+    return tuple(AssetCheckKey(sink_key(sink), CONSISTENCY_CHECK) for sink in table.sinks)
 
 
 TABLE_TAG = "icecdc/table"

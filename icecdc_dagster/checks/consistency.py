@@ -21,7 +21,7 @@ def _build_check(table: TableConfig, sink: SinkConfig) -> AssetChecksDefinition:
 
     @asset_check(
         asset=naming.sink_key(sink),
-        name="matches_source_at_checkpoint",
+        name=naming.CONSISTENCY_CHECK,
         description=(f"Row count and a sample of {SAMPLE_SIZE} rows of {table.table_name} at the sink's "
                      f"checkpoint snapshot agree with {sink.asset_name}."),
         required_resource_keys={"spark", "catalog", *([resource_key] if resource_key else [])},

@@ -15,7 +15,7 @@ from icecdc_dagster.sensors.snapshots import diagnose
 def build_lifecycle_check(table: TableConfig, config_path: str | None):  # noqa: ANN201 - AssetChecksDefinition
     @asset_check(
         asset=naming.changelog_key(table),
-        name="line_follows_table",
+        name=naming.LINE_CHECK,
         description=(f"Fails when {table.table_name} was rolled back, a snapshot the line needs was expired, or the "
                      f"table was recreated; the result names the icecdc resync command that recovers."),
         required_resource_keys={"catalog"},

@@ -16,7 +16,7 @@ STUCK_AFTER_INTERVALS = 10
 def build_stuck_check(table: TableConfig):  # noqa: ANN201 - AssetChecksDefinition
     @asset_check(
         asset=naming.changelog_key(table),
-        name="no_stuck_snapshots",
+        name=naming.STUCK_CHECK,
         description=(f"Fails when a snapshot of {table.table_name} failed, or waits longer than "
                      f"{STUCK_AFTER_INTERVALS} polling intervals ({table.polling_interval})."),
         required_resource_keys={"catalog"},

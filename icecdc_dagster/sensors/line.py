@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dagster import AssetKey, DagsterEventType, DagsterRunStatus, DynamicPartitionsDefinition, RunRequest, RunsFilter
+from dagster import AssetCheckKey, AssetKey, DagsterEventType, DagsterRunStatus, DynamicPartitionsDefinition, RunRequest, RunsFilter
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from icecdc_dagster.assets import naming
@@ -50,6 +50,7 @@ class Line:
     asset_keys: tuple[AssetKey, ...]  # every asset a run of the line materialises
     max_keys_per_run: int
     max_retries: int
+    check_keys: tuple[AssetCheckKey, ...] = ()  # the checks a batch run executes (None of them: all)
 
 
 def key_statuses(instance, line: Line, keys: Sequence[str]) -> dict[str, KeyStatus]:  # noqa: ANN001
@@ -175,8 +176,9 @@ def run_request(line: Line, planned: NextRun) -> RunRequest:
     tags = {naming.TABLE_TAG: line.line_id, naming.FIRST_SNAPSHOT_TAG: planned.first_key,
             naming.LAST_SNAPSHOT_TAG: planned.last_key}
     selection = list(line.asset_keys)
+    checks = list(line.check_keys) or None
     if planned.first_key == planned.last_key:
         return RunRequest(run_key=planned.run_key, partition_key=planned.first_key, asset_selection=selection,
-                          tags=tags)
+                          asset_check_keys=checks, tags=tags)
     tags |= {ASSET_PARTITION_RANGE_START_TAG: planned.first_key, ASSET_PARTITION_RANGE_END_TAG: planned.last_key}
-    return RunRequest(run_key=planned.run_key, asset_selection=selection, tags=tags)
+    return RunRequest(run_key=planned.run_key, asset_selection=selection, asset_check_keys=checks, tags=tags)

@@ -69,7 +69,7 @@ def asset_keys(table: TableConfig) -> list[AssetKey]:
 def table_line(table: TableConfig) -> line.Line:
     return line.Line(line_id=table.table_name, partitions_def=naming.partitions_def(table),
                      asset_keys=tuple(asset_keys(table)), max_keys_per_run=table.max_snapshots_per_run,
-                     max_retries=table.max_retries)
+                     max_retries=table.max_retries, check_keys=naming.batch_check_keys(table))
 
 
 def key_statuses(instance, table: TableConfig, keys: list[str]) -> dict[str, KeyStatus]:  # noqa: ANN001
