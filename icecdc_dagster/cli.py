@@ -1,5 +1,6 @@
 """``icecdc``: run the demo, sync all pending batches now, or show where every sink stands."""
 
+from typing import TYPE_CHECKING, Any
 import argparse
 import os
 import sys
@@ -9,8 +10,14 @@ from pathlib import Path
 
 from icecdc_dagster.errors import IcecdcError
 
+if TYPE_CHECKING:
+    from dagster import DagsterInstance
 
-def _instance(config_path: str | None, dagster_home: str | None):  # noqa: ANN202
+    from icecdc_dagster.config import PipelineConfig
+    from icecdc_dagster.sync import StopRequest, SyncContext
+
+
+def _instance(config_path: str | None, dagster_home: str | None) -> "DagsterInstance":
     from dagster import DagsterInstance
 
     home = dagster_home or os.environ.get("DAGSTER_HOME")
@@ -28,7 +35,8 @@ def _instance(config_path: str | None, dagster_home: str | None):  # noqa: ANN20
 EXIT_BUSY = 75  # EX_TEMPFAIL: another writer holds a line; try again later (or use --wait)
 
 
-def _sync_context(args: argparse.Namespace, stop, **options):  # noqa: ANN001, ANN202 - (config, SyncContext)
+def _sync_context(args: argparse.Namespace, stop: "StopRequest",
+                  **options: Any) -> "tuple[PipelineConfig, SyncContext]":
     """The pipeline file, its definitions and the instance, as a sync or resync works with them."""
     from icecdc_dagster.config import load_config
     from icecdc_dagster.definitions import build_definitions
@@ -149,10 +157,12 @@ def main(argv: list[str] | None = None) -> int:
                                                         "expired snapshot or a recreated table): full export "
                                                         "that converges every sink")):
         p = sub.add_parser(name, help=helptext)
-        p.add_argument("--config", default=os.environ.get("ICECDC_CONFIG"), required=not os.environ.get("ICECDC_CONFIG"),
+        p.add_argument("--config", default=os.environ.get("ICECDC_CONFIG"),
+                       required=not os.environ.get("ICECDC_CONFIG"),
                        help="pipeline YAML (default: $ICECDC_CONFIG)")
         p.add_argument("--dagster-home", default=None,
-                       help="Dagster instance directory (default: $DAGSTER_HOME, else .dagster_home next to the config)")
+                       help="Dagster instance directory (default: $DAGSTER_HOME, else .dagster_home next to the "
+                            "config)")
         if name == "resync":
             p.add_argument("--table", required=True, help="the table to re-bootstrap (<namespace>.<table>)")
             p.add_argument("--wait", action="store_true", help="wait for another writer of the line")

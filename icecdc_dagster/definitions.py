@@ -4,9 +4,10 @@ Nothing is read at import: ``dagster dev`` and run workers call :func:`defs`, th
 :func:`build_definitions` with the file it was given, so ``--config B`` never loads ``$ICECDC_CONFIG``.
 """
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from dagster import Definitions, EnvVar, definitions
+from dagster import (AssetChecksDefinition, AssetsDefinition, AssetSpec, Definitions, EnvVar, ScheduleDefinition,
+                     SensorDefinition, SourceAsset, definitions)
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.changelog import build_changelog_asset
@@ -18,7 +19,7 @@ from icecdc_dagster.checks.lifecycle import build_lifecycle_check
 from icecdc_dagster.checks.stuck import build_stuck_check
 from icecdc_dagster.errors import ConfigError
 from icecdc_dagster.lease.executor import line_executor
-from icecdc_dagster.config import PipelineConfig, TableConfig, load_config
+from icecdc_dagster.config import IngestConfig, PipelineConfig, TableConfig, load_config
 from icecdc_dagster.fields import EnvRef
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 from icecdc_dagster.pipeline.ingest import fixed_target
@@ -103,7 +104,8 @@ def _rows_identifiable(table: TableConfig, source: "Table") -> bool:
     """A sink can name a row: identifier columns, v3 row lineage, or the table is declared append-only."""
     from icecdc_dagster.pipeline.batches import identifier_columns_of, uses_row_lineage
 
-    return table.append_only or bool(identifier_columns_of(table.identifier_columns, source)) or uses_row_lineage(source)
+    keyed = bool(identifier_columns_of(table.identifier_columns, source))
+    return table.append_only or keyed or uses_row_lineage(source)
 
 
 def check_sinks_can_follow(config: PipelineConfig, table: TableConfig, source: "Table") -> None:
@@ -119,9 +121,12 @@ def check_sinks_can_follow(config: PipelineConfig, table: TableConfig, source: "
 def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Definitions:
     if check_tables:
         check_tables_exist(config)
-    assets, checks, sensors, schedules = [], [], [], []
+    assets: list[AssetsDefinition | AssetSpec | SourceAsset] = []
+    checks: list[AssetChecksDefinition] = []
+    sensors: list[SensorDefinition] = []
+    schedules: list[ScheduleDefinition] = []
     writers = ingest_writers(config)
-    entries_by_target = {}
+    entries_by_target: dict[str | None, list[IngestConfig]] = {}
     for entry in config.ingest:
         entries_by_target.setdefault(fixed_target(entry), []).append(entry)
     for entry in config.ingest:
@@ -151,3 +156,8 @@ def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Defi
 def defs() -> Definitions:
     """What ``dagster dev``, the daemon and run workers load: the pipeline file named by ``$ICECDC_CONFIG``."""
     return build_definitions(load_config())
+
+
+def resource(defs: Definitions, key: str) -> Any:
+    """A resource of definitions built here (``Definitions.resources`` is optional in Dagster's types)."""
+    return (defs.resources or {})[key]

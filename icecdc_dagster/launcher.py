@@ -92,7 +92,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagster import DagsterRunStatus, Field, IntSource, RunsFilter
 from dagster._core.errors import DagsterExecutionInterruptedError
@@ -112,6 +112,10 @@ from icecdc_dagster.lease.run_thread import cancel_spark_jobs as _cancel_spark_j
 from icecdc_dagster.lease.run_thread import raise_in_thread as _raise_in_thread
 from icecdc_dagster.lease.run_thread import tag_spark_thread
 
+if TYPE_CHECKING:
+    from dagster_shared.error import SerializableErrorInfo
+    from dagster import DagsterInstance
+
 HOST_TAG = "icecdc/warm_launcher_host"
 PID_TAG = "icecdc/warm_launcher_pid"
 SESSION_TAG = "icecdc/warm_launcher_session"
@@ -123,7 +127,7 @@ _log = logging.getLogger("icecdc_dagster.launcher")
 _LIVE_SESSIONS: set[str] = set()
 
 
-def _no_logging_reconfiguration_per_run(instance) -> None:  # noqa: ANN001
+def _no_logging_reconfiguration_per_run(instance: "DagsterInstance") -> None:
     """Keep run start from calling ``logging.config.dictConfig`` when no ``python_logs`` handlers are set.
 
     Dagster (1.13) builds every run's log manager through ``get_yaml_python_handlers``, which calls
@@ -139,11 +143,11 @@ def _no_logging_reconfiguration_per_run(instance) -> None:  # noqa: ANN001
             _log.warning("icecdc warm launcher: python_logs.dagster_handler_config reconfigures logging at "
                          "every run start; with workers > 1 that can deadlock the lanes (a Dagster issue)")
         return
-    instance.get_yaml_python_handlers = list  # the handlers dictConfig would have produced: none
+    instance.get_yaml_python_handlers = list  # type: ignore[method-assign]  # what dictConfig yields here: none
 
 
 class WarmRunLauncher(RunLauncher, ConfigurableClass):
-    def __init__(self, inst_data: ConfigurableClassData | None = None, workers: int = 1):
+    def __init__(self, inst_data: ConfigurableClassData | None = None, workers: int = 1) -> None:
         if workers < 1:
             raise ValueError(f"WarmRunLauncher: workers must be at least 1, got {workers}")
         self._inst_data = inst_data
@@ -179,7 +183,7 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
     def from_config_value(cls, inst_data: ConfigurableClassData, config_value: Mapping[str, Any]) -> "WarmRunLauncher":
         return cls(inst_data=inst_data, workers=int(config_value.get("workers", 1)))
 
-    def register_instance(self, instance) -> None:  # noqa: ANN001
+    def register_instance(self, instance: "DagsterInstance") -> None:
         super().register_instance(instance)
         _no_logging_reconfiguration_per_run(instance)
         try:
@@ -274,6 +278,7 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
             instance.report_engine_event(
                 f"Executing in the warm launcher's worker thread (pid: {self._pid}).", run,
                 EngineEventData.in_process(self._pid))
+            assert run.job_code_origin is not None  # checked in launch_run
             recon_job = recon_job_from_origin(run.job_code_origin)
             for _ in core_execute_run(recon_job, run, instance, inject_env_vars=True):
                 pass
@@ -283,7 +288,7 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
             return
         self._finish_unfinished(run_id, None)
 
-    def _finish_unfinished(self, run_id: str, error) -> None:  # noqa: ANN001
+    def _finish_unfinished(self, run_id: str, error: "SerializableErrorInfo | None") -> None:
         instance = self._instance
         run = instance.get_run_by_id(run_id)
         if run is None or run.is_finished:

@@ -1,5 +1,6 @@
 """Where each table and sink stands: checkpoint, pending snapshots, lag."""
 
+from typing import TYPE_CHECKING
 import time
 from dataclasses import dataclass, field
 
@@ -13,6 +14,11 @@ from icecdc_dagster.pipeline.maintenance import retention_warning
 from icecdc_dagster.pipeline.ordering import KeyStatus
 from icecdc_dagster.pipeline.sinks import open_configured_sink
 from icecdc_dagster.sensors.snapshots import diagnose, discover_new_keys, key_statuses
+from icecdc_dagster.definitions import resource
+
+if TYPE_CHECKING:
+    from icecdc_dagster.batch import Checkpoint
+    from pyiceberg.table import Table
 
 
 @dataclass
@@ -75,7 +81,7 @@ def ingest_status(instance: DagsterInstance, entry: IngestConfig) -> IngestStatu
     from icecdc_dagster.sensors.ingest import ingest_line
 
     files = landing_keys(entry)
-    known = list(instance.get_dynamic_partitions(naming.ingest_partitions_def(entry).name))
+    known = list(instance.get_dynamic_partitions(ingest_line(entry).partitions_name))
     statuses = line.key_statuses(instance, ingest_line(entry), known)
     keys = known + [f for f in files if f not in set(known)]
     return IngestStatus(entry.name, entry.landing, len(files),
@@ -88,7 +94,7 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
     """Never raises for a table that changed under its line: the problem is reported with its fix."""
     from pyiceberg.exceptions import NoSuchTableError
 
-    catalog = defs.resources["catalog"]
+    catalog = resource(defs, "catalog")
     try:
         source = catalog.load_table(table.table_name)
     except NoSuchTableError:  # created later by an ingest entry
@@ -110,10 +116,10 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
     for sink in table.sinks:
         try:
             if spark is None and sink.needs_spark:
-                spark = defs.resources["spark"].session(catalog)
+                spark = resource(defs, "spark").session(catalog)
             key = sink.resource_key()
             target = open_configured_sink(sink, table, spark=spark, catalog=catalog, source_table=source,
-                                          connection=defs.resources[key] if key else None)
+                                          connection=resource(defs, key) if key else None)
             checkpoint = target.read_checkpoint()
         except Exception as exc:  # noqa: BLE001 - status reports, it does not fail
             status.sinks.append(SinkStatus(sink.name, None, len(keys), None, error=str(exc)[:200]))
@@ -129,7 +135,8 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
     return status
 
 
-def _sink_status(source, table: TableConfig, name: str, checkpoint, keys: list[str], line: str | None,  # noqa: ANN001
+def _sink_status(source: "Table", table: TableConfig, name: str, checkpoint: "Checkpoint | None", keys: list[str],
+                 line: str | None,
                  config_path: str | None) -> SinkStatus:
     """Pending snapshots and lag of one sink; a checkpoint the table no longer continues from is named."""
     at = checkpoint.snapshot_id if checkpoint else None

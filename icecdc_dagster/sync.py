@@ -11,6 +11,7 @@ worker are failed over before planning. A stop request (SIGINT/SIGTERM) abandons
 flight before its commit where it can (run CANCELED) and stops before the next one.
 """
 
+from typing import TYPE_CHECKING
 import os
 import signal
 import threading
@@ -32,6 +33,10 @@ from icecdc_dagster.pipeline.ordering import Blocked, NextRun
 from icecdc_dagster.sensors import ingest as ingest_sensor
 from icecdc_dagster.sensors import line as lines
 from icecdc_dagster.sensors import snapshots
+from icecdc_dagster.definitions import resource
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 JOIN_POLL_S = 0.2
 
@@ -56,7 +61,7 @@ class StopRequest:
     def name(self) -> str:
         return signal.Signals(self.signum).name if self.signum else "-"
 
-    def request(self, signum: int, _frame=None) -> None:  # noqa: ANN001
+    def request(self, signum: int, _frame: "FrameType | None" = None) -> None:
         if self.signum is not None:
             os._exit(128 + self.signum)
         self.signum = signum
@@ -164,7 +169,7 @@ def _finish(instance: DagsterInstance, run_id: str, errors: list[BaseException])
         else:
             instance.report_run_failed(run, f"icecdc sync: the run ended without a final status: {errors[:1]}")
         run = instance.get_run_by_id(run_id)
-    return run.status
+    return run.status if run is not None else None
 
 
 def _drain(context: SyncContext, line: lines.Line, evaluate: Callable[[], tuple[list[str], NextRun | Blocked | None]],
@@ -180,7 +185,7 @@ def _drain(context: SyncContext, line: lines.Line, evaluate: Callable[[], tuple[
         report.failed_over += [f.message for f in failover.fail_dead_runs(instance, line.line_id, context.holder)]
         new_keys, planned = evaluate()
         if new_keys:
-            instance.add_dynamic_partitions(line.partitions_def.name, new_keys)
+            instance.add_dynamic_partitions(line.partitions_name, new_keys)
         if isinstance(planned, Blocked) and planned.failed and context.retry_failed and planned.key not in retried:
             # The operator's re-execution, once per sync: the line continues only if it succeeds.
             retried.add(planned.key)
@@ -242,10 +247,10 @@ def _context(defs: Definitions, instance: DagsterInstance, retry_failed: bool = 
 
 def sync_table(defs: Definitions, instance: DagsterInstance, table: TableConfig, max_runs: int = 1000,
                retry_failed: bool = False, context: SyncContext | None = None) -> TableSyncReport:
-    catalog = defs.resources["catalog"]
+    catalog = resource(defs, "catalog")
     context = _context(defs, instance, retry_failed, context)
 
-    def evaluate():  # noqa: ANN202
+    def evaluate() -> tuple[list[str], NextRun | Blocked | None]:
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
@@ -309,7 +314,7 @@ def resync_table(config: PipelineConfig, defs: Definitions, instance: DagsterIns
     context = _context(defs, instance, False, context)
     if context.config_path is None:
         context.config_path = config.source
-    source = defs.resources["catalog"].load_table(table.table_name)
+    source = resource(defs, "catalog").load_table(table.table_name)
     current = source.current_snapshot()
     if current is None:
         raise TableHasNoSnapshotError(f"{table.table_name} has no snapshot yet: nothing to re-bootstrap from; "
@@ -322,10 +327,10 @@ def resync_table(config: PipelineConfig, defs: Definitions, instance: DagsterIns
         if running is not None:
             raise LineBusyError(f"{table.table_name}: {lines.describe_run(running)} is in flight; resync when it "
                                 f"has ended")
-        known = list(instance.get_dynamic_partitions(line.partitions_def.name))
+        known = list(instance.get_dynamic_partitions(line.partitions_name))
         problem = snapshots.diagnose(instance, table, source, known, context.config_path)
         key = lifecycle.resync_key(current.snapshot_id, known)
-        instance.add_dynamic_partitions(line.partitions_def.name, [key])
+        instance.add_dynamic_partitions(line.partitions_name, [key])
         superseded = lifecycle.superseded_keys([*known, key])
         instance.report_runless_asset_event(AssetObservation(
             asset_key=naming.changelog_key(table),

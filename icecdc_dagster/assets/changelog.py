@@ -4,28 +4,32 @@ Partition key = snapshot id. A run may cover a range of consecutive keys
 (catch-up): then the batch holds the net changes of the range.
 """
 
+from typing import TYPE_CHECKING
 import time
 
-from dagster import AssetExecutionContext, BackfillPolicy, MaterializeResult, asset
+from dagster import AssetExecutionContext, AssetsDefinition, BackfillPolicy, MaterializeResult, asset
 
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.metadata import batch_metadata
 from icecdc_dagster.config import TableConfig
-from icecdc_dagster.pipeline.batches import compute_batch, identifier_columns_of, keys_to_request
+from icecdc_dagster.pipeline.batches import BatchRequest, compute_batch, identifier_columns_of, keys_to_request
 from icecdc_dagster.pipeline import lifecycle
 from icecdc_dagster.pipeline.changelog_store import ChangelogStore
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
 
-def batch_request(context: AssetExecutionContext, table: TableConfig, source):  # noqa: ANN001, ANN201
+
+def batch_request(context: AssetExecutionContext, table: TableConfig, source: "Table") -> BatchRequest:
     # Every key of the table (the active line starts at the latest resync bootstrap): one query per run.
     all_keys = context.instance.get_dynamic_partitions(naming.partitions_name(table))
     return keys_to_request(table.table_name, context.partition_keys, all_keys, table.disable_export,
                            identifier_columns_of(table.identifier_columns, source))
 
 
-def build_changelog_asset(table: TableConfig):  # noqa: ANN201 - AssetsDefinition
+def build_changelog_asset(table: TableConfig) -> AssetsDefinition:
     @asset(
         key=naming.changelog_key(table),
         deps=[naming.source_key(table)],

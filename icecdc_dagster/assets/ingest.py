@@ -13,7 +13,7 @@ counts, added and widened columns, and the duration.
 
 import time
 
-from dagster import AssetExecutionContext, BackfillPolicy, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, AssetsDefinition, BackfillPolicy, MaterializeResult, MetadataValue, asset
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import IngestConfig
@@ -22,7 +22,7 @@ from icecdc_dagster.pipeline.ingest import batches_for, fixed_target, ingest_set
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 
 
-def build_ingest_asset(entry: IngestConfig):  # noqa: ANN201 - AssetsDefinition
+def build_ingest_asset(entry: IngestConfig) -> AssetsDefinition:
     target = fixed_target(entry)
 
     @asset(
@@ -45,7 +45,7 @@ def build_ingest_asset(entry: IngestConfig):  # noqa: ANN201 - AssetsDefinition
         results = []
         for batch in batches_for(entry, context.partition_keys, recorded):
             if batch.committed:  # already in every table it writes: a re-execution changes nothing
-                results.append(IngestResult(batch.batch_id, batch.files, True))
+                results.append(IngestResult(batch.batch_id or "", batch.files, True))
             else:
                 results.append(ingest_files(session, catalog.name, catalog.load(), settings, list(batch.files)))
         files = [f for r in results for f in r.files]

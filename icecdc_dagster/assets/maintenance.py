@@ -9,7 +9,10 @@ commit is lost. What a sink still needs (its checkpoint, pending snapshots) is n
 import time
 from contextlib import ExitStack
 
-from dagster import (AssetExecutionContext, AssetKey, AssetSelection, DefaultScheduleStatus, MaterializeResult,
+from typing import Any
+
+from dagster import (AssetExecutionContext, AssetKey, AssetsDefinition, AssetSelection, DefaultScheduleStatus,
+                     MaterializeResult,
                      ScheduleDefinition, asset)
 
 from icecdc_dagster.assets import naming
@@ -31,7 +34,7 @@ def build_maintenance_schedule(table: TableConfig) -> ScheduleDefinition:
                                           f"sink's consistency check ({naming.CONSISTENCY_CHECK}).")
 
 
-def build_maintenance_asset(table: TableConfig, writers: tuple[IngestConfig, ...] = ()):  # noqa: ANN201
+def build_maintenance_asset(table: TableConfig, writers: tuple[IngestConfig, ...] = ()) -> AssetsDefinition:
     replicas = [t for t in (s.maintained_table() for s in table.sinks) if t]
 
     @asset(
@@ -86,7 +89,7 @@ def build_maintenance_asset(table: TableConfig, writers: tuple[IngestConfig, ...
                 results.append(done)
             results.append(maintenance.expire_changelog(spark, catalog.name, table.table_name,
                                                         table.changelog_retention_s, set(pending), now_s=now))
-        metadata = {}
+        metadata: dict[str, Any] = {}
         for r in results:
             prefix = r.table
             metadata[f"{prefix}: max delete files per partition"] = r.max_delete_files_per_partition

@@ -1,7 +1,7 @@
 """Materialisation metadata of a batch: what an analyst wants to see in the UI."""
 
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any
 
 from dagster import MetadataValue
@@ -36,7 +36,7 @@ def _metadata_value(value: Any) -> Any:
     if isinstance(value, bool | int | float | str) or value is None:
         return value if value is not None else "none"
     if isinstance(value, datetime):
-        return MetadataValue.timestamp(value.replace(tzinfo=value.tzinfo or timezone.utc))
+        return MetadataValue.timestamp(value.replace(tzinfo=value.tzinfo or UTC))
     if isinstance(value, dict):
         return MetadataValue.json({str(k): v for k, v in value.items()})
     if isinstance(value, list | tuple):

@@ -6,7 +6,7 @@ checkpoint): an out-of-order batch is refused, an applied one is a no-op.
 
 import time
 
-from dagster import AssetExecutionContext, BackfillPolicy, MaterializeResult, asset
+from dagster import AssetExecutionContext, AssetsDefinition, BackfillPolicy, MaterializeResult, asset
 
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import naming
@@ -19,7 +19,7 @@ from icecdc_dagster.pipeline.sinks import open_configured_sink
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 
 
-def build_sink_asset(table: TableConfig, sink: SinkConfig):  # noqa: ANN201 - AssetsDefinition
+def build_sink_asset(table: TableConfig, sink: SinkConfig) -> AssetsDefinition:
     resource_key = sink.resource_key()
 
     @asset(

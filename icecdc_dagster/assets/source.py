@@ -1,12 +1,12 @@
 """``iceberg/<ns>/<table>``: the source table as an observable asset (data version = snapshot id)."""
 
-from dagster import AssetSpec, DataVersion, observable_source_asset
+from dagster import AssetExecutionContext, AssetKey, AssetSpec, DataVersion, SourceAsset, observable_source_asset
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import TableConfig
 
 
-def build_source_asset(table: TableConfig, written_by: tuple = ()):  # noqa: ANN201 - SourceAsset | AssetSpec
+def build_source_asset(table: TableConfig, written_by: tuple[AssetKey, ...] = ()) -> SourceAsset | AssetSpec:
     """``written_by``: keys of ingest assets that write this table. Then the table is an external
     asset downstream of them (one lineage graph: landing -> table -> changelog -> sinks); its
     observations still come from the sensor."""
@@ -24,7 +24,7 @@ def build_source_asset(table: TableConfig, written_by: tuple = ()):  # noqa: ANN
         metadata={"table_name": table.table_name},
         tags={"dagster/kind/iceberg": ""},
     )
-    def _observe(context) -> DataVersion:  # noqa: ANN001
+    def _observe(context: AssetExecutionContext) -> DataVersion:
         snapshot = context.resources.catalog.load_table(table.table_name).current_snapshot()
         return DataVersion(str(snapshot.snapshot_id) if snapshot else "empty")
 

@@ -7,6 +7,7 @@ Column names come from the table and may hold dots, spaces, backticks or any uni
 to one goes through :func:`column` (a quoted reference), never a bare string that Spark would parse.
 """
 
+from typing import TYPE_CHECKING
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 import operator
@@ -29,10 +30,18 @@ from icecdc_dagster.errors import (
     DuplicateKeyChangeError, IdentifierColumnError, SnapshotNotFoundError, TableHasNoSnapshotError,
     UnsupportedFormatVersionError)
 
+if TYPE_CHECKING:
+    from pyspark.sql import Row
+    from pyspark.sql import SparkSession
+    from pyiceberg.table import Table
+
 LINEAGE_COLUMNS = (ROW_ID, LAST_UPDATED_SEQUENCE_NUMBER)
 MIN_FORMAT_VERSION = 2  # v1 snapshots have no sequence numbers: their changes cannot be ordered
 _TMP = "__icecdc_"
 
+
+SnapshotSelector = int | str | tuple[int | None, int]
+"""One snapshot id, or ``(start_exclusive, end_inclusive)`` along the ancestry."""
 
 def _cols(names: Iterable[str]) -> list[Column]:
     return [column(n) for n in names]
@@ -62,11 +71,11 @@ class ChangeSet:
         return result
 
 
-def uses_row_lineage(table) -> bool:  # noqa: ANN001
+def uses_row_lineage(table: "Table") -> bool:
     return int(table.metadata.format_version) >= 3
 
 
-def check_supported(table) -> None:  # noqa: ANN001
+def check_supported(table: "Table") -> None:
     """Refuse a table whose changes cannot be ordered, from metadata only (call it at load).
 
     Format v1 snapshots carry no sequence number (all 0): net changes could not tell which image is
@@ -81,18 +90,18 @@ def check_supported(table) -> None:  # noqa: ANN001
             f"ALTER TABLE {name} SET TBLPROPERTIES ('format-version'='2')")
 
 
-def _require_snapshot(table) -> None:  # noqa: ANN001
+def _require_snapshot(table: "Table") -> None:
     if table.metadata.current_snapshot() is None:
         raise TableHasNoSnapshotError(
             f"table {table_name(table)} has no snapshot: it was created but never written, so there are no "
             f"rows to export and no changes to read until its first commit")
 
 
-def data_columns(table) -> list[str]:  # noqa: ANN001
+def data_columns(table: "Table") -> list[str]:
     return [f.name for f in table.schema().fields]
 
 
-def validate_identifier_columns(table, identifier_columns: Sequence[str]) -> tuple[str, ...]:  # noqa: ANN001
+def validate_identifier_columns(table: "Table", identifier_columns: Sequence[str]) -> tuple[str, ...]:
     """Identifier columns must be top-level primitive columns of the current schema."""
     schema = table.schema()
     fields = {f.name: f for f in schema.fields}
@@ -139,7 +148,7 @@ def value_columns(rows: DataFrame) -> list[str]:
 def _with_values(rows: DataFrame) -> tuple[DataFrame, list[Column]]:
     """``rows`` plus one groupable column per value column, and references to those."""
     names = [f"{_TMP}v{i}" for i in range(len(value_columns(rows)))]
-    values = [comparable(rows, c).alias(n) for c, n in zip(value_columns(rows), names)]
+    values = [comparable(rows, c).alias(n) for c, n in zip(value_columns(rows), names, strict=False)]
     return rows.select("*", *values), _cols(names)
 
 
@@ -256,7 +265,7 @@ def check_keys(rows: DataFrame, keys: Sequence[str], name: str, export: bool = F
         _raise_key_error(bad[0], keys, name, export, inserts, deletes)
 
 
-def _raise_key_error(row, keys: Sequence[str], name: str, export: bool, inserts: str,  # noqa: ANN001
+def _raise_key_error(row: "Row", keys: Sequence[str], name: str, export: bool, inserts: str,
                      deletes: str) -> None:
     snapshot_id = row[COMMIT_SNAPSHOT_ID]
     key = {k: row[k] for k in keys}
@@ -364,7 +373,7 @@ def net_changes_without_keys(rows: DataFrame) -> DataFrame:
     return out.select(*_cols(rows.columns))
 
 
-def _resolve_range(table, snapshot_id) -> list[int]:  # noqa: ANN001
+def _resolve_range(table: "Table", snapshot_id: "SnapshotSelector") -> list[int]:
     if isinstance(snapshot_id, tuple):
         start, end = snapshot_id
         return ancestry_ids(table, start, end)
@@ -387,12 +396,12 @@ def _with_change_columns(df: DataFrame, columns: Sequence[str], change_type: str
                      F.timestamp_millis(F.lit(plan.committed_at_ms).cast("long")).alias(COMMIT_TIMESTAMP))
 
 
-def output_columns(table) -> list[str]:  # noqa: ANN001
+def output_columns(table: "Table") -> list[str]:
     """The table's current columns, plus the v3 row lineage columns when the table has them."""
     return data_columns(table) + (list(LINEAGE_COLUMNS) if uses_row_lineage(table) else [])
 
 
-def changes(spark, catalog_name: str, table, snapshot_id,  # noqa: ANN001
+def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_id: "SnapshotSelector",
             identifier_columns: Sequence[str] = (), net: bool = False) -> ChangeSet:
     """Change rows of one snapshot, or of ``(start_exclusive, end_inclusive)`` along the ancestry."""
     name = table_name(table)
@@ -407,6 +416,7 @@ def changes(spark, catalog_name: str, table, snapshot_id,  # noqa: ANN001
         files_read += len(before) + len(after)
         sides.append((before, after))
         if before:
+            assert plan.parent_id is not None, "a snapshot that removes rows has a parent"
             parts.append(_with_change_columns(read_files(spark, catalog_name, table, plan.parent_id, before),
                                               columns, DELETE, plan, ordinal))
         if after:
@@ -414,7 +424,9 @@ def changes(spark, catalog_name: str, table, snapshot_id,  # noqa: ANN001
                                               columns, INSERT, plan, ordinal))
     if not parts:
         empty_plan = plans[-1] if plans else None
-        source = read_files(spark, catalog_name, table, table.metadata.current_snapshot().snapshot_id, set())
+        current = table.metadata.current_snapshot()
+        assert current is not None, "check_supported refuses a table without snapshots"
+        source = read_files(spark, catalog_name, table, current.snapshot_id, set())
         parts.append(_with_change_columns(source, columns, INSERT, empty_plan or _NO_PLAN, 0))
     raw = reduce(DataFrame.unionByName, parts)
     row_keys = list(keys) or ([ROW_ID] if uses_row_lineage(table) else [])
@@ -455,7 +467,7 @@ _NO_PLAN = SnapshotPlan(table_name="", snapshot_id=0, parent_id=None, sequence_n
                         affected_partitions=(), has_delete_files=False, live_delete_files=False)
 
 
-def export(spark, catalog_name: str, table, snapshot_id: int,  # noqa: ANN001
+def export(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_id: int,
            identifier_columns: Sequence[str] = ()) -> ChangeSet:
     """Every row of the snapshot as INSERT (bootstrap batch), read with the current schema.
 

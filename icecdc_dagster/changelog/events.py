@@ -87,7 +87,7 @@ def document_id(rows: DataFrame, identifier_columns: Sequence[str], use_row_id: 
     return F.lit(None).cast("string")
 
 
-def to_events(rows: DataFrame, table_name: str, identifier_columns: Sequence[str], operation,  # noqa: ANN001
+def to_events(rows: DataFrame, table_name: str, identifier_columns: Sequence[str], operation: str | None,
               snapshot_id: int, use_row_id: bool) -> DataFrame:
     """Change rows -> CDC events. UPDATE_BEFORE rows are dropped (the after image replaces the
     document); at most one event per document id: the latest (sequence, ordinal, after image) wins.

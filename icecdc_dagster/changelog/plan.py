@@ -5,6 +5,7 @@ table with live delete files, cannot go through Iceberg's changelog scan, and th
 which data files (or partitions) a time-travel diff has to look at.
 """
 
+from typing import TYPE_CHECKING
 from dataclasses import dataclass
 
 from pyiceberg.avro.file import AvroFile
@@ -13,6 +14,13 @@ from pyiceberg.manifest import (
     ManifestEntryStatus, _inherit_from_manifest)
 
 from icecdc_dagster.errors import SnapshotNotFoundError
+
+if TYPE_CHECKING:
+    from pyiceberg.io import FileIO
+    from pyiceberg.manifest import DataFile, ManifestFile
+    from pyiceberg.table.snapshots import Snapshot
+    from pyiceberg.typedef import Record
+    from pyiceberg.table import Table
 
 REPLACE = "replace"
 
@@ -73,7 +81,8 @@ class SnapshotPlan:
         return tuple(sorted(set(self.removed_data_files) | refs))
 
 
-def manifest_entries(io, manifest, format_version: int, discard_deleted: bool = False) -> list:  # noqa: ANN001
+def manifest_entries(io: "FileIO", manifest: "ManifestFile", format_version: int,
+                     discard_deleted: bool = False) -> list:
     """Entries of a manifest, read with the table's format version: pyiceberg 0.12's
     ``fetch_manifest_entry`` reads v2 fields only and loses v3's ``referenced_data_file`` (DVs)."""
     if format_version < 3:
@@ -86,21 +95,21 @@ def manifest_entries(io, manifest, format_version: int, discard_deleted: bool = 
                 if not discard_deleted or entry.status != ManifestEntryStatus.DELETED]
 
 
-_V3_FIELDS = [f.name for f in MANIFEST_ENTRY_SCHEMAS[3].find_field("data_file").field_type.fields]
+_V3_FIELDS = [f.name for f in MANIFEST_ENTRY_SCHEMAS[3].find_field("data_file").field_type.fields]  # type: ignore[attr-defined]  # a StructType
 
 
-def referenced_data_file(data_file, format_version: int) -> str | None:  # noqa: ANN001
+def referenced_data_file(data_file: "DataFile", format_version: int) -> str | None:
     """v3 ``referenced_data_file`` (deletion vectors); pyiceberg's DataFile has no accessor for it."""
     if format_version < 3 or len(data_file) <= _V3_FIELDS.index("referenced_data_file"):
         return None
     return data_file[_V3_FIELDS.index("referenced_data_file")]
 
 
-def table_name(table) -> str:  # noqa: ANN001
+def table_name(table: "Table") -> str:
     return ".".join(table.name())
 
 
-def snapshot_or_raise(table, snapshot_id: int):  # noqa: ANN001, ANN201
+def snapshot_or_raise(table: "Table", snapshot_id: int) -> "Snapshot":
     snapshot = table.metadata.snapshot_by_id(int(snapshot_id))
     if snapshot is None:
         raise SnapshotNotFoundError(
@@ -109,13 +118,13 @@ def snapshot_or_raise(table, snapshot_id: int):  # noqa: ANN001, ANN201
     return snapshot
 
 
-def _partition_key(partition) -> tuple:  # noqa: ANN001
+def _partition_key(partition: "Record | None") -> tuple:
     if partition is None:
         return ()
     return tuple(partition[i] for i in range(len(partition)))
 
 
-def _delete_content(data_file) -> str:  # noqa: ANN001
+def _delete_content(data_file: "DataFile") -> str:
     if data_file.content == DataFileContent.EQUALITY_DELETES:
         return "equality"
     if str(data_file.file_format).upper().endswith("PUFFIN"):
@@ -123,11 +132,14 @@ def _delete_content(data_file) -> str:  # noqa: ANN001
     return "position"
 
 
-def plan_snapshot(table, snapshot_id: int) -> SnapshotPlan:  # noqa: ANN001
+def plan_snapshot(table: "Table", snapshot_id: int) -> SnapshotPlan:
     """The snapshot's metadata-level change: files added/removed, delete files, partitions."""
     snapshot = snapshot_or_raise(table, snapshot_id)
     io = table.io
-    added, removed, deletes, removed_deletes = [], [], [], []
+    added: list[str] = []
+    removed: list[str] = []
+    deletes: list = []
+    removed_deletes: list = []
     partitions: set[tuple[int, tuple]] = set()
     live_deletes = False
     added_records = removed_records = 0
@@ -174,7 +186,7 @@ def plan_snapshot(table, snapshot_id: int) -> SnapshotPlan:  # noqa: ANN001
         format_version=int(table.metadata.format_version))
 
 
-def _ancestry(table) -> list:  # noqa: ANN001
+def _ancestry(table: "Table") -> list:
     """The current snapshot's ancestry, oldest first."""
     chain, snapshot = [], table.metadata.current_snapshot()
     while snapshot is not None:
@@ -184,7 +196,7 @@ def _ancestry(table) -> list:  # noqa: ANN001
     return chain[::-1]
 
 
-def ancestry_ids(table, after_snapshot_id: int | None, until_snapshot_id: int | None = None) -> list[int]:  # noqa: ANN001
+def ancestry_ids(table: "Table", after_snapshot_id: int | None, until_snapshot_id: int | None = None) -> list[int]:
     """Snapshot ids after ``after_snapshot_id`` (exclusive) up to ``until_snapshot_id`` (inclusive)."""
     ids = [s.snapshot_id for s in _ancestry(table)]
     name = table_name(table)
@@ -207,13 +219,13 @@ def ancestry_ids(table, after_snapshot_id: int | None, until_snapshot_id: int | 
     return ids[ids.index(int(after_snapshot_id)) + 1:]
 
 
-def snapshots_after(table, after_snapshot_id: int | None,  # noqa: ANN001
+def snapshots_after(table: "Table", after_snapshot_id: int | None,
                     until_snapshot_id: int | None = None) -> list[SnapshotPlan]:
     """Plans of the current ancestry after ``after_snapshot_id`` (exclusive), oldest first."""
     return [plan_snapshot(table, sid) for sid in ancestry_ids(table, after_snapshot_id, until_snapshot_id)]
 
 
-def accepted_predecessors(table, snapshot_id: int) -> tuple[int, ...]:  # noqa: ANN001
+def accepted_predecessors(table: "Table", snapshot_id: int) -> tuple[int, ...]:
     """The parent plus ancestors reachable from it through REPLACE (compaction) snapshots."""
     snapshot = snapshot_or_raise(table, snapshot_id)
     result: list[int] = []

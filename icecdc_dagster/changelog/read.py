@@ -11,17 +11,26 @@ and read them through Iceberg's staged scan (the mechanism of rewrite_data_files
 the delete files of that snapshot and projects every file onto the table's CURRENT schema.
 """
 
+from typing import Any, TYPE_CHECKING
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
 from py4j.protocol import Py4JError
+from pyiceberg.types import PrimitiveType
 from pyiceberg.conversions import from_bytes
 from pyiceberg.manifest import DataFileContent, ManifestContent
 
 from icecdc_dagster.changelog.plan import SnapshotPlan, snapshot_or_raise
 from icecdc_dagster.column_names import quote
+from icecdc_dagster.runtime.java import JavaObject, gateway, jvm
+
+if TYPE_CHECKING:
+    from pyiceberg.manifest import ManifestFile, PartitionFieldSummary
+    from pyspark.sql import DataFrame
+    from pyspark.sql import SparkSession
+    from pyiceberg.table import Table
 
 FILE_PATH_FIELD_ID = 2147483546  # position delete files: the data file path column
 
@@ -30,7 +39,7 @@ _STAGED: ContextVar[list | None] = ContextVar("icecdc_staged_scans", default=Non
 
 
 @contextmanager
-def staged_scans(spark) -> Iterator[None]:  # noqa: ANN001
+def staged_scans(spark: "SparkSession") -> Iterator[None]:
     """Release, at the end of the block, the scan-task sets ``read_files`` staged inside it.
 
     A staged set pins its task list and table in the driver JVM until removed; a long-lived
@@ -43,61 +52,62 @@ def staged_scans(spark) -> Iterator[None]:  # noqa: ANN001
         yield
     finally:
         _STAGED.reset(token)
-        manager = spark._jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()
+        manager = jvm(spark).org.apache.iceberg.spark.ScanTaskSetManager.get()
         cache = _table_cache(spark)
         for jtable, group_id in staged:
             manager.removeTasks(jtable, group_id)
             cache.remove(group_id)
 
 
-def staged_scan_count(spark) -> int:  # noqa: ANN001
+def staged_scan_count(spark: "SparkSession") -> int:
     """Tables pinned by staged scans in this JVM (observability and tests)."""
     return int(_table_cache(spark).size())
 
 
-def spark_identifier(catalog_name: str, table) -> str:  # noqa: ANN001
+def spark_identifier(catalog_name: str, table: "Table") -> str:
     """``catalog.namespace.table`` with every part quoted (names may hold dots, spaces, backticks)."""
     return ".".join(quote(part) for part in (catalog_name, *table.name()))
 
 
-def _java_table(spark, identifier: str):  # noqa: ANN001, ANN202
-    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, identifier)
+def _java_table(spark: "SparkSession", identifier: str) -> JavaObject:
+    return jvm(spark).org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, identifier)
 
 
-def _table_cache(spark):  # noqa: ANN001, ANN202
-    gateway = spark.sparkContext._gateway
-    jvm = spark._jvm
-    cls = jvm.org.apache.iceberg.spark.SparkTableCache._java_lang_class
-    return cls.getMethod("get", gateway.new_array(jvm.java.lang.Class, 0)).invoke(
-        None, gateway.new_array(jvm.java.lang.Object, 0))
+def _table_cache(spark: "SparkSession") -> JavaObject:
+    gw = gateway(spark)
+    j = jvm(spark)
+    cls = j.org.apache.iceberg.spark.SparkTableCache._java_lang_class
+    return cls.getMethod("get", gw.new_array(j.java.lang.Class, 0)).invoke(
+        None, gw.new_array(j.java.lang.Object, 0))
 
 
-def _location_in(spark, paths: set[str]):  # noqa: ANN001, ANN202
+def _location_in(spark: "SparkSession", paths: set[str]) -> JavaObject:
     """A JVM ``Predicate<FileScanTask>``: ``task.file().location()`` is in ``paths``.
 
     Planning stays in the JVM: a table of 20,000 files costs one py4j call here, not three per task
     (``java.beans.EventHandler`` builds the predicate from the path set's ``contains``).
     """
-    jvm = spark._jvm
-    wanted = jvm.java.util.HashSet()
+    j = jvm(spark)
+    wanted = j.java.util.HashSet()
     for path in paths:
         wanted.add(path)
-    predicate = jvm.java.lang.Class.forName("java.util.function.Predicate")
-    return jvm.java.beans.EventHandler.create(predicate, wanted, "contains", "file.location")
+    predicate = j.java.lang.Class.forName("java.util.function.Predicate")
+    return j.java.beans.EventHandler.create(predicate, wanted, "contains", "file.location")
 
 
-def _touched_tasks(spark, planned, paths: set[str] | None):  # noqa: ANN001, ANN202 - java.util.List
+def _touched_tasks(spark: "SparkSession", planned: JavaObject, paths: set[str] | None) -> JavaObject:
     """The planned file tasks of ``paths`` (None: all), filtered in the JVM. A JDK without the
     ``java.desktop`` module (no ``java.beans``, e.g. a jlinked runtime) filters here instead: one py4j
     call per task, same result."""
-    jvm = spark._jvm
-    lists = jvm.org.apache.iceberg.relocated.com.google.common.collect.Lists
+    j = jvm(spark)
+    lists = j.org.apache.iceberg.relocated.com.google.common.collect.Lists
     if paths is None:
         return lists.newArrayList(planned)
     try:
-        return lists.newArrayList(jvm.org.apache.iceberg.io.CloseableIterable.filter(planned, _location_in(spark, paths)))
+        matching = j.org.apache.iceberg.io.CloseableIterable.filter(planned, _location_in(spark, paths))
+        return lists.newArrayList(matching)
     except Py4JError:
-        tasks = jvm.java.util.ArrayList()
+        tasks = j.java.util.ArrayList()
         iterator = planned.iterator()
         while iterator.hasNext():
             task = iterator.next()
@@ -106,12 +116,13 @@ def _touched_tasks(spark, planned, paths: set[str] | None):  # noqa: ANN001, ANN
         return tasks
 
 
-def read_files(spark, catalog_name: str, table, snapshot_id: int, paths: set[str] | None):  # noqa: ANN001, ANN201
+def read_files(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_id: int,
+               paths: set[str] | None) -> "DataFrame":
     """Rows of ``paths`` (None: every file) as of ``snapshot_id`` (its deletes applied), current schema."""
     identifier = spark_identifier(catalog_name, table)
     jtable = _java_table(spark, identifier)
-    jvm = spark._jvm
-    tasks = jvm.java.util.ArrayList()
+    j = jvm(spark)
+    tasks = j.java.util.ArrayList()
     if paths is None or paths:
         planned = jtable.newScan().useSnapshot(int(snapshot_id)).planFiles()
         tasks = _touched_tasks(spark, planned, paths)
@@ -119,7 +130,7 @@ def read_files(spark, catalog_name: str, table, snapshot_id: int, paths: set[str
         # Nothing to read: an empty relation of the current schema (metadata columns stay selectable).
         return spark.table(identifier).where("false")
     group_id = f"icecdc-{uuid.uuid4()}"
-    jvm.org.apache.iceberg.spark.ScanTaskSetManager.get().stageTasks(jtable, group_id, tasks)
+    j.org.apache.iceberg.spark.ScanTaskSetManager.get().stageTasks(jtable, group_id, tasks)
     _table_cache(spark).add(group_id, jtable)
     tracked = _STAGED.get()
     if tracked is not None:
@@ -127,7 +138,7 @@ def read_files(spark, catalog_name: str, table, snapshot_id: int, paths: set[str
     return spark.read.format("iceberg").option("scan-task-set-id", group_id).load(group_id)
 
 
-def _delete_file_targets(table, plan: SnapshotPlan) -> tuple[set[str], set[tuple[int, tuple]]]:  # noqa: ANN001
+def _delete_file_targets(table: "Table", plan: SnapshotPlan) -> tuple[set[str], set[tuple[int, tuple]]]:
     """Data files named by the snapshot's delete files, and partitions touched without a file name."""
     files: set[str] = set(plan.removed_data_files)
     partitions: set[tuple[int, tuple]] = set()
@@ -142,7 +153,7 @@ def _delete_file_targets(table, plan: SnapshotPlan) -> tuple[set[str], set[tuple
     return files, partitions
 
 
-def _position_delete_bounds(table, plan: SnapshotPlan) -> dict[str, str]:  # noqa: ANN001
+def _position_delete_bounds(table: "Table", plan: SnapshotPlan) -> dict[str, str]:
     """Position delete files whose file_path column has one value (file-scoped) -> that data file."""
     if not any(d.content == "position" and not d.referenced_data_file for d in plan.delete_files):
         return {}
@@ -162,7 +173,7 @@ def _position_delete_bounds(table, plan: SnapshotPlan) -> dict[str, str]:  # noq
     return result
 
 
-def _summary_may_hold(summary, field_type, value) -> bool:  # noqa: ANN001
+def _summary_may_hold(summary: "PartitionFieldSummary", field_type: "PrimitiveType", value: Any) -> bool:
     """Whether a manifest's partition field summary admits ``value`` (undecidable: yes)."""
     if value is None:
         return bool(summary.contains_null)
@@ -176,7 +187,7 @@ def _summary_may_hold(summary, field_type, value) -> bool:  # noqa: ANN001
         return True
 
 
-def _manifest_may_hold(table, manifest, partitions: set[tuple[int, tuple]]) -> bool:  # noqa: ANN001
+def _manifest_may_hold(table: "Table", manifest: "ManifestFile", partitions: set[tuple[int, tuple]]) -> bool:
     """Partition summaries of the manifest list prune manifests without reading them."""
     wanted = [values for spec_id, values in partitions if spec_id == manifest.partition_spec_id]
     if not wanted:
@@ -185,15 +196,17 @@ def _manifest_may_hold(table, manifest, partitions: set[tuple[int, tuple]]) -> b
     spec = table.specs().get(manifest.partition_spec_id)
     if spec is None or not summaries:
         return True
-    types = [f.field_type for f in spec.partition_type(table.schema()).fields]
+    fields = spec.partition_type(table.schema()).fields
+    types = [f.field_type for f in fields if isinstance(f.field_type, PrimitiveType)]
     if len(types) != len(summaries):
         return True
-    return any(len(values) == len(types) and all(_summary_may_hold(summary, field_type, value)
-                                                 for summary, field_type, value in zip(summaries, types, values))
+    return any(len(values) == len(types)
+               and all(_summary_may_hold(summary, field_type, value)
+                       for summary, field_type, value in zip(summaries, types, values, strict=False))
                for values in wanted)
 
 
-def _parent_files_in_partitions(table, parent_id: int, partitions: set[tuple[int, tuple]]) -> set[str]:  # noqa: ANN001
+def _parent_files_in_partitions(table: "Table", parent_id: int, partitions: set[tuple[int, tuple]]) -> set[str]:
     """Live data files of the parent in the given (spec id, partition) set: equality deletes can
     remove rows from any older file of their partition (an unpartitioned table is one partition).
 
@@ -219,7 +232,7 @@ def _parent_files_in_partitions(table, parent_id: int, partitions: set[tuple[int
     return result
 
 
-def touched_files(table, plan: SnapshotPlan) -> tuple[set[str], set[str]]:  # noqa: ANN001
+def touched_files(table: "Table", plan: SnapshotPlan) -> tuple[set[str], set[str]]:
     """(files of the parent whose rows may have been removed, files of the snapshot to read)."""
     if plan.is_replace or plan.parent_id is None:
         return set(), set(plan.added_data_files) if not plan.is_replace else set()

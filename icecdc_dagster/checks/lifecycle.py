@@ -4,7 +4,9 @@ Fails (ERROR) with the diagnosis of ``pipeline.lifecycle`` (what happened + the 
 command that recovers) instead of letting the sensor, status and runs raise on every tick.
 """
 
-from dagster import AssetCheckResult, AssetCheckSeverity, asset_check
+from typing import Any
+
+from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDefinition, AssetCheckSeverity, asset_check
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import TableConfig
@@ -12,7 +14,7 @@ from icecdc_dagster.pipeline import lifecycle
 from icecdc_dagster.sensors.snapshots import diagnose
 
 
-def build_lifecycle_check(table: TableConfig, config_path: str | None):  # noqa: ANN201 - AssetChecksDefinition
+def build_lifecycle_check(table: TableConfig, config_path: str | None) -> AssetChecksDefinition:
     @asset_check(
         asset=naming.changelog_key(table),
         name=naming.LINE_CHECK,
@@ -21,7 +23,7 @@ def build_lifecycle_check(table: TableConfig, config_path: str | None):  # noqa:
         required_resource_keys={"catalog"},
         blocking=False,
     )
-    def _check(context) -> AssetCheckResult:  # noqa: ANN001
+    def _check(context: AssetCheckExecutionContext) -> AssetCheckResult:
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
@@ -33,7 +35,7 @@ def build_lifecycle_check(table: TableConfig, config_path: str | None):  # noqa:
         known = list(context.instance.get_dynamic_partitions(naming.partitions_name(table)))
         problem = diagnose(context.instance, table, source, known, config_path)
         active = lifecycle.active_keys(known)
-        metadata = {"table_uuid": lifecycle.table_uuid(source),
+        metadata: dict[str, Any] = {"table_uuid": lifecycle.table_uuid(source),
                     "line": lifecycle.line_token(known) or "original",
                     "superseded_partitions": len(known) - len(active)}
         if problem is None:

@@ -2,7 +2,7 @@
 
 import time
 
-from dagster import AssetCheckResult, AssetCheckSeverity, asset_check
+from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDefinition, AssetCheckSeverity, asset_check
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import TableConfig
@@ -13,7 +13,7 @@ from icecdc_dagster.sensors.snapshots import table_line
 STUCK_AFTER_INTERVALS = 10
 
 
-def build_stuck_check(table: TableConfig):  # noqa: ANN201 - AssetChecksDefinition
+def build_stuck_check(table: TableConfig) -> AssetChecksDefinition:
     @asset_check(
         asset=naming.changelog_key(table),
         name=naming.STUCK_CHECK,
@@ -22,7 +22,7 @@ def build_stuck_check(table: TableConfig):  # noqa: ANN201 - AssetChecksDefiniti
         required_resource_keys={"catalog"},
         blocking=False,
     )
-    def _check(context) -> AssetCheckResult:  # noqa: ANN001
+    def _check(context: AssetCheckExecutionContext) -> AssetCheckResult:
         source = context.resources.catalog.load_table(table.table_name)
         # Only what is still pending is read (the line's frontier), never the whole history; superseded
         # partitions (before the latest resync) never run again: only the active line counts.
@@ -42,7 +42,7 @@ def build_stuck_check(table: TableConfig):  # noqa: ANN201 - AssetChecksDefiniti
         unseen = []
         current = source.current_snapshot()
         if current is not None and not context.instance.get_existing_dynamic_partitions(
-                line.partitions_def.name, [str(current.snapshot_id)]):
+                line.partitions_name, [str(current.snapshot_id)]):
             unseen = [str(current.snapshot_id)]
         passed = not failed and not stuck
         return AssetCheckResult(

@@ -22,8 +22,8 @@ def _sink_entry(kind: str, config: type[SinkConfig]) -> Any:
     """``{<kind>: {settings}}``: the YAML shape of one sink, as its own small model."""
     from pydantic import create_model
 
-    entry = create_model(f"{config.__name__}Entry", __base__=Model,
-                         **{kind: (config, Field(description=config.__doc__))})
+    fields: dict[str, Any] = {kind: (config, Field(description=config.__doc__))}
+    entry = create_model(f"{config.__name__}Entry", __base__=Model, **fields)
     return Annotated[entry, Tag(kind)]
 
 

@@ -1,5 +1,6 @@
 """Run the demo: create, sync (export), change, sync again (CDC per snapshot), verify, summarise."""
 
+from typing import TYPE_CHECKING
 import os
 import shlex
 import sys
@@ -9,6 +10,12 @@ from pathlib import Path
 import yaml
 
 from icecdc_dagster.demo import workload
+from icecdc_dagster.definitions import resource
+
+if TYPE_CHECKING:
+    from dagster import AssetKey, DagsterInstance
+    from icecdc_dagster.config import PipelineConfig
+    from icecdc_dagster.sync import TableSyncReport
 
 
 def write_config(directory: Path, opensearch_url: str | None) -> Path:
@@ -50,9 +57,9 @@ def run_demo(directory: Path, opensearch_url: str | None = None) -> int:
     # The demo creates its source table below, with the session these definitions build.
     defs = build_definitions(config, check_tables=False)
     instance = DagsterInstance.get()
-    catalog = defs.resources["catalog"]
+    catalog = resource(defs, "catalog")
     started = time.monotonic()
-    spark = defs.resources["spark"].session(catalog)
+    spark = resource(defs, "spark").session(catalog)
     name = config.catalog.name
     print(f"demo: warehouse and catalog in {directory}")
     fresh = not spark.catalog.tableExists(f"{name}.{workload.SOURCE_TABLE}")
@@ -69,7 +76,7 @@ def run_demo(directory: Path, opensearch_url: str | None = None) -> int:
     reports = sync_all(config, defs, instance)
     print(f"demo: second sync (CDC, one run per snapshot): {_runs(reports)}")
     print()
-    _print_batches(defs, instance, config)
+    _print_batches(instance, config)
     source = spark.table(f"{name}.{workload.SOURCE_TABLE}")
     replica = spark.table(f"{name}.{workload.REPLICA_TABLE}")
     missing = source.exceptAll(replica).count()
@@ -89,12 +96,12 @@ def run_demo(directory: Path, opensearch_url: str | None = None) -> int:
     return 0 if matches and all(r.ok for r in reports) else 1
 
 
-def _runs(reports) -> str:  # noqa: ANN001
+def _runs(reports: "list[TableSyncReport]") -> str:
     return "; ".join(f"{r.table_name}: {sum(1 for *_, ok in r.runs if ok)} runs ok"
                      + (f", blocked: {r.blocked}" if r.blocked else "") for r in reports)
 
 
-def _print_batches(defs, instance, config) -> None:  # noqa: ANN001
+def _print_batches(instance: "DagsterInstance", config: "PipelineConfig") -> None:
     from icecdc_dagster.assets import naming
 
     for table in config.tables:
@@ -106,15 +113,16 @@ def _print_batches(defs, instance, config) -> None:  # noqa: ANN001
             if meta is None:
                 continue
             print(f"{partition:>20}  {meta.get('operation', '?'):<10} {meta.get('batch_kind', '?'):<7} "
-                  f"{meta.get('count_insert', 0):>5} {meta.get('count_delete', 0):>5} {meta.get('count_update_after', 0):>5}")
+                  f"{meta.get('count_insert', 0):>5} {meta.get('count_delete', 0):>5} "
+                  f"{meta.get('count_update_after', 0):>5}")
 
 
-def _latest_metadata(instance, asset_key, partition: str) -> dict | None:  # noqa: ANN001
+def _latest_metadata(instance: "DagsterInstance", asset_key: "AssetKey", partition: str) -> dict | None:
     from dagster import AssetRecordsFilter
 
     result = instance.fetch_materializations(
         AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition]), limit=1)
-    if not result.records:
+    if not result.records or result.records[0].asset_materialization is None:
         return None
     materialization = result.records[0].asset_materialization
     return {k: getattr(v, "value", v) for k, v in (materialization.metadata or {}).items()}

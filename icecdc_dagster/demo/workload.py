@@ -1,14 +1,18 @@
 """The demo table and the snapshots we commit to it (inserts, CoW updates, MoR deletes, MERGE, compaction),
 and a Debezium stream of customers landed as files (the OLTP side of the chain)."""
 
+from typing import TYPE_CHECKING
 import json
 from pathlib import Path
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 SOURCE_TABLE = "demo.orders"
 REPLICA_TABLE = "demo_replica.orders"
 
 
-def create_source(spark, catalog: str) -> None:  # noqa: ANN001
+def create_source(spark: "SparkSession", catalog: str) -> None:
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {catalog}.demo")
     spark.sql(f"""
         CREATE TABLE IF NOT EXISTS {catalog}.{SOURCE_TABLE} (
@@ -19,7 +23,7 @@ def create_source(spark, catalog: str) -> None:  # noqa: ANN001
     spark.sql(f"ALTER TABLE {catalog}.{SOURCE_TABLE} SET IDENTIFIER FIELDS order_id")
 
 
-def initial_load(spark, catalog: str) -> None:  # noqa: ANN001
+def initial_load(spark: "SparkSession", catalog: str) -> None:
     spark.sql(f"""INSERT INTO {catalog}.{SOURCE_TABLE}
         SELECT id, concat('customer-', id % 37), CAST(id * 1.25 AS DECIMAL(12, 2)), 'NEW',
                TIMESTAMP '2026-01-01 00:00:00' + make_interval(0, 0, 0, 0, 0, 0, id)
@@ -38,11 +42,12 @@ CHANGES = (
      "WHEN MATCHED THEN UPDATE SET t.status = 'PAID' "
      "WHEN NOT MATCHED THEN INSERT (order_id, customer, amount, status, updated_at) "
      "VALUES (s.order_id, 'walk-in', CAST(9.99 AS DECIMAL(12, 2)), 'PAID', TIMESTAMP '2026-04-01 00:00:00')"),
-    ("compaction (REPLACE: no logical change)", "CALL {c}.system.rewrite_data_files(table => '{c}.{n}', options => map('rewrite-all','true'))"),
+    ("compaction (REPLACE: no logical change)",
+     "CALL {c}.system.rewrite_data_files(table => '{c}.{n}', options => map('rewrite-all','true'))"),
 )
 
 
-def apply_changes(spark, catalog: str) -> list[str]:  # noqa: ANN001
+def apply_changes(spark: "SparkSession", catalog: str) -> list[str]:
     done = []
     for description, statement in CHANGES:
         spark.sql(statement.format(t=f"{catalog}.{SOURCE_TABLE}", c=catalog, n=SOURCE_TABLE))

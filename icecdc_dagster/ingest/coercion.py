@@ -30,7 +30,7 @@ from icecdc_dagster.ingest.schema_inference import MAX_DECIMAL_PRECISION
 
 EPOCH = dt.datetime(1970, 1, 1)
 EPOCH_DATE = dt.date(1970, 1, 1)
-UTC = dt.timezone.utc
+UTC = dt.UTC
 _INT_RANGE = {T.ByteType: 7, T.ShortType: 15, T.IntegerType: 31, T.LongType: 63}
 # Enough digits for any decimal(38, 38) operation on a value whose magnitude is checked first.
 _EXACT = Context(prec=4 * MAX_DECIMAL_PRECISION)
@@ -41,7 +41,7 @@ IGNORED_FIELDS = "ignored_fields"
 class CoercionError(ValueError):
     """The value does not fit the column; ``widen_to`` is a Spark type that would hold it (or None)."""
 
-    def __init__(self, message: str, widen_to: T.DataType | None = None):
+    def __init__(self, message: str, widen_to: T.DataType | None = None) -> None:
         super().__init__(message)
         self.widen_to = widen_to
 
@@ -204,7 +204,7 @@ def coerce(value: Any, dtype: T.DataType, notes: Counter | None = None) -> Any:
     try:
         if isinstance(dtype, T.StringType):
             return _string(value, notes)
-        if type(dtype) in _INT_RANGE:
+        if isinstance(dtype, T.IntegralType) and type(dtype) in _INT_RANGE:
             n = _integral(value)
             bits = _INT_RANGE[type(dtype)]
             if not -(1 << bits) <= n < (1 << bits):

@@ -141,7 +141,7 @@ def _logical(name: str, value: Any, kind: str | None, params: dict, notes: Count
         return _from_epoch(value, 10**9, notes)
     if name == "io.debezium.time.IsoTimestamp":
         parsed = parse_iso_timestamp(value, notes)
-        return parsed.astimezone(dt.timezone.utc).replace(tzinfo=None) if parsed.tzinfo else parsed
+        return parsed.astimezone(dt.UTC).replace(tzinfo=None) if parsed.tzinfo else parsed
     if name == si.ZONED_TIMESTAMP:
         parsed = parse_iso_timestamp(value, notes)
         if parsed.tzinfo is None:
@@ -231,5 +231,5 @@ def parse_line(line: str) -> Envelope | None:
     else:
         image = raw_image
         field_types = {k: t for k, t in ((k, si.type_of_value(v)) for k, v in raw_image.items()) if t}
-    source = payload.get("source") if isinstance(payload.get("source"), dict) else {}
+    source: dict[str, Any] = payload["source"] if isinstance(payload.get("source"), dict) else {}
     return Envelope(op, image, field_types, source, payload, dict(notes))

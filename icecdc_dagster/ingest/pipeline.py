@@ -9,9 +9,9 @@ landing location and the full list of tables the batch writes.
 
 import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
@@ -28,6 +28,9 @@ from icecdc_dagster.writer.auto_create import (add_columns, create_table, declar
 from icecdc_dagster.writer.exactly_once import BATCH_ID_PROPERTY, java_table, recorded_summaries
 from icecdc_dagster.writer.merge import OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN, write_batch
 from icecdc_dagster.writer.tables import table_exists
+
+if TYPE_CHECKING:
+    from pyspark.sql import Row
 
 LANDING_PROPERTY = "icecdc.landing"
 TARGETS_PROPERTY = "icecdc.batch-targets"
@@ -149,11 +152,11 @@ def pending_batches(spark: Any, catalog_name: str, settings: IngestSettings) -> 
     return [files[i:i + size] for i in range(0, len(files), size)]
 
 
-def _parse_partition(target: str, home: str):
+def _parse_partition(target: str, home: str) -> Callable[[Iterable[tuple]], Iterator[tuple]]:
     """Executor function: byte ranges -> parsed rows (routed, with field types or a dead-letter reason)."""
     templated = routing.is_template(target)
 
-    def run(ranges):
+    def run(ranges: Iterable[tuple]) -> Iterator[tuple]:
         for file_index, uri, start, end in ranges:
             for offset, line in landing.read_lines(uri, start, end):
                 routed = target
@@ -178,7 +181,7 @@ def _parse_partition(target: str, home: str):
 
 
 def _coerce_partition(columns: list[tuple[str, str, bool]], keys: tuple[str, ...], known: set[str],
-                      evolve: bool):
+                      evolve: bool) -> Callable[[Iterable["Row"]], Iterator[tuple]]:
     """Executor function: parsed rows of one target -> table rows + op/order, or a dead-letter reason.
 
     A value that only a wider column type would hold (int -> long, float -> double, more decimal
@@ -188,11 +191,14 @@ def _coerce_partition(columns: list[tuple[str, str, bool]], keys: tuple[str, ...
     ops = {INSERT: OP_INSERT, DELETE: OP_DELETE}
     no_widening = "" if evolve else " (schema_evolution is off, so the column is not widened)"
 
-    def run(rows):
+    def run(rows: Iterable["Row"]) -> Iterator[tuple]:
         for row in rows:
             env = parse_line(row.raw)
+            assert env is not None, "tombstones and blank lines are not coerced"
             notes: Counter = Counter(env.notes)
-            values, reason, widen = [], None, {}
+            values: list[Any] = []
+            reason: str | None = None
+            widen: dict[str, str] = {}
             for name, dtype, nullable in schema:
                 needed = name in keys or (not nullable and env.op != DELETE)
                 if env.op == DELETE and name not in keys:
@@ -215,7 +221,7 @@ def _coerce_partition(columns: list[tuple[str, str, bool]], keys: tuple[str, ...
                 values.append(value)
             if reason is None and env.op == DELETE and not keys:
                 reason = "delete on a table without identifier columns (append only)"
-            notes[IGNORED_FIELDS] += sum(1 for k in env.image if k not in known)
+            notes[IGNORED_FIELDS] += sum(k not in known for k in env.image)
             if reason is not None:
                 values, notes = [None] * len(schema), Counter()
             order = row.file_index * ORDER_FILE_SHIFT + row.source_offset
@@ -295,7 +301,8 @@ def _coerce_target(spark: Any, catalog_name: str, settings: IngestSettings, targ
                 F.collect_set("value").alias("types")).collect():
             for t in map(T._parse_datatype_json_string, types):
                 prior = wanted.get(name)
-                if prior is None or (isinstance(t, T.DecimalType) and t.precision > prior.precision):
+                if prior is None or (isinstance(t, T.DecimalType) and isinstance(prior, T.DecimalType)
+                                     and t.precision > prior.precision):
                     wanted[name] = t
         promoted = _promote(spark, catalog_name, target, wanted) if wanted else []
         if not promoted:
@@ -337,7 +344,7 @@ def _ingest_parsed(spark: Any, catalog_name: str, settings: IngestSettings, pars
         "target", "order", "pos", F.col("field.name").alias("name"), F.col("field.type").alias("type"))
     triples = exploded.groupBy("target", "name", "type").agg(F.min("pos").alias("pos"),
                                                              F.min("order").alias("first")).collect()
-    position = {}
+    position: dict[tuple[str, str], Any] = {}
     for r in triples:
         position[(r.target, r.name)] = min(position.get((r.target, r.name), r.pos), r.pos)
     # columns in schema order; for a field seen with several types, the types in event order
@@ -358,7 +365,8 @@ def _ingest_parsed(spark: Any, catalog_name: str, settings: IngestSettings, pars
     dead_by_table: dict[str, DataFrame] = {}
     persisted = []
     for target in targets:
-        field_types = {name: merge_types(ts) for name, ts in types[target].items()}
+        merged = {name: merge_types(ts) for name, ts in types[target].items()}
+        field_types = {name: t for name, t in merged.items() if t is not None}
         if not field_types and not settings.schema and not table_exists(spark, catalog_name, target):
             continue  # nothing valid to create it from: only dead letters this batch
         added_columns, promoted = _prepare_target(spark, catalog_name, settings, target, field_types)
@@ -380,7 +388,7 @@ def _ingest_parsed(spark: Any, catalog_name: str, settings: IngestSettings, pars
     # Events that failed parsing or routing.
     early_dead = parsed.where(F.col("reason").isNotNull()).select("raw", "reason", "source_file", "source_offset",
                                                                   "target")
-    for target, n in counts_by_target.items():
+    for target in counts_by_target:
         dl_table = home if target == home else routing.dead_letter_table(target)
         part = early_dead.where(F.col("target") == target)
         dead_by_table[dl_table] = dead_by_table[dl_table].unionByName(part) if dl_table in dead_by_table else part

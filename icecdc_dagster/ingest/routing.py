@@ -1,4 +1,5 @@
-"""Target table of an event: a fixed name, or a template over envelope fields (``db.{source.schema}_{source.table}``)."""
+"""Target table of an event: a fixed name, or a template over envelope fields
+(``db.{source.schema}_{source.table}``)."""
 
 import re
 from typing import Any

@@ -9,6 +9,7 @@ records itself and holds the lock around its runs.) A run that finds the line he
 reporting the holder in its event log, and can be terminated while it waits.
 """
 
+from typing import TYPE_CHECKING
 import threading
 import time
 from collections.abc import Iterator
@@ -25,13 +26,19 @@ from icecdc_dagster.assets import naming
 from icecdc_dagster.lease.holder import Holder, run_heartbeat
 from icecdc_dagster.lease.line_lock import LineLock, busy_message
 
+if TYPE_CHECKING:
+    from dagster import InitExecutorContext
+    from dagster._core.execution.context.system import PlanOrchestrationContext
+    from dagster._core.execution.plan.plan import ExecutionPlan
+
 WARM_WORKER_THREAD = "icecdc-warm-runs"  # prefix of the WarmRunLauncher's worker threads (lanes)
 WAIT_POLL_S = 0.5
 WAIT_REPORT_EVERY_S = 60.0
 
 
 class LineExecutor(InProcessExecutor):
-    def execute(self, plan_context, execution_plan) -> Iterator[DagsterEvent]:  # noqa: ANN001
+    def execute(self, plan_context: "PlanOrchestrationContext",
+                execution_plan: "ExecutionPlan") -> Iterator[DagsterEvent]:
         run = plan_context.dagster_run
         line_id = run.tags.get(naming.TABLE_TAG)
         if line_id is None:  # not a line's run (e.g. a manual materialisation of a check)
@@ -52,7 +59,8 @@ class LineExecutor(InProcessExecutor):
             finally:
                 lock.release()
 
-    def _acquire(self, plan_context, lock: LineLock, holder: Holder) -> Iterator[DagsterEvent]:  # noqa: ANN001
+    def _acquire(self, plan_context: "PlanOrchestrationContext", lock: LineLock,
+                 holder: Holder) -> Iterator[DagsterEvent]:
         if lock.try_acquire(holder):
             return
         reported = 0.0
@@ -67,7 +75,7 @@ class LineExecutor(InProcessExecutor):
             time.sleep(WAIT_POLL_S)
 
 
-def _create_line_executor(init_context) -> LineExecutor:  # noqa: ANN001
+def _create_line_executor(init_context: "InitExecutorContext") -> LineExecutor:
     base = _core_in_process_executor_creation(init_context.executor_config)
     return LineExecutor(retries=base.retries, step_dependency_config=base.step_dependency_config,
                         marker_to_close=base.marker_to_close)

@@ -8,6 +8,7 @@ being canceled) with the reason in its event log, so the line's retry rule re-ex
 Re-executing is safe: the sinks' checkpoints and the ingest ledger make a redo apply nothing twice.
 """
 
+from typing import TYPE_CHECKING
 import time
 from dataclasses import dataclass
 
@@ -16,6 +17,9 @@ from dagster._core.storage.dagster_run import DagsterRun
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.lease.holder import Holder, Verdict, heartbeat_of, iso, verdict
+
+if TYPE_CHECKING:
+    from dagster import DagsterInstance
 
 FAILED_OVER_TAG = "icecdc/failed_over"
 # NOT_STARTED: ``execute_in_process`` creates the run, then starts it (a sync may die in between).
@@ -49,7 +53,7 @@ def failover_message(run: DagsterRun, holder: Holder, reason: str, detected_by: 
             f"the sinks' checkpoints make the redo apply nothing twice.")
 
 
-def fail_over(instance, run: DagsterRun, detected_by: Holder,  # noqa: ANN001 - DagsterInstance
+def fail_over(instance: "DagsterInstance", run: DagsterRun, detected_by: Holder,
               now: float | None = None) -> FailedOver | None:
     """Fail ``run`` if its holder is gone (re-read first: another sweeper may have done it)."""
     now = time.time() if now is None else now
@@ -63,7 +67,7 @@ def fail_over(instance, run: DagsterRun, detected_by: Holder,  # noqa: ANN001 - 
     message = failover_message(current, holder, result.reason, detected_by, now)
     instance.add_run_tags(current.run_id, {FAILED_OVER_TAG: f"worker died: {result.reason}"})
     current = instance.get_run_by_id(run.run_id)
-    if current.is_finished:
+    if current is None or current.is_finished:
         return None
     if current.status == DagsterRunStatus.CANCELING:
         instance.report_run_canceled(current, message)
@@ -72,7 +76,7 @@ def fail_over(instance, run: DagsterRun, detected_by: Holder,  # noqa: ANN001 - 
     return FailedOver(current.run_id, holder, result.reason, message)
 
 
-def fail_dead_runs(instance, line_id: str, detected_by: Holder | None = None) -> list[FailedOver]:  # noqa: ANN001
+def fail_dead_runs(instance: "DagsterInstance", line_id: str, detected_by: Holder | None = None) -> list[FailedOver]:
     """Fail every in-flight run of the line whose worker is gone."""
     detected_by = detected_by or Holder.current()
     records = instance.get_run_records(RunsFilter(tags={naming.TABLE_TAG: line_id}, statuses=IN_FLIGHT))

@@ -7,6 +7,7 @@ host the verdict is exact: the holder lives iff a process with that pid and that
 the heartbeat it writes on the run (every ``HEARTBEAT_INTERVAL_S``) is younger than the lease timeout.
 """
 
+from typing import TYPE_CHECKING
 import os
 import socket
 import threading
@@ -14,8 +15,11 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
+
+if TYPE_CHECKING:
+    from dagster import DagsterInstance
 
 HOST_TAG = "icecdc/worker_host"
 PID_TAG = "icecdc/worker_pid"
@@ -38,7 +42,7 @@ def set_process_role(role: str) -> None:
 
 
 def iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="seconds")
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
 
 
 def _read(path: str) -> str | None:
@@ -141,7 +145,8 @@ def local_verdict(holder: Holder) -> Verdict | None:
     if holder.boot_id and current_boot and holder.boot_id != current_boot:
         return Verdict(False, f"host {holder.host} was rebooted since the worker started")
     if holder.pid == os.getpid():
-        same = holder.pid_start is None or process_state(holder.pid).start_ticks == holder.pid_start
+        own = process_state(holder.pid)
+        same = holder.pid_start is None or (own is not None and own.start_ticks == holder.pid_start)
         return Verdict(True, "this process") if same else Verdict(False, f"pid {holder.pid} is now this process")
     state = process_state(holder.pid)
     if state is None:
@@ -189,7 +194,7 @@ def heartbeat_of(tags: Mapping[str, str]) -> float | None:
 
 
 @contextmanager
-def run_heartbeat(instance, run_id: str, interval_s: float = HEARTBEAT_INTERVAL_S) -> Iterator[None]:  # noqa: ANN001
+def run_heartbeat(instance: "DagsterInstance", run_id: str, interval_s: float = HEARTBEAT_INTERVAL_S) -> Iterator[None]:
     """Refresh the run's heartbeat tag while the block runs (what other hosts judge the run by)."""
     stop = threading.Event()
 

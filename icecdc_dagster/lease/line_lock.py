@@ -8,6 +8,7 @@ every process of one host (or a shared file system whose ``flock`` is real); ins
 several hosts need an instance-wide lock instead (see the README's operations section).
 """
 
+from typing import TYPE_CHECKING
 import fcntl
 import json
 import os
@@ -20,6 +21,9 @@ from urllib.parse import quote
 
 from icecdc_dagster.errors import LineBusyError, SyncInterruptedError
 from icecdc_dagster.lease.holder import Holder, iso, local_verdict
+
+if TYPE_CHECKING:
+    from dagster import DagsterInstance
 
 LOCK_DIR = ("icecdc", "locks")
 
@@ -39,13 +43,13 @@ class LineLock:
     """The lock of one line. ``try_acquire`` / ``release`` from one thread; not reentrant (a
     second ``LineLock`` of the same line in the same process is a different writer and loses)."""
 
-    def __init__(self, root: str | Path, line_id: str):
+    def __init__(self, root: str | Path, line_id: str) -> None:
         self.line_id = line_id
         self.path = Path(root, *LOCK_DIR, quote(line_id, safe="") + ".lock")
         self._fd: int | None = None
 
     @classmethod
-    def for_instance(cls, instance, line_id: str) -> "LineLock":  # noqa: ANN001 - DagsterInstance
+    def for_instance(cls, instance: "DagsterInstance", line_id: str) -> "LineLock":
         return cls(instance.root_directory, line_id)
 
     @property

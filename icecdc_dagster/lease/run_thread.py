@@ -12,6 +12,7 @@ Spark jobs are cancelled (a thread blocked in a py4j call returns) and
 ``DagsterExecutionInterruptedError`` is raised in the thread at its next Python instruction.
 """
 
+from typing import TYPE_CHECKING
 import ctypes
 import logging
 import sys
@@ -19,10 +20,14 @@ import threading
 
 from dagster._core.errors import DagsterExecutionInterruptedError
 
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from dagster import DagsterInstance
+
 _log = logging.getLogger("icecdc_dagster.lease")
 
 
-def _spark_context():  # noqa: ANN202 - SparkContext | None
+def _spark_context() -> "SparkContext | None":
     pyspark = sys.modules.get("pyspark")
     context = getattr(getattr(pyspark, "SparkContext", None), "_active_spark_context", None)
     return context if context is not None and context._jsc is not None else None
@@ -72,7 +77,7 @@ def raise_in_thread(thread: threading.Thread, error: type[BaseException] = Dagst
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(error))
 
 
-def interrupt_run(instance, run_id: str, thread: threading.Thread, reason: str) -> bool:  # noqa: ANN001
+def interrupt_run(instance: "DagsterInstance", run_id: str, thread: threading.Thread, reason: str) -> bool:
     """Mark the run CANCELING and interrupt the thread executing it. False while the run has not
     started yet (it cannot end CANCELED before it starts: try again a moment later)."""
     from dagster import DagsterRunStatus

@@ -3,12 +3,16 @@
 import time
 from dataclasses import dataclass, field
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from icecdc_dagster import changelog
 from icecdc_dagster.batch import BatchInfo
 from icecdc_dagster.errors import SupersededPartitionError
 from icecdc_dagster.pipeline import lifecycle
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyiceberg.table import Table
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,7 @@ class ComputedBatch:
     kind: str = "cdc"  # "export", "bootstrap" (export disabled), "cdc" or "net"
 
 
-def identifier_columns_of(configured: Sequence[str], table) -> tuple[str, ...]:  # noqa: ANN001
+def identifier_columns_of(configured: Sequence[str], table: "Table") -> tuple[str, ...]:
     """The configured identifier columns, else the table's own identifier fields (schema order)."""
     if configured:
         return tuple(configured)
@@ -67,7 +71,7 @@ def keys_to_request(table_name: str, keys: Sequence[str], all_keys: Sequence[str
                         starts_line=keys[0] == active[0])
 
 
-def batch_info(table, request: BatchRequest) -> BatchInfo:  # noqa: ANN001 - pyiceberg Table
+def batch_info(table: "Table", request: BatchRequest) -> BatchInfo:
     """Position of the batch in the table's history, from metadata only."""
     first, last = request.snapshot_ids[0], request.snapshot_ids[-1]
     last_plan = changelog.plan_snapshot(table, last)
@@ -87,11 +91,11 @@ def batch_info(table, request: BatchRequest) -> BatchInfo:  # noqa: ANN001 - pyi
     )
 
 
-def uses_row_lineage(table) -> bool:  # noqa: ANN001
+def uses_row_lineage(table: "Table") -> bool:
     return int(table.metadata.format_version) >= 3
 
 
-def compute_batch(spark, catalog_name: str, table, request: BatchRequest) -> ComputedBatch:  # noqa: ANN001
+def compute_batch(spark: "SparkSession", catalog_name: str, table: "Table", request: BatchRequest) -> ComputedBatch:
     """The batch's change rows (lazy DataFrame) and engine statistics.
 
     - export: every row of the last snapshot as INSERT (nets the bootstrap with what followed);
@@ -128,6 +132,6 @@ def compute_batch(spark, catalog_name: str, table, request: BatchRequest) -> Com
     return ComputedBatch(info=info, rows=rows, stats=stats, kind=kind)
 
 
-def uses_row_id(table, identifier_columns) -> bool:  # noqa: ANN001
+def uses_row_id(table: "Table", identifier_columns: Sequence[str]) -> bool:
     """Events of this table are identified by the v3 ``_row_id`` (row lineage and no key)."""
     return uses_row_lineage(table) and not tuple(identifier_columns)

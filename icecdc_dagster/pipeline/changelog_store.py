@@ -14,11 +14,16 @@ refuses to scan a table whose data columns carry its reserved metadata names (``
 Reads give the engine's names back.
 """
 
+from typing import TYPE_CHECKING
 from dataclasses import dataclass
 
 from icecdc_dagster.batch import CHANGE_TYPE, LAST_UPDATED_SEQUENCE_NUMBER, ROW_ID, BatchInfo
 from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import ChangelogError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql import SparkSession
 
 BATCH_SNAPSHOT_ID = "_batch_snapshot_id"
 BATCH_FIRST_SNAPSHOT_ID = "_batch_first_snapshot_id"
@@ -44,7 +49,7 @@ class StoredBatch:
 
 
 class ChangelogStore:
-    def __init__(self, spark, catalog_name: str, source_table_name: str):  # noqa: ANN001
+    def __init__(self, spark: "SparkSession", catalog_name: str, source_table_name: str) -> None:
         self.spark = spark
         self.catalog_name = catalog_name
         self.table_name = changelog_table_name(source_table_name)
@@ -53,7 +58,7 @@ class ChangelogStore:
     def _exists(self) -> bool:
         return self.spark.catalog.tableExists(self.spark_name)
 
-    def write(self, batch: BatchInfo, rows) -> StoredBatch:  # noqa: ANN001 - Spark DataFrame of change rows
+    def write(self, batch: BatchInfo, rows: "DataFrame") -> StoredBatch:
         from pyspark.sql import functions as F
 
         for engine_name, stored_name in STORED_LINEAGE.items():
@@ -83,7 +88,7 @@ class ChangelogStore:
             f"SELECT snapshot_id FROM {self.spark_name}.snapshots ORDER BY committed_at DESC LIMIT 1").first()
         return StoredBatch(self.table_name, snapshot.snapshot_id if snapshot else None, counts)
 
-    def _in_table_order(self, rows):  # noqa: ANN001, ANN202 - Spark DataFrame
+    def _in_table_order(self, rows: "DataFrame") -> "DataFrame":
         """Existing columns in the table's order, new ones (source schema evolution) last.
 
         Iceberg checks column order on write; a column added to the source lands
@@ -94,12 +99,12 @@ class ChangelogStore:
         ordered = [c for c in existing if c in present]
         return rows.select(*[column(c) for c in ordered], *[column(c) for c in rows.columns if c not in set(existing)])
 
-    def _stored(self, batch: BatchInfo):  # noqa: ANN202 - Spark DataFrame
+    def _stored(self, batch: BatchInfo) -> "DataFrame":
         from pyspark.sql import functions as F
 
         return self.spark.table(self.spark_name).where(F.col(BATCH_SNAPSHOT_ID) == F.lit(batch.snapshot_id))
 
-    def read(self, batch: BatchInfo):  # noqa: ANN201 - Spark DataFrame
+    def read(self, batch: BatchInfo) -> "DataFrame":
         """The batch's change rows, as the engine produced them (lineage columns under their own names)."""
         rows = self._stored(batch).drop(*BATCH_COLUMNS)
         for engine_name, stored_name in STORED_LINEAGE.items():
@@ -107,7 +112,7 @@ class ChangelogStore:
                 rows = rows.withColumnRenamed(stored_name, engine_name)
         return rows
 
-    def read_events(self, batch: BatchInfo, use_row_id: bool):  # noqa: ANN201 - Spark DataFrame
+    def read_events(self, batch: BatchInfo, use_row_id: bool) -> "DataFrame":
         """The CDC events sinks apply: one per document id, the latest image; UPDATE_BEFORE dropped.
 
         ``use_row_id``: the source has v3 row lineage and no identifier columns (ids are ``_row_id``).

@@ -50,7 +50,7 @@ def batches_for(entry: IngestConfig, keys: Sequence[str], recorded: Mapping[str,
     """
     by_part: dict[str, str] = {}
     by_uri: dict[str, str] = {}
-    for bid, complete in sorted(recorded.items(), key=lambda item: item[1]):  # complete ones win
+    for bid, _complete in sorted(recorded.items(), key=lambda item: item[1]):  # complete ones win
         for part in bid.split(";"):
             by_part[part] = bid
             by_uri[part.rsplit("#", 1)[0]] = bid
@@ -59,11 +59,11 @@ def batches_for(entry: IngestConfig, keys: Sequence[str], recorded: Mapping[str,
     batches: list[Batch] = []
     fresh: list[str] = []
     done: set[str] = set()
-    missing = []
+    missing: list[str] = []
     for key in keys:
         file = present.get(key)
-        bid = by_part.get(file.batch_part) if file else by_uri.get(known_uris.get(key, ""))
-        if bid is None:
+        recorded_id = by_part.get(file.batch_part) if file else by_uri.get(known_uris.get(key, ""))
+        if recorded_id is None:
             if file is None:
                 missing.append(key)
             else:
@@ -72,9 +72,10 @@ def batches_for(entry: IngestConfig, keys: Sequence[str], recorded: Mapping[str,
         if fresh:
             batches.append(Batch(tuple(fresh)))
             fresh = []
-        if bid not in done:
-            done.add(bid)
-            batches.append(Batch(tuple(p.rsplit("#", 1)[0] for p in bid.split(";")), bid, recorded[bid]))
+        if recorded_id not in done:
+            done.add(recorded_id)
+            parts = tuple(p.rsplit("#", 1)[0] for p in recorded_id.split(";"))
+            batches.append(Batch(parts, recorded_id, recorded[recorded_id]))
     if missing:
         raise IngestError(f"ingest {entry.name}: landing file(s) {missing} are no longer in {entry.landing}")
     if fresh:

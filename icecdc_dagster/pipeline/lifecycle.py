@@ -12,6 +12,7 @@ the recovery command, why a line cannot continue. Sensors, ``icecdc status``, ``
 an asset check use it instead of raising on every tick. No Dagster imports here.
 """
 
+from typing import TYPE_CHECKING
 import enum
 import re
 from collections.abc import Collection, Sequence
@@ -19,6 +20,9 @@ from dataclasses import dataclass
 
 from icecdc_dagster.errors import (LineDivergedError, SnapshotExpiredError, TableRecreatedError,
                                    TableRolledBackError)
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
 
 RESYNC_MARK = "@resync"
 _RESYNC_RE = re.compile(r"^(-?\d+)@resync(\d+)$")
@@ -100,7 +104,7 @@ class LineProblem:
         return _ERRORS[self.kind](self.message)
 
 
-def _ancestry(source) -> tuple[list[int], int | None]:  # noqa: ANN001 - pyiceberg Table
+def _ancestry(source: "Table") -> tuple[list[int], int | None]:
     """Current ancestry ids (oldest first) and the parent id of the oldest one that survived expiry."""
     metadata = source.metadata
     chain, snapshot, cut_parent = [], metadata.current_snapshot(), None
@@ -113,11 +117,11 @@ def _ancestry(source) -> tuple[list[int], int | None]:  # noqa: ANN001 - pyicebe
     return chain[::-1], cut_parent
 
 
-def table_uuid(source) -> str:  # noqa: ANN001
+def table_uuid(source: "Table") -> str:
     return str(source.metadata.table_uuid)
 
 
-def checkpoint_problem(source, table_name: str, snapshot_id: int, config_path: str | None,  # noqa: ANN001
+def checkpoint_problem(source: "Table", table_name: str, snapshot_id: int, config_path: str | None,
                        what: str = "the line") -> LineProblem | None:
     """Why the table cannot continue from ``snapshot_id`` (a key or a sink's checkpoint), or None.
 
@@ -140,7 +144,7 @@ def checkpoint_problem(source, table_name: str, snapshot_id: int, config_path: s
         f"Recover: {cmd}"))
 
 
-def diagnose(source, table_name: str, keys: Sequence[str], done: Collection[str],  # noqa: ANN001
+def diagnose(source: "Table", table_name: str, keys: Sequence[str], done: Collection[str],
              recorded_uuid: str | None, config_path: str | None) -> LineProblem | None:
     """Why the line over ``keys`` (all partition keys, commit order) cannot continue, or None.
 
@@ -170,7 +174,7 @@ def diagnose(source, table_name: str, keys: Sequence[str], done: Collection[str]
     return _pending_problem(source, table_name, pending, cmd)
 
 
-def _pending_problem(source, table_name: str, key: str, cmd: str) -> LineProblem | None:  # noqa: ANN001
+def _pending_problem(source: "Table", table_name: str, key: str, cmd: str) -> LineProblem | None:
     """The next batch needs its snapshot, and (merge-on-read diff) its parent's data."""
     from icecdc_dagster import changelog
 

@@ -15,7 +15,7 @@
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any
 
 from icecdc_dagster.pipeline.changelog_store import BATCH_SNAPSHOT_ID, changelog_table_name
@@ -43,7 +43,7 @@ class TableMaintenance:
 
 
 def _timestamp(epoch_s: float) -> str:
-    return datetime.fromtimestamp(epoch_s, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return datetime.fromtimestamp(epoch_s, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 def _exists(spark: Any, fq: str) -> bool:

@@ -100,5 +100,5 @@ class CatalogSettings:
         if self.backend == "sqlite":
             from pathlib import Path
 
-            Path(make_url(self.uri).database).parent.mkdir(parents=True, exist_ok=True)
+            Path(make_url(self.uri).database or ".").parent.mkdir(parents=True, exist_ok=True)
         return SqlCatalog(self.name, **self.pyiceberg_properties())

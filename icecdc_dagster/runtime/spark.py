@@ -9,12 +9,17 @@ the cluster's own complete Iceberg jars.
 import os
 import sys
 import threading
+from typing import TYPE_CHECKING
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from icecdc_dagster.runtime import jars as jarlib
 from icecdc_dagster.runtime.catalog import CatalogSettings
-from icecdc_dagster.runtime.java import ensure_java_home
+from icecdc_dagster.runtime.java import ensure_java_home, jvm
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
@@ -71,13 +76,13 @@ _BUILDING = threading.Lock()
 _ATTACHED: set[tuple[str, int, tuple[tuple[str, str], ...]]] = set()
 
 
-def build_spark_session(settings: SparkSettings, catalogs: list[CatalogSettings] = ()):  # noqa: ANN201
+def build_spark_session(settings: SparkSettings, catalogs: Sequence[CatalogSettings] = ()) -> "SparkSession":
     """Return the process's SparkSession, started with Iceberg and attached to ``catalogs``."""
     with _BUILDING:
         return _build_spark_session(settings, catalogs)
 
 
-def _build_spark_session(settings: SparkSettings, catalogs: list[CatalogSettings]):  # noqa: ANN202
+def _build_spark_session(settings: SparkSettings, catalogs: Sequence[CatalogSettings]) -> "SparkSession":
     from pyspark.sql import SparkSession
 
     ensure_java_home()
@@ -95,17 +100,17 @@ def _build_spark_session(settings: SparkSettings, catalogs: list[CatalogSettings
         active = builder.getOrCreate()
         active.sparkContext.setLogLevel("WARN")
     identity = (active.sparkContext.applicationId,
-                int(active._jvm.System.identityHashCode(active._jsparkSession)))  # noqa: SLF001
+                int(jvm(active).System.identityHashCode(active._jsparkSession)))  # noqa: SLF001
     for catalog in catalogs:
-        key = (*identity, tuple(sorted(catalog.spark_conf().items())))
-        if key not in _ATTACHED:
+        attached = (*identity, tuple(sorted(catalog.spark_conf().items())))
+        if attached not in _ATTACHED:
             catalog.load_pyiceberg()
             attach_catalog(active, catalog)
-            _ATTACHED.add(key)
+            _ATTACHED.add(attached)
     return active
 
 
-def attach_catalog(spark, catalog: CatalogSettings) -> None:  # noqa: ANN001
+def attach_catalog(spark: "SparkSession", catalog: CatalogSettings) -> None:
     """Register ``catalog`` in a running session (catalogs are runtime settings)."""
     for key, value in catalog.spark_conf().items():
         spark.conf.set(key, value)

@@ -1,13 +1,17 @@
 """The per-entry landing sensor: new landing files become partitions (name order) and are
 ingested strictly in order, one batch at a time, with the same retry/blocking rule as tables."""
 
-from dagster import DefaultSensorStatus, SensorEvaluationContext, SensorResult, SkipReason, sensor
+from typing import TYPE_CHECKING
+from dagster import DefaultSensorStatus, SensorDefinition, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import IngestConfig
 from icecdc_dagster.pipeline.ingest import landing_keys
 from icecdc_dagster.pipeline.ordering import Blocked, NextRun
 from icecdc_dagster.sensors import line
+
+if TYPE_CHECKING:
+    from dagster import DagsterInstance
 
 
 def ingest_line(entry: IngestConfig) -> line.Line:
@@ -16,22 +20,22 @@ def ingest_line(entry: IngestConfig) -> line.Line:
                      max_retries=entry.max_retries)
 
 
-def evaluate(instance, entry: IngestConfig) -> tuple[list[str], NextRun | Blocked | None]:  # noqa: ANN001
+def evaluate(instance: "DagsterInstance", entry: IngestConfig) -> tuple[list[str], NextRun | Blocked | None]:
     """Landing files not yet known as partitions, and the next run to request."""
     entry_line = ingest_line(entry)
     new_keys = unknown_keys(instance, entry_line, landing_keys(entry))
     return new_keys, line.plan(instance, entry_line, new_keys)
 
 
-def unknown_keys(instance, entry_line: line.Line, keys: list[str]) -> list[str]:  # noqa: ANN001
+def unknown_keys(instance: "DagsterInstance", entry_line: line.Line, keys: list[str]) -> list[str]:
     """Landing files not yet known as partitions: a bounded membership query over the listing (Dagster
     chunks it), never the whole partition history. A file that lands late under an older name is
     still found."""
-    known = instance.get_existing_dynamic_partitions(entry_line.partitions_def.name, keys) if keys else set()
+    known = instance.get_existing_dynamic_partitions(entry_line.partitions_name, keys) if keys else set()
     return [key for key in keys if key not in known]
 
 
-def build_ingest_sensor(entry: IngestConfig):  # noqa: ANN201 - SensorDefinition
+def build_ingest_sensor(entry: IngestConfig) -> SensorDefinition:
     @sensor(
         name=naming.ingest_sensor_name(entry),
         minimum_interval_seconds=line.minimum_interval(entry.polling_interval_s),
@@ -39,7 +43,7 @@ def build_ingest_sensor(entry: IngestConfig):  # noqa: ANN201 - SensorDefinition
         default_status=DefaultSensorStatus.RUNNING,
         description=f"Adds each new landing file of {entry.landing} as a partition and ingests them in order.",
     )
-    def _sensor(context: SensorEvaluationContext):  # noqa: ANN202
+    def _sensor(context: SensorEvaluationContext) -> SensorResult | SkipReason:
         new_keys, planned = evaluate(context.instance, entry)
         partitions = naming.ingest_partitions_def(entry)
         add = [partitions.build_add_request(new_keys)] if new_keys else []

@@ -11,12 +11,14 @@ runs strictly in order and every sink refuses a batch out of order (checkpoints)
 every asset means every key before it is done too; only the keys after the frontier are planned.
 """
 
+from typing import TYPE_CHECKING
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dagster import AssetCheckKey, AssetKey, DagsterEventType, DagsterRunStatus, DynamicPartitionsDefinition, RunRequest, RunsFilter
+from dagster import (AssetCheckKey, AssetKey, DagsterEventType, DagsterRunStatus, DynamicPartitionsDefinition,
+                     RunRequest, RunsFilter)
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from icecdc_dagster.assets import naming
@@ -24,6 +26,10 @@ from icecdc_dagster.lease import failover
 from icecdc_dagster.lease.holder import Holder
 from icecdc_dagster.lease.line_lock import LineLock, busy_message
 from icecdc_dagster.pipeline.ordering import Blocked, KeyStatus, NextRun, combine_status, plan_next_run
+
+if TYPE_CHECKING:
+    from dagster import DagsterRun
+    from dagster import DagsterInstance
 
 _STATUS = {"MATERIALIZED": KeyStatus.DONE, "FAILED": KeyStatus.FAILED, "IN_PROGRESS": KeyStatus.IN_PROGRESS}
 def minimum_interval(polling_interval_s: float) -> int:
@@ -52,8 +58,14 @@ class Line:
     max_retries: int
     check_keys: tuple[AssetCheckKey, ...] = ()  # the checks a batch run executes (None of them: all)
 
+    @property
+    def partitions_name(self) -> str:
+        """The name of the line's dynamic partitions (always set: lines build them by name)."""
+        assert self.partitions_def.name is not None
+        return self.partitions_def.name
 
-def key_statuses(instance, line: Line, keys: Sequence[str]) -> dict[str, KeyStatus]:  # noqa: ANN001
+
+def key_statuses(instance: "DagsterInstance", line: Line, keys: Sequence[str]) -> dict[str, KeyStatus]:
     """Per key, the combined status over every asset of the line."""
     if not keys:
         return {}
@@ -64,29 +76,29 @@ def key_statuses(instance, line: Line, keys: Sequence[str]) -> dict[str, KeyStat
     return {key: combine_status([statuses.get(key) for statuses in per_asset]) for key in keys}
 
 
-def active_run(instance, line: Line):  # noqa: ANN001, ANN201 - DagsterRun | None
+def active_run(instance: "DagsterInstance", line: Line) -> "DagsterRun | None":
     records = instance.get_run_records(
         RunsFilter(tags={naming.TABLE_TAG: line.line_id}, statuses=_ACTIVE_RUN_STATUSES), limit=1)
     return records[0].dagster_run if records else None
 
 
-def has_active_run(instance, line: Line) -> bool:  # noqa: ANN001
+def has_active_run(instance: "DagsterInstance", line: Line) -> bool:
     return active_run(instance, line) is not None
 
 
-def describe_run(run) -> str:  # noqa: ANN001 - DagsterRun
+def describe_run(run: "DagsterRun") -> str:
     holder = Holder.from_tags(run.tags)
     worker = f", worker {holder.describe()}" if holder else ""
     return f"run {run.run_id} ({run.status.value}{worker})"
 
 
-def newest_key(instance, line: Line) -> str | None:  # noqa: ANN001
+def newest_key(instance: "DagsterInstance", line: Line) -> str | None:
     """The line's newest known key (one indexed query, whatever the history)."""
-    page = instance.get_paginated_dynamic_partitions(line.partitions_def.name, limit=1, ascending=False)
+    page = instance.get_paginated_dynamic_partitions(line.partitions_name, limit=1, ascending=False)
     return page.results[0] if page.results else None
 
 
-def done_in_every_asset(instance, line: Line, keys: Sequence[str]) -> set[str]:  # noqa: ANN001
+def done_in_every_asset(instance: "DagsterInstance", line: Line, keys: Sequence[str]) -> set[str]:
     """Those of ``keys`` that every asset of the line has materialised (one indexed query per asset)."""
     done = set(keys)
     for asset_key in line.asset_keys:
@@ -101,7 +113,7 @@ def done_in_every_asset(instance, line: Line, keys: Sequence[str]) -> set[str]: 
     return done
 
 
-def pending_keys(instance, line: Line, page_size: int = TAIL_PAGE) -> list[str]:  # noqa: ANN001
+def pending_keys(instance: "DagsterInstance", line: Line, page_size: int = TAIL_PAGE) -> list[str]:
     """Known keys after the line's frontier (the newest key done in every asset), oldest first.
 
     Reads the keys newest first, a page at a time, and stops at the frontier: the cost follows the
@@ -110,7 +122,7 @@ def pending_keys(instance, line: Line, page_size: int = TAIL_PAGE) -> list[str]:
     tail: list[str] = []
     cursor: str | None = None
     while True:
-        page = instance.get_paginated_dynamic_partitions(line.partitions_def.name, limit=page_size,
+        page = instance.get_paginated_dynamic_partitions(line.partitions_name, limit=page_size,
                                                          ascending=False, cursor=cursor)
         keys = list(page.results)
         done = done_in_every_asset(instance, line, keys)
@@ -123,13 +135,13 @@ def pending_keys(instance, line: Line, page_size: int = TAIL_PAGE) -> list[str]:
         cursor = page.cursor
 
 
-def failures_of(instance, line: Line, key: str) -> int:  # noqa: ANN001
+def failures_of(instance: "DagsterInstance", line: Line, key: str) -> int:
     """Failed runs of the line that started at ``key`` (its attempts so far)."""
     return instance.get_runs_count(RunsFilter(
         tags={naming.TABLE_TAG: line.line_id, naming.FIRST_SNAPSHOT_TAG: key}, statuses=[DagsterRunStatus.FAILURE]))
 
 
-def plan(instance, line: Line, new_keys: Sequence[str] = (),  # noqa: ANN001 - DagsterInstance
+def plan(instance: "DagsterInstance", line: Line, new_keys: Sequence[str] = (),
          detected_by: Holder | None = None, window: Sequence[str] | None = None) -> NextRun | Blocked | None:
     """The next run of the line. Runs whose worker died are failed over first; a live run blocks the
     line until it ends.
@@ -155,7 +167,7 @@ def plan(instance, line: Line, new_keys: Sequence[str] = (),  # noqa: ANN001 - D
                          max_retries=line.max_retries)
 
 
-def wait_for_run_end(instance, run_id: str, stop_requested: Callable[[], bool],  # noqa: ANN001
+def wait_for_run_end(instance: "DagsterInstance", run_id: str, stop_requested: Callable[[], bool],
                      poll_s: float = 1.0) -> None:
     """Until the run ends (or its worker dies and it is failed over), or a stop is requested."""
     while not stop_requested():
@@ -166,7 +178,7 @@ def wait_for_run_end(instance, run_id: str, stop_requested: Callable[[], bool], 
         time.sleep(poll_s)
 
 
-def held_elsewhere(instance, line: Line) -> str | None:  # noqa: ANN001
+def held_elsewhere(instance: "DagsterInstance", line: Line) -> str | None:
     """For sensors: why the line is busy when another writer (an ``icecdc sync``) holds its lock."""
     lock = LineLock.for_instance(instance, line.line_id)
     return busy_message(lock) if lock.is_busy() else None

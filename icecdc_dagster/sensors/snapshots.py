@@ -15,9 +15,9 @@ and the ``icecdc resync`` command that recovers; it never raises on every tick. 
 the latest resync bootstrap are superseded and never planned again.
 """
 
-from dagster import (
-    AssetKey, AssetObservation, DefaultSensorStatus, RunRequest, SensorEvaluationContext, SensorResult, SkipReason,
-    sensor)
+from typing import TYPE_CHECKING
+from dagster import (AssetKey, AssetObservation, DefaultSensorStatus, RunRequest, SensorDefinition,
+                     SensorEvaluationContext, SensorResult, SkipReason, sensor)
 from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
 from icecdc_dagster import changelog
@@ -28,8 +28,12 @@ from icecdc_dagster.pipeline import lifecycle
 from icecdc_dagster.pipeline.ordering import Blocked, KeyStatus, NextRun
 from icecdc_dagster.sensors import line
 
+if TYPE_CHECKING:
+    from dagster import DagsterInstance
+    from pyiceberg.table import Table
 
-def discover_new_keys(table, newest_known: str | None) -> list[str]:  # noqa: ANN001 - pyiceberg Table
+
+def discover_new_keys(table: "Table", newest_known: str | None) -> list[str]:
     """Snapshot ids after the newest known key along the current ancestry (the bootstrap if none).
     Raises a ``LineDivergedError`` when the newest key is not in that ancestry (see ``diagnose``)."""
     current = table.current_snapshot()
@@ -40,7 +44,7 @@ def discover_new_keys(table, newest_known: str | None) -> list[str]:  # noqa: AN
     return [str(sid) for sid in changelog.ancestry_ids(table, lifecycle.snapshot_id_of(newest_known))]
 
 
-def recorded_table_uuid(instance, table: TableConfig, active: list[str]) -> str | None:  # noqa: ANN001
+def recorded_table_uuid(instance: "DagsterInstance", table: TableConfig, active: list[str]) -> str | None:
     """The source table uuid recorded by the line's latest changelog batch, if it is on the active line."""
     from dagster import AssetRecordsFilter
 
@@ -48,11 +52,12 @@ def recorded_table_uuid(instance, table: TableConfig, active: list[str]) -> str 
                                               limit=1).records
     if not records or records[0].partition_key not in set(active):
         return None
-    value = records[0].asset_materialization.metadata.get(naming.SOURCE_UUID_METADATA)
-    return getattr(value, "value", value) if value is not None else None
+    materialization = records[0].asset_materialization
+    value = materialization.metadata.get(naming.SOURCE_UUID_METADATA) if materialization else None
+    return str(getattr(value, "value", value)) if value is not None else None
 
 
-def diagnose(instance, table: TableConfig, source_table, known: list[str],  # noqa: ANN001
+def diagnose(instance: "DagsterInstance", table: TableConfig, source_table: "Table", known: list[str],
              config_path: str | None) -> lifecycle.LineProblem | None:
     """Why the line cannot continue (rollback, expiry, recreation), or None."""
     active = lifecycle.active_keys(known)
@@ -72,7 +77,7 @@ def table_line(table: TableConfig) -> line.Line:
                      max_retries=table.max_retries, check_keys=naming.batch_check_keys(table))
 
 
-def key_statuses(instance, table: TableConfig, keys: list[str]) -> dict[str, KeyStatus]:  # noqa: ANN001
+def key_statuses(instance: "DagsterInstance", table: TableConfig, keys: list[str]) -> dict[str, KeyStatus]:
     """Per key, the combined status over the changelog asset and every sink asset."""
     return line.key_statuses(instance, table_line(table), keys)
 
@@ -81,7 +86,7 @@ def run_request(table: TableConfig, planned: NextRun) -> RunRequest:
     return line.run_request(table_line(table), planned)
 
 
-def ancestry_window(instance, table_line_: line.Line, source_table) -> list[str] | None:  # noqa: ANN001
+def ancestry_window(instance: "DagsterInstance", table_line_: line.Line, source_table: "Table") -> list[str] | None:
     """The snapshots that can still be pending, in commit order: the table's ancestry after the oldest
     of the line's assets' latest materialisations (metadata and indexed queries only, whatever the
     history).
@@ -97,8 +102,10 @@ def ancestry_window(instance, table_line_: line.Line, source_table) -> list[str]
         if not records or records[0].partition_key is None:
             return None
         anchors.add(lifecycle.snapshot_id_of(records[0].partition_key))
-        token = records[0].asset_materialization.metadata.get("line")
-        epoch = max(epoch, lifecycle.line_epoch(getattr(token, "value", token)))
+        materialization = records[0].asset_materialization
+        token = materialization.metadata.get("line") if materialization else None
+        text = getattr(token, "value", token)
+        epoch = max(epoch, lifecycle.line_epoch(str(text) if text is not None else None))
     windows = []
     for anchor in anchors:
         try:
@@ -108,12 +115,12 @@ def ancestry_window(instance, table_line_: line.Line, source_table) -> list[str]
     window = max(windows, key=len)
     # A resync adds "<snapshot>@resync<n>" at the table's current snapshot: the anchors or the window.
     next_resync = [f"{sid}{lifecycle.RESYNC_MARK}{epoch + 1}" for sid in [*anchors, *window]]
-    if instance.get_existing_dynamic_partitions(table_line_.partitions_def.name, next_resync):
+    if instance.get_existing_dynamic_partitions(table_line_.partitions_name, next_resync):
         return None
     return window
 
 
-def evaluate(instance, table: TableConfig, source_table,  # noqa: ANN001
+def evaluate(instance: "DagsterInstance", table: TableConfig, source_table: "Table",
              config_path: str | None = None) -> tuple[list[str], NextRun | Blocked | None]:
     """New keys to add and the next run to request, for this tick (shared by the CLI's sync).
     A table that changed under the line gives ``Blocked`` with the diagnosis (no new keys)."""
@@ -131,21 +138,21 @@ def evaluate(instance, table: TableConfig, source_table,  # noqa: ANN001
     return new_keys, line.plan(instance, table_line_, window=active + new_keys)
 
 
-def evaluate_window(instance, table_line_: line.Line,  # noqa: ANN001 - DagsterInstance
-                    source_table) -> tuple[list[str], NextRun | Blocked | None] | None:  # noqa: ANN001
+def evaluate_window(instance: "DagsterInstance", table_line_: line.Line,
+                    source_table: "Table") -> tuple[list[str], NextRun | Blocked | None] | None:
     """:func:`evaluate` when the line follows the table (the usual tick): its cost follows the
     backlog, not the history. None when :func:`ancestry_window` cannot tell."""
     window = ancestry_window(instance, table_line_, source_table)
     if window is None:
         return None
-    known = instance.get_existing_dynamic_partitions(table_line_.partitions_def.name, window) if window else set()
+    known = instance.get_existing_dynamic_partitions(table_line_.partitions_name, window) if window else set()
     new_keys = [key for key in window if key not in known]
     return new_keys, line.plan(instance, table_line_, window=window)
 
 
 
 
-def build_snapshot_sensor(table: TableConfig, config_path: str | None = None):  # noqa: ANN201 - SensorDefinition
+def build_snapshot_sensor(table: TableConfig, config_path: str | None = None) -> SensorDefinition:
     @sensor(
         name=naming.sensor_name(table),
         minimum_interval_seconds=line.minimum_interval(table.polling_interval_s),
@@ -154,7 +161,7 @@ def build_snapshot_sensor(table: TableConfig, config_path: str | None = None):  
         required_resource_keys={"catalog"},
         description=f"Adds each new snapshot of {table.table_name} as a partition and syncs them in order.",
     )
-    def _sensor(context: SensorEvaluationContext):  # noqa: ANN202
+    def _sensor(context: SensorEvaluationContext) -> SensorResult | SkipReason:
         from pyiceberg.exceptions import NoSuchTableError
 
         try:

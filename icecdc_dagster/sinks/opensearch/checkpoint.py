@@ -4,7 +4,8 @@ Keeping it on the index itself means the checkpoint and the documents can
 only disappear together: a deleted or recreated index reads as "no
 checkpoint", so the export is applied again instead of claiming data that is
 gone. Layout: ``_meta.icecdc.checkpoints[<sink name>] = {snapshot_id,
-sequence_number, table, applied_at_ms, line}`` (``line``: the resync key, absent for the original line) (ids as strings: they are 64-bit).
+sequence_number, table, applied_at_ms, line}`` (``line``: the resync key, absent for the original
+line) (ids as strings: they are 64-bit).
 ``_meta`` is replaced as a whole by put_mapping, so other keys are read first
 and written back.
 """

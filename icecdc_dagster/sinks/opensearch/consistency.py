@@ -24,6 +24,7 @@ def compare_index(context: SinkContext, settings: OpenSearchSinkSettings, snapsh
     source, key = context.source_table, context.identifier_columns
     if not key and not uses_row_lineage(source):
         return Comparison(sink_count)
+    assert context.spark is not None, "the index is compared with the source read by Spark"
     rows = changelog.export(context.spark, context.catalog_name, source, snapshot_id).rows
     events = changelog.to_events(rows, context.table_name, key, "append", snapshot_id,
                                  use_row_id=uses_row_lineage(source) and not key)

@@ -17,7 +17,8 @@ stops a stale batch from re-creating a deleted document. Raise it through
 """
 
 import time
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from pyiceberg.schema import Schema
 from pyspark.sql import DataFrame
@@ -35,6 +36,9 @@ from icecdc_dagster.sinks.opensearch.documents import (ACTION, ID, SOURCE, VERSI
 from icecdc_dagster.sinks.opensearch.mapping import iceberg_schema_to_mapping, missing_properties
 from icecdc_dagster.sinks.opensearch.settings import OpenSearchSinkSettings
 from icecdc_dagster.sinks.opensearch.writer import write_bulk_rows
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 class DeleteWithoutDocumentIdError(SinkWriteError):
@@ -62,11 +66,11 @@ def write_events(settings: OpenSearchSinkSettings, events: DataFrame) -> WriteSu
     return write_bulk_rows(settings, bulk_rows(events, settings.include_iceberg_metadata))
 
 
-def index_ids(settings: OpenSearchSinkSettings, spark, slices: int) -> DataFrame:  # noqa: ANN001
+def index_ids(settings: OpenSearchSinkSettings, spark: "SparkSession", slices: int) -> DataFrame:
     """Every document id of the index, read by Spark tasks (one sliced scroll each), never by the driver."""
     from pyspark.sql import types as T
 
-    def scroll(slice_ids):  # noqa: ANN001, ANN202 - runs in an executor
+    def scroll(slice_ids: Iterable[int]) -> Iterator[tuple[str]]:
         client = settings.client()
         try:
             for slice_id in slice_ids:

@@ -13,7 +13,8 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 from pyspark.sql import DataFrame
 
@@ -24,7 +25,7 @@ from icecdc_dagster.sinks.opensearch.settings import OpenSearchSinkSettings
 ACTION_OVERHEAD_BYTES = 128
 
 
-class BulkRequestFailed(Exception):
+class BulkRequestFailedError(Exception):
     """A bulk request could not be delivered (after retries, or not retryable)."""
 
 
@@ -59,10 +60,10 @@ def send_chunk(client: Any, settings: OpenSearchSinkSettings, chunk: list[dict],
                 results.append(result)
         except TransportError as exc:
             if not _retryable(exc):
-                raise BulkRequestFailed(f"bulk request to index {settings.index} rejected: {exc}") from None
+                raise BulkRequestFailedError(f"bulk request to index {settings.index} rejected: {exc}") from None
             error = exc
         retry_items: list[tuple[dict, dict]] = []
-        for act, (ok, item) in zip(pending, results):
+        for act, (ok, item) in zip(pending, results, strict=False):
             outcome, info = a.classify(ok, item)
             if outcome == a.RETRY:
                 retry_items.append((act, info))
@@ -75,7 +76,7 @@ def send_chunk(client: Any, settings: OpenSearchSinkSettings, chunk: list[dict],
             break
         if attempt >= settings.max_retries:
             if unanswered:
-                raise BulkRequestFailed(
+                raise BulkRequestFailedError(
                     f"bulk request to index {settings.index} failed after {attempt + 1} attempts "
                     f"({len(unanswered)} actions unanswered): {error}")
             for act, info in retry_items:
