@@ -7,11 +7,12 @@ Partition key = snapshot id. A run may cover a range of consecutive keys
 from typing import TYPE_CHECKING
 import time
 
-from dagster import AssetExecutionContext, AssetsDefinition, BackfillPolicy, MaterializeResult, asset
+from dagster import AssetExecutionContext, AssetsDefinition, DataVersion, BackfillPolicy, MaterializeResult, asset
 
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.metadata import batch_metadata
+from icecdc_dagster.assets.table_metadata import COLUMN_LINEAGE, PARTITION_ROW_COUNT, column_lineage, table_metadata
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.pipeline.batches import BatchRequest, compute_batch, identifier_columns_of, keys_to_request
 from icecdc_dagster.pipeline import lifecycle
@@ -57,9 +58,15 @@ def build_changelog_asset(table: TableConfig) -> AssetsDefinition:
             line_meta["line"] = request.line
         context.log.info(f"{table.table_name}: stored {stored.rows} change rows of snapshots "
                          f"{computed.info.first_snapshot_id}..{computed.info.snapshot_id} ({computed.kind})")
-        return MaterializeResult(metadata=batch_metadata(
+        columns = changelog.data_columns(source)
+        described = {**table_metadata(catalog.name, catalog.load_table(stored.table_name)),
+                     COLUMN_LINEAGE: column_lineage(naming.source_key(table), {c: [c] for c in columns}),
+                     PARTITION_ROW_COUNT: stored.rows}
+        metadata = batch_metadata(
             computed.info, parent, started, stored.counts,
             {"batch_kind": computed.kind, "changelog_table": stored.table_name,
-             "changelog_snapshot_id": str(stored.snapshot_id), **line_meta, **computed.stats}))
+             "changelog_snapshot_id": str(stored.snapshot_id), **line_meta, **computed.stats})
+        return MaterializeResult(metadata={**metadata, **described},
+                                 data_version=DataVersion(str(computed.info.snapshot_id)))
 
     return _changelog

@@ -5,13 +5,16 @@ checkpoint): an out-of-order batch is refused, an applied one is a no-op.
 """
 
 import time
+from typing import Any
 
-from dagster import AssetExecutionContext, AssetsDefinition, BackfillPolicy, MaterializeResult, asset
+from dagster import AssetExecutionContext, AssetsDefinition, DataVersion, BackfillPolicy, MaterializeResult, asset
 
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.changelog import batch_request
 from icecdc_dagster.assets.metadata import batch_metadata
+from icecdc_dagster.assets.table_metadata import (COLUMN_LINEAGE, PARTITION_ROW_COUNT, column_lineage,
+                                                  table_metadata)
 from icecdc_dagster.config import SinkConfig, TableConfig
 from icecdc_dagster.pipeline.batches import batch_info, uses_row_id
 from icecdc_dagster.pipeline.changelog_store import ChangelogStore
@@ -44,17 +47,25 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig) -> AssetsDefinition:
         connection = getattr(context.resources, resource_key) if resource_key else None
         target = open_configured_sink(sink, table, spark=session, catalog=catalog, source_table=source,
                                       connection=connection)
-        events = ChangelogStore(session, catalog.name, table.table_name).read_events(
-            info, use_row_id=uses_row_id(source, info.identifier_columns))
+        by_row_id = uses_row_id(source, info.identifier_columns)
+        events = ChangelogStore(session, catalog.name, table.table_name).read_events(info, use_row_id=by_row_id)
         result = target.apply(info, events)
         parent = changelog.plan_snapshot(source, info.first_snapshot_id).parent_id
         context.log.info(f"{target.name}: {'skipped (already applied)' if result.skipped else 'applied'} "
                          f"snapshots {info.first_snapshot_id}..{info.snapshot_id}: {result.counts}")
         checkpoint = result.checkpoint
-        return MaterializeResult(metadata=batch_metadata(
+        lineage = sink.derived_columns(changelog.data_columns(source), info.identifier_columns, by_row_id)
+        described: dict[str, Any] = {COLUMN_LINEAGE: column_lineage(naming.source_key(table), lineage),
+                     PARTITION_ROW_COUNT: sum(result.counts.values())}
+        written = sink.maintained_table()
+        if written is not None:
+            described |= table_metadata(catalog.name, catalog.load_table(written), info.identifier_columns)
+        metadata = batch_metadata(
             info, parent, started, {},
             {"sink": target.name, "skipped_already_applied": result.skipped,
              "checkpoint_snapshot_id": str(checkpoint.snapshot_id) if checkpoint else "none",
-             **{f"sink_{k}": v for k, v in result.counts.items()}, **result.details}))
+             **{f"sink_{k}": v for k, v in result.counts.items()}, **result.details})
+        # The data version is the source snapshot the sink now holds, as the source observation records it.
+        return MaterializeResult(metadata={**metadata, **described}, data_version=DataVersion(str(info.snapshot_id)))
 
     return _sink

@@ -22,6 +22,7 @@ from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import naming
+from icecdc_dagster.assets.table_metadata import table_metadata
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.errors import SnapshotNotFoundError
 from icecdc_dagster.pipeline import lifecycle
@@ -174,7 +175,9 @@ def build_snapshot_sensor(table: TableConfig, config_path: str | None = None) ->
         # Record the source's new state on its observable asset (data version = snapshot id).
         events = [AssetObservation(asset_key=naming.source_key(table),
                                    tags={DATA_VERSION_TAG: new_keys[-1]},
-                                   metadata={"current_snapshot_id": new_keys[-1], "new_snapshots": len(new_keys)})
+                                   metadata={"current_snapshot_id": new_keys[-1], "new_snapshots": len(new_keys),
+                                             **table_metadata(context.resources.catalog.name, source,
+                                                              table.identifier_columns)})
                   ] if new_keys else []
         busy = line.held_elsewhere(context.instance, table_line(table)) if isinstance(planned, NextRun) else None
         if isinstance(planned, NextRun) and busy is None:

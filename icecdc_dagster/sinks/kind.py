@@ -8,6 +8,7 @@ and how the consistency check compares the sink with its source. The Dagster lay
 Registering a new kind is one line in :mod:`icecdc_dagster.sinks.registry`.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -87,6 +88,12 @@ class SinkConfig(Model):
     def connection_resource(self) -> Any:
         """The connection as a Dagster ``ConfigurableResource`` (secrets as ``EnvVar``), or None."""
         return None
+
+    def derived_columns(self, source_columns: Sequence[str], identifier_columns: Sequence[str],
+                        by_row_id: bool) -> dict[str, list[str]]:
+        """Column lineage: each column (or document field) of the target <- the source columns it comes
+        from. ``by_row_id``: rows are named by the source's v3 ``_row_id`` (no identifier columns)."""
+        return {name: [name] for name in source_columns}
 
     def refuse_source(self, table_name: str, source: "Table", rows_identifiable: bool) -> str | None:
         """Why this sink cannot follow ``source`` (checked at load), or None."""

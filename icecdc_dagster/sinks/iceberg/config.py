@@ -1,5 +1,6 @@
 """``- iceberg: {table_name: ...}``: the Iceberg replica sink kind — a downstream table kept by MERGE."""
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
@@ -33,6 +34,13 @@ class IcebergSinkConfig(SinkConfig):
 
     def maintained_table(self) -> str:
         return self.table_name
+
+    def derived_columns(self, source_columns: Sequence[str], identifier_columns: Sequence[str],
+                        by_row_id: bool) -> dict[str, list[str]]:
+        lineage = super().derived_columns(source_columns, identifier_columns, by_row_id)
+        if by_row_id:
+            lineage["_source_row_id"] = ["_row_id"]
+        return lineage
 
     def refuse_source(self, table_name: str, source: "Table", rows_identifiable: bool) -> str | None:
         if rows_identifiable:

@@ -6,6 +6,7 @@ template, a password without a user name fail before anything runs, naming the k
 """
 
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
@@ -106,6 +107,14 @@ class OpenSearchSinkConfig(SinkConfig):
             mapping=self.mapping, template_name=self.template_name, index_settings=self.index_settings,
             evolve_mapping=self.evolve_mapping, include_iceberg_metadata=self.include_iceberg_metadata,
             max_reported_failures=self.max_reported_failures)
+
+    def derived_columns(self, source_columns: Sequence[str], identifier_columns: Sequence[str],
+                        by_row_id: bool) -> dict[str, list[str]]:
+        """Document fields are the source's columns; the document id is built from the identifier
+        columns, the v3 ``_row_id``, or (append-only, keyless) the whole row."""
+        lineage = super().derived_columns(source_columns, identifier_columns, by_row_id)
+        lineage["_id"] = list(identifier_columns) or (["_row_id"] if by_row_id else list(source_columns))
+        return lineage
 
     def refuse_source(self, table_name: str, source: "Table", rows_identifiable: bool) -> str | None:
         if rows_identifiable:

@@ -1,0 +1,68 @@
+"""What an analyst sees on the asset pages after a real sync: Dagster's own table metadata (name,
+location, column schema, exact row count from snapshot summaries), column lineage to the source,
+the batch's row count, and the source snapshot as data version."""
+
+from dagster import AssetKey, AssetRecordsFilter, TableColumnDep
+
+from icecdc_dagster.config import load_config
+from icecdc_dagster.definitions import build_definitions
+from tests.dagster_layer.harness import tick
+from tests.helpers import write_pipeline
+
+SOURCE = AssetKey(["iceberg", "db", "shelf"])
+CHANGELOG = AssetKey(["changelog", "db", "shelf"])
+REPLICA = AssetKey(["replica", "db", "shelf_copy"])
+INDEX = AssetKey(["opensearch", "shelf"])
+
+
+def _latest(instance, key):
+    records = instance.fetch_materializations(AssetRecordsFilter(asset_key=key), limit=1).records
+    assert records, f"{key.to_user_string()} was not materialised"
+    return records[0].asset_materialization
+
+
+def test_sink_and_changelog_materialisations_carry_table_metadata_and_column_lineage(
+        spark, catalog_settings, catalog, instance, tmp_path, opensearch_url):
+    fq = f"{catalog_settings.name}.db.shelf"
+    spark.sql(f"""CREATE TABLE {fq} (id BIGINT NOT NULL COMMENT 'book id', title STRING,
+                  tags ARRAY<STRING>, dims STRUCT<w: INT, h: INT>) USING iceberg
+                  TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read')""")
+    spark.sql(f"INSERT INTO {fq} SELECT id, concat('t', id), array('a'), named_struct('w', 1, 'h', 2) "
+              f"FROM range(0, 12)")
+    config = load_config(write_pipeline(tmp_path / "p.yaml", catalog_settings, [{
+        "table_name": "db.shelf", "identifier_columns": ["id"],
+        "sinks": [{"iceberg": {"table_name": "db.shelf_copy"}},
+                  {"opensearch": {"hosts": [opensearch_url], "index": "shelf"}}]}]))
+    defs = build_definitions(config)
+    table = config.tables[0]
+    assert tick(defs, instance, table).succeeded == [True]
+    spark.sql(f"DELETE FROM {fq} WHERE id < 3")                     # a position-delete snapshot
+    assert tick(defs, instance, table).succeeded == [True]
+    deleted_at = str(catalog.load_table("db.shelf").current_snapshot().snapshot_id)
+
+    replica = _latest(instance, REPLICA)
+    metadata = replica.metadata
+    assert metadata["dagster/table_name"].value == f"{catalog_settings.name}.db.shelf_copy"
+    assert metadata["dagster/uri"].value == catalog.load_table("db.shelf_copy").location()
+    columns = {c.name: c for c in metadata["dagster/column_schema"].value.columns}
+    assert list(columns) == ["id", "title", "tags", "dims"]
+    assert columns["id"].type == "long" and not columns["id"].constraints.nullable
+    assert columns["id"].description == "book id" and columns["id"].constraints.other == ["identifier column"]
+    assert columns["dims"].type.startswith("struct<") and "w: optional int" in columns["dims"].type
+    assert columns["tags"].type.startswith("list<")
+    replica_rows = spark.table(f"{catalog_settings.name}.db.shelf_copy").count()
+    assert replica_rows == 9 and metadata["dagster/row_count"].value == replica_rows
+    assert metadata["dagster/partition_row_count"].value == 3           # the batch deleted three rows
+    deps = metadata["dagster/column_lineage"].value.deps_by_column
+    assert deps["title"] == [TableColumnDep(asset_key=SOURCE, column_name="title")]
+    assert replica.tags["dagster/data_version"] == deleted_at          # the source snapshot it holds
+
+    index = _latest(instance, INDEX).metadata
+    assert [d.column_name for d in index["dagster/column_lineage"].value.deps_by_column["_id"]] == ["id"]
+    assert "dagster/column_schema" not in index                        # an index is not a table
+
+    store = _latest(instance, CHANGELOG).metadata
+    assert store["dagster/table_name"].value == f"{catalog_settings.name}.db.shelf__changelog"
+    assert store["dagster/partition_row_count"].value == 3
+    stored = spark.table(f"{catalog_settings.name}.db.shelf__changelog").count()
+    assert store["dagster/row_count"].value == stored == 12 + 3       # export, then three deletes
