@@ -101,11 +101,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     defs = build_definitions(config)
     instance = _instance(args.config, args.dagster_home)
-    for table in config.tables:
-        status = table_status(defs, instance, table, args.config)
-        print(status.render())
-    for entry in config.ingest:
-        print(ingest_status(instance, entry).render())
+    tables = [table_status(defs, instance, table, args.config) for table in config.tables]
+    ingests = [ingest_status(instance, entry) for entry in config.ingest]
+    if args.json:
+        import dataclasses
+        import json
+
+        print(json.dumps({"tables": [dataclasses.asdict(t) for t in tables],
+                          "ingest": [dataclasses.asdict(i) for i in ingests]}, indent=2))
+        return 0
+    for rendered in [t.render() for t in tables] + [i.render() for i in ingests]:
+        print(rendered)
     return 0
 
 
@@ -163,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--dagster-home", default=None,
                        help="Dagster instance directory (default: $DAGSTER_HOME, else .dagster_home next to the "
                             "config)")
+        if name == "status":
+            p.add_argument("--json", action="store_true", help="one JSON document for scripts")
         if name == "resync":
             p.add_argument("--table", required=True, help="the table to re-bootstrap (<namespace>.<table>)")
             p.add_argument("--wait", action="store_true", help="wait for another writer of the line")

@@ -1,6 +1,7 @@
 """The CLI end to end: ``icecdc demo`` builds and syncs the demo lake; ``icecdc status`` shows
 where the sink stands; after a new commit ``icecdc sync`` applies it and status catches up."""
 
+import json
 import re
 from pathlib import Path
 
@@ -44,6 +45,12 @@ def test_demo_then_status_then_sync(spark, tmp_path, monkeypatch, capsys):
     status = _status(capsys, config, home)
     current = re.search(r"demo.orders: current snapshot (\d+)", status).group(1)
     assert f"checkpoint {current}, 0 snapshots pending" in status
+    assert main(["status", "--config", str(config), "--dagster-home", str(home), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)                     # the same, for scripts
+    (orders,) = [t for t in document["tables"] if t["table_name"] == "demo.orders"]
+    assert str(orders["current_snapshot_id"]) == current and orders["unapplied_partitions"] == 0
+    assert {s["checkpoint_snapshot_id"] for s in orders["sinks"]} == {int(current)}
+    assert [i["name"] for i in document["ingest"]] == ["customers_cdc"]
     assert "ingest customers_cdc" in status and "2 landing files, 0 not yet ingested" in status
 
     spark.sql(f"DELETE FROM demo.{workload.SOURCE_TABLE} WHERE order_id <= 5")
