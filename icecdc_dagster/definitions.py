@@ -19,6 +19,7 @@ from icecdc_dagster.checks.lifecycle import build_lifecycle_check
 from icecdc_dagster.checks.stuck import build_stuck_check
 from icecdc_dagster.errors import ConfigError
 from icecdc_dagster.lease.executor import line_executor
+from icecdc_dagster.lineage import LineageEmitter
 from icecdc_dagster.config import IngestConfig, PipelineConfig, TableConfig, load_config
 from icecdc_dagster.fields import EnvRef
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
@@ -132,10 +133,11 @@ def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Defi
     for entry in config.ingest:
         assets.append(build_ingest_asset(entry))
         sensors.append(build_ingest_sensor(entry))
+    lineage = LineageEmitter.configured(config.lineage.namespace, config.lineage.transport, config.lineage.enabled)
     for table in config.tables:
         assets.append(build_source_asset(table, written_by=writers.get(table.table_name, ())))
-        assets.append(build_changelog_asset(table))
-        assets.extend(build_sink_asset(table, sink) for sink in table.sinks)
+        assets.append(build_changelog_asset(table, lineage))
+        assets.extend(build_sink_asset(table, sink, lineage) for sink in table.sinks)
         checks.append(build_stuck_check(table))
         checks.append(build_lifecycle_check(table, config.source))
         assets.append(build_maintenance_asset(table, tuple(entries_by_target.get(table.table_name, ()))))

@@ -11,9 +11,11 @@ from dagster import AssetExecutionContext, AssetsDefinition, DataVersion, Backfi
 
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import naming
+from icecdc_dagster.assets.lineage import lineage_run
 from icecdc_dagster.assets.metadata import batch_metadata
 from icecdc_dagster.assets.table_metadata import COLUMN_LINEAGE, PARTITION_ROW_COUNT, column_lineage, table_metadata
 from icecdc_dagster.config import TableConfig
+from icecdc_dagster.lineage import LineageDataset, LineageEmitter, iceberg_dataset
 from icecdc_dagster.pipeline.batches import BatchRequest, compute_batch, identifier_columns_of, keys_to_request
 from icecdc_dagster.pipeline import lifecycle
 from icecdc_dagster.pipeline.changelog_store import ChangelogStore
@@ -30,7 +32,7 @@ def batch_request(context: AssetExecutionContext, table: TableConfig, source: "T
                            identifier_columns_of(table.identifier_columns, source))
 
 
-def build_changelog_asset(table: TableConfig) -> AssetsDefinition:
+def build_changelog_asset(table: TableConfig, lineage: LineageEmitter | None = None) -> AssetsDefinition:
     @asset(
         key=naming.changelog_key(table),
         deps=[naming.source_key(table)],
@@ -49,9 +51,18 @@ def build_changelog_asset(table: TableConfig) -> AssetsDefinition:
         session = spark.session(catalog)
         source = catalog.load_table(table.table_name)
         request = batch_request(context, table, source)
-        with changelog.staged_scans(session):
-            computed = compute_batch(session, catalog.name, source, request)
-            stored = ChangelogStore(session, catalog.name, table.table_name).write(computed.info, computed.rows)
+        store = ChangelogStore(session, catalog.name, table.table_name)
+        with lineage_run(lineage, context, naming.changelog_key(table), table.table_name,
+                         inputs=lambda: [iceberg_dataset(catalog.name, source)],
+                         outputs=lambda: _existing(catalog, store.table_name)) as outcome:
+            with changelog.staged_scans(session):
+                computed = compute_batch(session, catalog.name, source, request)
+                stored = store.write(computed.info, computed.rows)
+            if lineage is not None:
+                written = iceberg_dataset(catalog.name, catalog.load_table(stored.table_name))
+                outcome.outputs = [written]
+                outcome.rows[written.name] = stored.rows
+                outcome.column_lineage[written.name] = {c: [c] for c in changelog.data_columns(source)}
         parent = changelog.plan_snapshot(source, computed.info.first_snapshot_id).parent_id
         line_meta = {naming.SOURCE_UUID_METADATA: lifecycle.table_uuid(source)}
         if request.line is not None:
@@ -70,3 +81,13 @@ def build_changelog_asset(table: TableConfig) -> AssetsDefinition:
                                  data_version=DataVersion(str(computed.info.snapshot_id)))
 
     return _changelog
+
+
+def _existing(catalog: IcebergCatalogResource, table_name: str) -> list[LineageDataset]:
+    """The dataset of a table the step writes, when it exists already (the first batch creates it)."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        return [iceberg_dataset(catalog.name, catalog.load_table(table_name))]
+    except NoSuchTableError:
+        return []

@@ -12,17 +12,19 @@ from dagster import AssetExecutionContext, AssetsDefinition, DataVersion, Backfi
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.changelog import batch_request
+from icecdc_dagster.assets.lineage import lineage_run
 from icecdc_dagster.assets.metadata import batch_metadata
 from icecdc_dagster.assets.table_metadata import (COLUMN_LINEAGE, PARTITION_ROW_COUNT, column_lineage,
                                                   table_metadata)
 from icecdc_dagster.config import SinkConfig, TableConfig
+from icecdc_dagster.lineage import LineageDataset, LineageEmitter, iceberg_dataset
 from icecdc_dagster.pipeline.batches import batch_info, uses_row_id
 from icecdc_dagster.pipeline.changelog_store import ChangelogStore
 from icecdc_dagster.pipeline.sinks import open_configured_sink
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 
 
-def build_sink_asset(table: TableConfig, sink: SinkConfig) -> AssetsDefinition:
+def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitter | None = None) -> AssetsDefinition:
     resource_key = sink.resource_key()
 
     @asset(
@@ -48,14 +50,22 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig) -> AssetsDefinition:
         target = open_configured_sink(sink, table, spark=session, catalog=catalog, source_table=source,
                                       connection=connection)
         by_row_id = uses_row_id(source, info.identifier_columns)
-        events = ChangelogStore(session, catalog.name, table.table_name).read_events(info, use_row_id=by_row_id)
-        result = target.apply(info, events)
+        store = ChangelogStore(session, catalog.name, table.table_name)
+        lineage_columns = sink.derived_columns(changelog.data_columns(source), info.identifier_columns, by_row_id)
+        with lineage_run(lineage, context, naming.sink_key(sink), table.table_name,
+                         inputs=lambda: [iceberg_dataset(catalog.name, catalog.load_table(store.table_name))],
+                         outputs=lambda: _target_dataset(sink, catalog)) as outcome:
+            result = target.apply(info, store.read_events(info, use_row_id=by_row_id))
+            if lineage is not None:
+                outcome.outputs = _target_dataset(sink, catalog)
+                for dataset in outcome.outputs:
+                    outcome.rows[dataset.name] = sum(result.counts.values())
+                    outcome.column_lineage[dataset.name] = lineage_columns
         parent = changelog.plan_snapshot(source, info.first_snapshot_id).parent_id
         context.log.info(f"{target.name}: {'skipped (already applied)' if result.skipped else 'applied'} "
                          f"snapshots {info.first_snapshot_id}..{info.snapshot_id}: {result.counts}")
         checkpoint = result.checkpoint
-        lineage = sink.derived_columns(changelog.data_columns(source), info.identifier_columns, by_row_id)
-        described: dict[str, Any] = {COLUMN_LINEAGE: column_lineage(naming.source_key(table), lineage),
+        described: dict[str, Any] = {COLUMN_LINEAGE: column_lineage(naming.source_key(table), lineage_columns),
                      PARTITION_ROW_COUNT: sum(result.counts.values())}
         written = sink.maintained_table()
         if written is not None:
@@ -69,3 +79,13 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig) -> AssetsDefinition:
         return MaterializeResult(metadata={**metadata, **described}, data_version=DataVersion(str(info.snapshot_id)))
 
     return _sink
+
+
+def _target_dataset(sink: SinkConfig, catalog: IcebergCatalogResource) -> list[LineageDataset]:
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        dataset = sink.lineage_dataset(catalog.name, catalog.load_table)
+    except NoSuchTableError:  # a replica the first batch creates
+        return []
+    return [dataset] if dataset is not None else []

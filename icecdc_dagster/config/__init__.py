@@ -7,12 +7,14 @@ JSON schema; ``docs/configuration.md`` is generated from the same model.
 """
 
 from icecdc_dagster.config.load import CONFIG_ENV, config_schema, load_config, parse_config
-from icecdc_dagster.config.model import CatalogConfig, IngestConfig, PipelineConfig, SparkConfig, TableConfig
+from icecdc_dagster.config.model import (CatalogConfig, IngestConfig, LineageConfig, PipelineConfig, SparkConfig,
+                                         TableConfig)
 from icecdc_dagster.fields import EnvRef, parse_duration
 from icecdc_dagster.sinks.iceberg.config import IcebergSinkConfig
 from icecdc_dagster.sinks.kind import SinkConfig
 from icecdc_dagster.sinks.opensearch.config import OpenSearchSinkConfig
 
-__all__ = ["CONFIG_ENV", "CatalogConfig", "EnvRef", "IcebergSinkConfig", "IngestConfig", "OpenSearchSinkConfig",
+__all__ = ["CONFIG_ENV", "CatalogConfig", "EnvRef", "IcebergSinkConfig", "IngestConfig", "LineageConfig",
+           "OpenSearchSinkConfig",
            "PipelineConfig", "SinkConfig", "SparkConfig", "TableConfig", "config_schema", "load_config",
            "parse_config", "parse_duration"]

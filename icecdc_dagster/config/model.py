@@ -183,6 +183,17 @@ class SparkConfig(Model):
                              conf={k: str(v) for k, v in self.conf.items()}, jars=self.jars)
 
 
+class LineageConfig(Model):
+    """OpenLineage events per batch step; OpenLineage's own configuration (OPENLINEAGE_URL,
+    openlineage.yml) also turns them on."""
+
+    enabled: Flag | None = Field(default=None, description="false: never emit; true: emit with OpenLineage's "
+                                                           "own configuration; unset: emit when one is found")
+    namespace: str = Field(default="icecdc", min_length=1, description="OpenLineage job namespace")
+    transport: dict[str, Any] | None = Field(default=None, description="an OpenLineage client transport, e.g. "
+                                                                       "{type: http, url: ...} or {type: file, ...}")
+
+
 class PipelineConfig(Model):
     """The pipeline file."""
 
@@ -190,6 +201,7 @@ class PipelineConfig(Model):
     spark: SparkConfig = Field(default_factory=SparkConfig)
     tables: tuple[TableConfig, ...] = ()
     ingest: tuple[IngestConfig, ...] = ()
+    lineage: LineageConfig = Field(default_factory=LineageConfig)
     _source: str = PrivateAttr(default="<defaults>")
 
     @property

@@ -8,7 +8,7 @@ and how the consistency check compares the sink with its source. The Dagster lay
 Registering a new kind is one line in :mod:`icecdc_dagster.sinks.registry`.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from icecdc_dagster.batch import Checkpoint
+    from icecdc_dagster.lineage import LineageDataset
     from icecdc_dagster.sinks.base import Sink
 
 
@@ -80,6 +81,15 @@ class SinkConfig(Model):
     def maintained_table(self) -> str | None:
         """An Iceberg table this sink owns and the table group's maintenance compacts and expires."""
         return None
+
+    def lineage_dataset(self, catalog_name: str, load_table: Callable[[str], "Table"]) -> "LineageDataset | None":
+        """The sink's target as an OpenLineage dataset (an Iceberg table it writes by default)."""
+        target = self.maintained_table()
+        if target is None:
+            return None
+        from icecdc_dagster.lineage import iceberg_dataset
+
+        return iceberg_dataset(catalog_name, load_table(target))
 
     def resource_key(self) -> str | None:
         """The Dagster resource key of this sink's connection; None when it needs none."""

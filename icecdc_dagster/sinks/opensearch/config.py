@@ -6,7 +6,7 @@ template, a password without a user name fail before anything runs, naming the k
 """
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from icecdc_dagster.batch import Checkpoint
+    from icecdc_dagster.lineage import LineageDataset
     from icecdc_dagster.sinks.opensearch.resource import OpenSearchResource
     from icecdc_dagster.sinks.opensearch.settings import OpenSearchSinkSettings
     from icecdc_dagster.sinks.opensearch.sink import OpenSearchSink
@@ -75,6 +76,11 @@ class OpenSearchSinkConfig(SinkConfig):
 
     def describe(self, source_table: str) -> str:
         return f"OpenSearch index {self.index} kept in step with {source_table}"
+
+    def lineage_dataset(self, catalog_name: str, load_table: Callable[[str], "Table"]) -> "LineageDataset":
+        from icecdc_dagster.lineage import opensearch_dataset
+
+        return opensearch_dataset(self.hosts, self.index)
 
     def resource_key(self) -> str:
         return "opensearch__" + _SLUG.sub("_", self.index)
