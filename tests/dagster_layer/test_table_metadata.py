@@ -66,3 +66,54 @@ def test_sink_and_changelog_materialisations_carry_table_metadata_and_column_lin
     assert store["dagster/partition_row_count"].value == 3
     stored = spark.table(f"{catalog_settings.name}.db.shelf__changelog").count()
     assert store["dagster/row_count"].value == stored == 12 + 3       # export, then three deletes
+
+
+ASSET_QUERY = """
+query Asset($path: [String!]!) {
+  assetOrError(assetKey: {path: $path}) {
+    ... on Asset {
+      assetMaterializations(limit: 1) {
+        metadataEntries {
+          label
+          ... on TableSchemaMetadataEntry { schema { columns { name type constraints { nullable } } } }
+          ... on IntMetadataEntry { intValue }
+          ... on TableColumnLineageMetadataEntry {
+            lineage { columnName columnDeps { assetKey { path } columnName } }
+          }
+        }
+      }
+    }
+  }
+}
+"""
+
+
+def test_the_ui_reads_column_schema_lineage_and_row_counts_through_graphql(
+        spark, catalog_settings, catalog, instance, tmp_path, monkeypatch):
+    """What the asset page shows comes from Dagster's GraphQL API: query it as the UI does, against a
+    code server that loads our definitions from the pipeline file."""
+    from dagster_graphql.test.utils import define_out_of_process_context, execute_dagster_graphql
+
+    fq = f"{catalog_settings.name}.db.shelf"
+    spark.sql(f"CREATE TABLE {fq} (id BIGINT NOT NULL, title STRING) USING iceberg "
+              f"TBLPROPERTIES ('format-version'='2')")
+    spark.sql(f"INSERT INTO {fq} SELECT id, concat('t', id) FROM range(0, 7)")
+    path = write_pipeline(tmp_path / "p.yaml", catalog_settings, [{
+        "table_name": "db.shelf", "identifier_columns": ["id"], "sinks": [{"iceberg": {"table_name": "db.shelf_copy"}}]}])
+    config = load_config(path)
+    assert tick(build_definitions(config), instance, config.tables[0]).succeeded == [True]
+
+    code = tmp_path / "code.py"
+    code.write_text("from icecdc_dagster.definitions import defs  # noqa: F401\n")
+    monkeypatch.setenv("ICECDC_CONFIG", str(path))
+    with define_out_of_process_context(str(code), "defs", instance) as context:
+        result = execute_dagster_graphql(context, ASSET_QUERY, {"path": list(REPLICA.path)})
+    assert not result.errors, result.errors
+    (materialization,) = result.data["assetOrError"]["assetMaterializations"]
+    entries = {e["label"]: e for e in materialization["metadataEntries"]}
+    columns = entries["dagster/column_schema"]["schema"]["columns"]
+    assert [(c["name"], c["type"], c["constraints"]["nullable"]) for c in columns] == [
+        ("id", "long", False), ("title", "string", True)]
+    assert entries["dagster/row_count"]["intValue"] == 7 == entries["dagster/partition_row_count"]["intValue"]
+    lineage = {c["columnName"]: c["columnDeps"] for c in entries["dagster/column_lineage"]["lineage"]}
+    assert lineage["title"] == [{"assetKey": {"path": list(SOURCE.path)}, "columnName": "title"}]
