@@ -52,13 +52,49 @@ def _sync_context(args: argparse.Namespace, stop: "StopRequest",
     return config, context
 
 
+class BatchProgress:
+    """One line per batch; on a terminal, a live progress display per line instead (rich)."""
+
+    def __init__(self, live: bool) -> None:
+        self.progress: Any = None
+        self.tasks: dict[str, Any] = {}
+        self.done: dict[str, int] = {}
+        if live:
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+
+    def __enter__(self) -> "BatchProgress":
+        if self.progress is not None:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def __call__(self, line: str, first: str, last: str, status: Any, seconds: float) -> None:
+        batch = first if first == last else f"{first}..{last}"
+        state = getattr(status, "value", status)
+        outcome = "applied" if state == "SUCCESS" else f"ended {state}"
+        self.done[line] = self.done.get(line, 0) + 1
+        message = f"{line}: batch {batch} {outcome} in {seconds:.1f}s"
+        if self.progress is None:
+            print(message, flush=True)
+            return
+        text = f"{line}: {self.done[line]} batches, last {batch} {outcome} in {seconds:.1f}s"
+        if line not in self.tasks:
+            self.tasks[line] = self.progress.add_task(text, total=None)
+        self.progress.update(self.tasks[line], description=text)
+
+
 def cmd_sync(args: argparse.Namespace) -> int:
     from icecdc_dagster.lease.holder import set_process_role
     from icecdc_dagster.sync import StopRequest, sync_all
 
     set_process_role("icecdc sync")
-    with StopRequest().installed() as stop:
-        config, context = _sync_context(args, stop, retry_failed=args.retry_failed)
+    with StopRequest().installed() as stop, BatchProgress(live=sys.stdout.isatty()) as progress:
+        config, context = _sync_context(args, stop, retry_failed=args.retry_failed, on_batch=progress)
         started = time.monotonic()
         reports = sync_all(config, context.defs, context.instance, context=context)
         for report in reports:

@@ -117,6 +117,8 @@ class SyncContext:
     say: Callable[[str], None] = lambda message: None
     log_level: str = "INFO"  # of the runs' console log: one line per step at INFO; DEBUG adds Dagster's events
     config_path: str | None = None  # named in recovery commands (icecdc resync --config ...)
+    # Called after each batch: (line, first key, last key, final run status, seconds); the CLI's progress.
+    on_batch: Callable[[str, str, str, DagsterRunStatus | None, float], None] | None = None
 
 
 def console_log_config(level: str) -> dict:
@@ -202,8 +204,11 @@ def _drain(context: SyncContext, line: lines.Line, evaluate: Callable[[], tuple[
         if report.runs and not report.runs[-1][2] and report.runs[-1][0] == planned.first_key:
             report.blocked = f"{planned.first_key} failed again; see the run's logs"
             return None
+        started = time.monotonic()
         run_id, status = execute_run(context, line, planned)
         report.runs.append((planned.first_key, planned.last_key, status == DagsterRunStatus.SUCCESS))
+        if context.on_batch is not None:
+            context.on_batch(line.line_id, planned.first_key, planned.last_key, status, time.monotonic() - started)
         if context.stop.requested and status != DagsterRunStatus.SUCCESS:
             applied = next((last for _, last, ok in reversed(report.runs) if ok), None)
             report.stopped = (f"{context.stop.name} received: batch {planned.first_key}..{planned.last_key} abandoned "

@@ -60,6 +60,7 @@ def test_demo_then_status_then_sync(spark, tmp_path, monkeypatch, capsys):
     assert main(["sync", "--config", str(config), "--dagster-home", str(home), "-v"]) == 0
     captured = capsys.readouterr()
     assert "demo.orders: 1/1 runs succeeded; ok" in captured.out
+    assert re.search(r"^demo.orders: batch \d+ applied in \d+\.\ds$", captured.out, re.M)   # one line per batch
     assert " - DEBUG - " in captured.err and "STEP_START" in captured.err   # -v: Dagster's events too
     status = _status(capsys, config, home)
     newest = re.search(r"demo.orders: current snapshot (\d+)", status).group(1)
