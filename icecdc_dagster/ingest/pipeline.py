@@ -146,12 +146,6 @@ def pending_files(spark: Any, catalog_name: str, settings: IngestSettings) -> li
     return [f.uri for f in landing.list_files(settings.landing) if f.batch_part not in done_parts]
 
 
-def pending_batches(spark: Any, catalog_name: str, settings: IngestSettings) -> list[list[str]]:
-    files = pending_files(spark, catalog_name, settings)
-    size = max(settings.files_per_batch, 1)
-    return [files[i:i + size] for i in range(0, len(files), size)]
-
-
 def _parse_partition(target: str, home: str) -> Callable[[Iterable[tuple]], Iterator[tuple]]:
     """Executor function: byte ranges -> parsed rows (routed, with field types or a dead-letter reason)."""
     templated = routing.is_template(target)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from icecdc_dagster import changelog
+from icecdc_dagster.changelog import uses_row_lineage
 from icecdc_dagster.batch import BatchInfo
 from icecdc_dagster.errors import SupersededPartitionError
 from icecdc_dagster.pipeline import lifecycle
@@ -89,10 +90,6 @@ def batch_info(table: "Table", request: BatchRequest) -> BatchInfo:
         snapshot_ids=request.snapshot_ids,
         line=request.line,
     )
-
-
-def uses_row_lineage(table: "Table") -> bool:
-    return int(table.metadata.format_version) >= 3
 
 
 def compute_batch(spark: "SparkSession", catalog_name: str, table: "Table", request: BatchRequest) -> ComputedBatch:
