@@ -3,7 +3,7 @@ partitioned Iceberg table with our ingestion, vs pyiceberg ``Table.upsert`` (+ `
 final per-batch upserts. pyiceberg runs every batch unless it passes --pyiceberg-cap-s; then its
 total is extrapolated linearly from the batches it finished (said so in the output).
 
-    /work/venv/bin/python bench/ingest.py [--events N] [--files F] [--pyiceberg-batches K]
+    .venv/bin/python bench/ingest.py [--events N] [--files F] [--pyiceberg-batches K]
 """
 
 import argparse

@@ -12,7 +12,7 @@ during a run (warm-up, growing memory), so: an untimed warm-up first, then
 the rows in two halves in ABBA order (ours, raw, raw, ours), each side timed
 over both halves. Compare the ratio, not the absolute rates.
 
-Run: /work/venv/bin/python bench/opensearch_sink.py [rows]
+Run: .venv/bin/python bench/opensearch_sink.py [rows]
 """
 
 import json

@@ -75,16 +75,39 @@ def last_batch(jtable: Any) -> dict[str, str] | None:
 
 
 def recorded_summaries(spark: Any, table: str) -> Iterator[dict[str, str]]:
-    """Summary properties of every batch the table records: ``main``'s ancestors (newest first), then the
-    ledger property (oldest first), which survives compaction and snapshot expiry."""
+    """Summary properties of every batch the table records: ``main``'s newest ancestors, then the ledger
+    property (oldest first), which survives compaction and snapshot expiry.
+
+    The ledger is appended in the same commit that publishes a batch, so once the walk back from the
+    current snapshot meets a batch the ledger holds, the ledger holds every older batch too: the walk
+    stops there, and its cost is the few snapshots since the last batch, not the table's history
+    (a table without a ledger is walked to its first snapshot)."""
     jtable = java_table(spark, table)
+    ledger = decode_ledger(table_properties(jtable).get(LEDGER_PROPERTY))
+    in_ledger = {entry[BATCH_ID_PROPERTY] for entry in ledger if BATCH_ID_PROPERTY in entry}
     for snap in main_ancestors(jtable):
-        yield dict(snap.summary())
-    yield from decode_ledger(table_properties(jtable).get(LEDGER_PROPERTY))
+        summary = dict(snap.summary())
+        if summary.get(BATCH_ID_PROPERTY) in in_ledger:
+            break
+        yield summary
+    yield from ledger
 
 
 def committed_batch_ids(spark: Any, table: str) -> set[str]:
     return {s[BATCH_ID_PROPERTY] for s in recorded_summaries(spark, table) if BATCH_ID_PROPERTY in s}
+
+
+def is_committed(spark: Any, table: str, batch_id: str, ledger: bool) -> bool:
+    """Whether ``batch_id`` is in ``main``. A ledger table answers from its ledger (every batch);
+    otherwise the newest batch on ``main`` decides: older batches are refused by the writer's own
+    checkpoint (a replica applies in order), so the walk stops at the first batch it meets."""
+    if ledger:
+        return batch_id in committed_batch_ids(spark, table)
+    for snap in main_ancestors(java_table(spark, table)):
+        newest = dict(snap.summary()).get(BATCH_ID_PROPERTY)
+        if newest is not None:
+            return bool(newest == batch_id)
+    return False
 
 
 @contextmanager

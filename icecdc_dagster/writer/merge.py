@@ -19,7 +19,7 @@ from typing import Any
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from icecdc_dagster.writer.exactly_once import BATCH_ID_PROPERTY, committed_batch_ids, staged_commit
+from icecdc_dagster.writer.exactly_once import BATCH_ID_PROPERTY, is_committed, staged_commit
 
 OP_COLUMN = "_icecdc_op"
 ORDER_COLUMN = "_icecdc_order"
@@ -59,7 +59,7 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
     ``replace_all``: the batch is the table's whole new content (a resync export): one overwrite
     replaces every row, so rows the batch does not hold are gone (counts: ``replaced``).
     """
-    if batch_id in committed_batch_ids(spark, table):
+    if is_committed(spark, table, batch_id, ledger):
         return WriteOutcome(table, batch_id, True, None, {})
     target_columns = [f.name for f in spark.table(table).schema.fields]
     data_columns = [c for c in rows.columns if c in target_columns]

@@ -75,13 +75,18 @@ class IcebergReplicaSink:
         if not table_exists(self.spark, self.catalog_name, self.target_table):
             return None
         jtable = java_table(self.spark, self._target)
-        ancestors = list(main_ancestors(jtable))
         last = last_batch(jtable)
+        published, recorded = None, None
         if last is not None and SOURCE_SNAPSHOT_PROPERTY in last:
-            published = int(last.get(TARGET_SNAPSHOT_KEY, "0"))
-            if published in {int(s.snapshotId()) for s in ancestors} or jtable.snapshot(published) is None:
-                return _checkpoint(last)
-        for snap in ancestors:
+            published, recorded = int(last.get(TARGET_SNAPSHOT_KEY, "0")), _checkpoint(last)
+            if jtable.snapshot(published) is None:  # expired by maintenance: the property is all there is
+                return recorded
+        # Back from the current snapshot to the first batch: the published one (the property holds its
+        # checkpoint), or an older batch when main was rolled back past it. Only the snapshots since
+        # the last batch are read, not the table's history.
+        for snap in main_ancestors(jtable):
+            if published is not None and int(snap.snapshotId()) == published:
+                return recorded
             summary = dict(snap.summary())
             if SOURCE_SNAPSHOT_PROPERTY in summary:
                 return _checkpoint(summary)
