@@ -114,8 +114,11 @@ Names = Annotated[tuple[Annotated[str, Field(strict=True, min_length=1)], ...], 
 
 
 def _local_path(value: str, info: ValidationInfo) -> str:
-    """Relative warehouse paths and SQLite files are relative to the pipeline file."""
-    base = Path((info.context or {}).get("base_dir") or Path.cwd())
+    """Relative warehouse paths and SQLite files are relative to the pipeline file; a model built in
+    code (no file, no ``base_dir``) keeps what it was given."""
+    if not info.context or "base_dir" not in info.context:
+        return value
+    base = Path(info.context["base_dir"])
     if value.startswith("sqlite:///") and not value.startswith("sqlite:////"):
         return "sqlite:///" + str((base / value[len("sqlite:///"):]).resolve())
     if "://" not in value:
