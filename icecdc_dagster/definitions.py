@@ -15,6 +15,7 @@ from icecdc_dagster.assets.ingest import build_ingest_asset
 from icecdc_dagster.assets.maintenance import build_maintenance_asset, build_maintenance_schedule
 from icecdc_dagster.assets.sinks import build_sink_asset
 from icecdc_dagster.assets.source import build_source_asset
+from icecdc_dagster.assets.table_metadata import ROW_COUNT, table_metadata
 from icecdc_dagster.checks.lifecycle import build_lifecycle_check
 from icecdc_dagster.checks.stuck import build_stuck_check
 from icecdc_dagster.errors import ConfigError
@@ -63,12 +64,12 @@ def ingest_writers(config: PipelineConfig) -> dict[str, tuple]:
     return writers
 
 
-def check_tables_exist(config: PipelineConfig) -> None:
+def check_tables_exist(config: PipelineConfig) -> dict[str, "Table"]:
     """A table name that does not exist in the catalog fails at load, naming the table; so does the
     fixed target of an ingest entry without auto_create. A table that an auto-creating ingest entry
-    writes may not exist yet (its sensor waits for it)."""
+    writes may not exist yet (its sensor waits for it). Returns the source tables it loaded."""
     if not config.tables and not config.ingest:
-        return
+        return {}
     from pyiceberg.exceptions import NoSuchTableError
 
     catalog = config.catalog.settings().load_pyiceberg()
@@ -78,6 +79,7 @@ def check_tables_exist(config: PipelineConfig) -> None:
         if target and not entry.auto_create and not catalog.table_exists(target):
             raise ConfigError(f"{config.source}: ingest[{i}] ({entry.name}).target: table {target!r} does not "
                               f"exist in catalog {config.catalog.name!r} and auto_create is false")
+    sources = {}
     for table in config.tables:
         try:
             source = catalog.load_table(table.table_name)
@@ -88,6 +90,8 @@ def check_tables_exist(config: PipelineConfig) -> None:
                               f"{config.catalog.name!r} ({config.catalog.uri})") from None
         check_format_version(config, table, source)
         check_sinks_can_follow(config, table, source)
+        sources[table.table_name] = source
+    return sources
 
 
 def check_format_version(config: PipelineConfig, table: TableConfig, source: "Table") -> None:
@@ -120,8 +124,9 @@ def check_sinks_can_follow(config: PipelineConfig, table: TableConfig, source: "
 
 
 def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Definitions:
-    if check_tables:
-        check_tables_exist(config)
+    # The source tables are loaded once at load for the checks; their schemas become the source
+    # assets' definition metadata, so an asset page shows its columns without another catalog call.
+    sources = check_tables_exist(config) if check_tables else {}
     assets: list[AssetsDefinition | AssetSpec | SourceAsset] = []
     checks: list[AssetChecksDefinition] = []
     sensors: list[SensorDefinition] = []
@@ -135,7 +140,10 @@ def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Defi
         sensors.append(build_ingest_sensor(entry))
     lineage = LineageEmitter.configured(config.lineage.namespace, config.lineage.transport, config.lineage.enabled)
     for table in config.tables:
-        assets.append(build_source_asset(table, written_by=writers.get(table.table_name, ())))
+        source = sources.get(table.table_name)
+        described = {k: v for k, v in table_metadata(config.catalog.name, source, table.identifier_columns).items()
+                     if k != ROW_COUNT} if source else {}  # a row count at load would only go stale
+        assets.append(build_source_asset(table, written_by=writers.get(table.table_name, ()), described=described))
         assets.append(build_changelog_asset(table, lineage))
         assets.extend(build_sink_asset(table, sink, lineage) for sink in table.sinks)
         checks.append(build_stuck_check(table))

@@ -56,6 +56,12 @@ def test_two_tables_give_source_changelog_and_sink_assets_with_lineage(two_table
     assert AssetKey(["replica", "replica", "orders"]) in maintenance.parent_keys
     schedules = {s.name: s for s in defs.schedules}
     assert schedules["maintenance__db_orders"].cron_schedule == "0 3 * * *"
+    # Definition metadata from the tables loaded for the load checks: the source's columns and name.
+    source = graph.get(AssetKey(["iceberg", "db", "orders"]))
+    columns = source.metadata["dagster/column_schema"].columns
+    assert [(c.name, c.type, c.constraints.nullable) for c in columns] == [("id", "long", False),
+                                                                           ("name", "string", True)]
+    assert source.metadata["dagster/table_name"] == f"{load_config(two_table_config).catalog.name}.db.orders"
     # The OpenSearch password is an EnvVar, resolved only at run time.
     resource = defs.resources["opensearch__orders"]
     assert "s3cret" not in repr(resource)
