@@ -66,6 +66,12 @@ def chunks(files: Sequence[LandingFile], chunk_bytes: int = CHUNK_BYTES) -> list
 
 def read_lines(uri: str, start: int, end: int) -> Iterator[tuple[int, str]]:
     """(byte offset, line) for lines starting in [start, end). Runs in executors."""
+    for offset, raw in read_line_bytes(uri, start, end):
+        yield offset, raw.decode("utf-8", errors="replace")
+
+
+def read_line_bytes(uri: str, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+    """(byte offset, undecoded line) for lines starting in [start, end): one read, one split."""
     if end <= start:
         return
     fs, path = _fs(uri)
@@ -83,8 +89,14 @@ def read_lines(uri: str, start: int, end: int) -> Iterator[tuple[int, str]]:
         # The byte before ``start`` tells whether a line starts exactly at ``start``.
         newline = data.find(b"\n")
         pos = newline + 1 if newline >= 0 else len(data)
-    while pos < len(data) and begin + pos < end:
-        newline = data.find(b"\n", pos)
-        stop = newline if newline >= 0 else len(data)
-        yield begin + pos, data[pos:stop].decode("utf-8", errors="replace")
-        pos = stop + 1
+    if pos >= len(data):
+        return
+    parts = data[pos:].split(b"\n")
+    if data.endswith(b"\n"):
+        parts.pop()  # the empty piece after the last newline is not a line
+    offset = begin + pos
+    for part in parts:
+        if offset >= end:
+            return
+        yield offset, part
+        offset += len(part) + 1

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from icecdc_dagster.errors import TargetTableMissingError
-from icecdc_dagster.ingest import dead_letters, landing, routing
+from icecdc_dagster.ingest import dead_letters, landing, native, routing
 from icecdc_dagster.ingest.coercion import IGNORED_FIELDS, STRINGIFIED, CoercionError, coerce
 from icecdc_dagster.ingest.debezium import DELETE, INSERT, NANOS_TRUNCATED, EventError, loads, parse_line
 from icecdc_dagster.ingest.schema_inference import merge_types, spark_type, widened
@@ -50,6 +50,8 @@ REASON, RAW, SOURCE_FILE, SOURCE_OFFSET = ("_icecdc_reason", "_icecdc_raw", "_ic
 NOTES, WIDEN = "_icecdc_notes", "_icecdc_widen"
 # Declared coercion rules whose applications every run counts (README, "Event ingestion").
 RULE_COUNTS = (IGNORED_FIELDS, STRINGIFIED, NANOS_TRUNCATED)
+# Lines the native reader routed to the Python rules (a native-path batch counts them: they cost the most).
+PYTHON_RULES = "python_rules"
 
 
 @dataclass(frozen=True)
@@ -181,47 +183,83 @@ def _coerce_partition(columns: list[tuple[str, str, bool]], keys: tuple[str, ...
     A value that only a wider column type would hold (int -> long, float -> double, more decimal
     digits) is recorded in ``_widen``: with schema evolution the pipeline widens and runs again.
     """
-    schema = [(name, T._parse_datatype_json_string(dtype), nullable) for name, dtype, nullable in columns]
-    ops = {INSERT: OP_INSERT, DELETE: OP_DELETE}
-    no_widening = "" if evolve else " (schema_evolution is off, so the column is not widened)"
+    coerce_envelope = _envelope_coercer(columns, keys, known, evolve)
 
     def run(rows: Iterable["Row"]) -> Iterator[tuple]:
         for row in rows:
             env = parse_line(row.raw)
             assert env is not None, "tombstones and blank lines are not coerced"
-            notes: Counter = Counter(env.notes)
-            values: list[Any] = []
-            reason: str | None = None
-            widen: dict[str, str] = {}
-            for name, dtype, nullable in schema:
-                needed = name in keys or (not nullable and env.op != DELETE)
-                if env.op == DELETE and name not in keys:
-                    values.append(None)  # a delete matches on its key only
-                    continue
-                try:
-                    value = coerce(env.image.get(name), dtype, notes)
-                except CoercionError as exc:
-                    if exc.widen_to is not None:
-                        widen[name] = exc.widen_to.json()
-                        reason = reason or f"column {name}: {exc}{no_widening}"
-                    else:
-                        reason, widen = f"column {name}: {exc}", {}
-                        break
-                    value = None
-                    needed = False
-                if value is None and needed:
-                    reason, widen = f"{'key' if name in keys else 'required'} column {name} is null or missing", {}
-                    break
-                values.append(value)
-            if reason is None and env.op == DELETE and not keys:
-                reason = "delete on a table without identifier columns (append only)"
-            notes[IGNORED_FIELDS] += sum(k not in known for k in env.image)
-            if reason is not None:
-                values, notes = [None] * len(schema), Counter()
-            order = row.file_index * ORDER_FILE_SHIFT + row.source_offset
-            yield (*values, ops.get(env.op, OP_UPSERT), order, reason, row.raw, row.source_file, row.source_offset,
-                   {k: v for k, v in notes.items() if v}, widen or None)
+            yield coerce_envelope(env, row.raw, row.file_index, row.source_file, row.source_offset)
     return run
+
+
+def _python_partition(columns: list[tuple[str, str, bool]], keys: tuple[str, ...], known: set[str],
+                      evolve: bool) -> Callable[[Iterable["Row"]], Iterator[tuple]]:
+    """Executor function: landing lines the native reader routed here -> the same rows as the native path
+    (tombstones marked by their op, parse errors as dead letters with their reason)."""
+    coerce_envelope = _envelope_coercer(columns, keys, known, evolve)
+    width = len(columns)
+    notes_at = width + 6
+
+    def run(rows: Iterable["Row"]) -> Iterator[tuple]:
+        for row in rows:
+            order = row.file_index * ORDER_FILE_SHIFT + row.source_offset
+            try:
+                env = parse_line(row.raw)
+            except EventError as exc:
+                yield (*([None] * width), OP_UPSERT, order, str(exc), row.raw, row.source_file, row.source_offset,
+                       {}, None)
+                continue
+            if env is None:
+                yield (*([None] * width), TOMBSTONE, order, None, row.raw, row.source_file, row.source_offset,
+                       {}, None)
+                continue
+            out = coerce_envelope(env, row.raw, row.file_index, row.source_file, row.source_offset)
+            yield (*out[:notes_at], {**out[notes_at], PYTHON_RULES: 1}, *out[notes_at + 1:])
+    return run
+
+
+def _envelope_coercer(columns: list[tuple[str, str, bool]], keys: tuple[str, ...], known: set[str],
+                      evolve: bool) -> Callable[..., tuple]:
+    """The exact Python rules for one envelope: its table row + op/order, or a dead-letter reason."""
+    schema = [(name, T._parse_datatype_json_string(dtype), nullable) for name, dtype, nullable in columns]
+    ops = {INSERT: OP_INSERT, DELETE: OP_DELETE}
+    no_widening = "" if evolve else " (schema_evolution is off, so the column is not widened)"
+
+    def coerce_envelope(env: Any, raw: str, file_index: int, source_file: str, source_offset: int) -> tuple:
+        notes: Counter = Counter(env.notes)
+        values: list[Any] = []
+        reason: str | None = None
+        widen: dict[str, str] = {}
+        for name, dtype, nullable in schema:
+            needed = name in keys or (not nullable and env.op != DELETE)
+            if env.op == DELETE and name not in keys:
+                values.append(None)  # a delete matches on its key only
+                continue
+            try:
+                value = coerce(env.image.get(name), dtype, notes)
+            except CoercionError as exc:
+                if exc.widen_to is not None:
+                    widen[name] = exc.widen_to.json()
+                    reason = reason or f"column {name}: {exc}{no_widening}"
+                else:
+                    reason, widen = f"column {name}: {exc}", {}
+                    break
+                value = None
+                needed = False
+            if value is None and needed:
+                reason, widen = f"{'key' if name in keys else 'required'} column {name} is null or missing", {}
+                break
+            values.append(value)
+        if reason is None and env.op == DELETE and not keys:
+            reason = "delete on a table without identifier columns (append only)"
+        notes[IGNORED_FIELDS] += sum(k not in known for k in env.image)
+        if reason is not None:
+            values, notes = [None] * len(schema), Counter()
+        order = file_index * ORDER_FILE_SHIFT + source_offset
+        return (*values, ops.get(env.op, OP_UPSERT), order, reason, raw, source_file, source_offset,
+                {k: v for k, v in notes.items() if v}, widen or None)
+    return coerce_envelope
 
 
 def _prepare_target(spark: Any, catalog_name: str, settings: IngestSettings, table: str,
@@ -269,6 +307,16 @@ def _promote(spark: Any, catalog_name: str, table: str, wanted: Mapping[str, Any
     return widen_columns(spark, catalog_name, table, changes)
 
 
+def _rows_schema(fields: Sequence[T.StructField]) -> T.StructType:
+    """A target's coerced rows: its columns (nullable: a dead letter has none) + op, order and provenance."""
+    return T.StructType([T.StructField(f.name, f.dataType, True) for f in fields] + [
+        T.StructField(OP_COLUMN, T.StringType()), T.StructField(ORDER_COLUMN, T.LongType()),
+        T.StructField(REASON, T.StringType()), T.StructField(RAW, T.StringType()),
+        T.StructField(SOURCE_FILE, T.StringType()), T.StructField(SOURCE_OFFSET, T.LongType()),
+        T.StructField(NOTES, T.MapType(T.StringType(), T.LongType())),
+        T.StructField(WIDEN, T.MapType(T.StringType(), T.StringType()))])
+
+
 def _coerce_target(spark: Any, catalog_name: str, settings: IngestSettings, target: str,
                    good: DataFrame) -> tuple[DataFrame, list[str]]:
     """Rows of one target coerced to its columns (persisted), widening columns first when values need it."""
@@ -278,12 +326,7 @@ def _coerce_target(spark: Any, catalog_name: str, settings: IngestSettings, targ
         jschema = java_table(spark, f"{catalog_name}.{target}").schema()
         keys = settings.keys_for(target) or tuple(sorted(jschema.identifierFieldNames()))
         columns = [(f.name, f.dataType.json(), f.nullable) for f in fields]
-        out_schema = T.StructType([T.StructField(f.name, f.dataType, True) for f in fields] + [
-            T.StructField(OP_COLUMN, T.StringType()), T.StructField(ORDER_COLUMN, T.LongType()),
-            T.StructField(REASON, T.StringType()), T.StructField(RAW, T.StringType()),
-            T.StructField(SOURCE_FILE, T.StringType()), T.StructField(SOURCE_OFFSET, T.LongType()),
-            T.StructField(NOTES, T.MapType(T.StringType(), T.LongType())),
-            T.StructField(WIDEN, T.MapType(T.StringType(), T.StringType()))])
+        out_schema = _rows_schema(fields)
         rows = spark.createDataFrame(
             good.where(F.col("target") == target).rdd.mapPartitions(
                 _coerce_partition(columns, keys, {f.name for f in fields}, settings.schema_evolution)), out_schema)
@@ -318,6 +361,8 @@ def ingest_files(spark: Any, catalog_name: str, pyiceberg_catalog: Any, settings
     if not templated and not settings.auto_create and not table_exists(spark, catalog_name, settings.target):
         raise TargetTableMissingError(f"ingest {settings.landing}: target table {settings.target} does not exist "
                                       "and auto_create is off")
+    if _native_eligible(spark, catalog_name, settings, templated):
+        return _ingest_native(spark, catalog_name, settings, described, bid, uris)
     home = _home_table(settings)
     ranges = landing.chunks(described)
     parsed_rdd = spark.sparkContext.parallelize(ranges, max(len(ranges), 1)).mapPartitions(
@@ -421,3 +466,62 @@ def _ingest_parsed(spark: Any, catalog_name: str, settings: IngestSettings, pars
         for df in persisted:
             df.unpersist()
     return IngestResult(bid, uris, False, results, int(tombstones), int(sum(counts_by_target.values())))
+
+
+def _native_eligible(spark: Any, catalog_name: str, settings: IngestSettings, templated: bool) -> bool:
+    """Whether the batch can be read by Spark's JSON reader (:mod:`native`): a fixed target whose columns are
+    known before reading (it exists, or is declared) and not evolved from the events."""
+    if templated or settings.schema_evolution:
+        return False
+    return table_exists(spark, catalog_name, settings.target) or bool(settings.auto_create and settings.schema)
+
+
+def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, described: Sequence[Any], bid: str,
+                   uris: tuple[str, ...]) -> IngestResult:
+    """One batch into a fixed target: native reading and typing, the Python rules only for routed lines."""
+    target = settings.target
+    added_columns, _ = _prepare_target(spark, catalog_name, settings, target, {})
+    fields = spark.table(f"{catalog_name}.{target}").schema.fields
+    jschema = java_table(spark, f"{catalog_name}.{target}").schema()
+    keys = settings.keys_for(target) or tuple(sorted(jschema.identifierFieldNames()))
+    known = [f.name for f in fields]
+    lines = native.lines_frame(spark, described)
+    classified = native.coerce_lines(lines, native.columns_of(T.StructType(fields)), keys, known,
+                                     native.utc(spark), ORDER_FILE_SHIFT).persist(StorageLevel.MEMORY_AND_DISK)
+    fast, routed = native.split(classified)
+    columns = [(f.name, f.dataType.json(), f.nullable) for f in fields]
+    slow = spark.createDataFrame(routed.rdd.mapPartitions(_python_partition(columns, keys, set(known), False)),
+                                 _rows_schema(fields))
+    rows = fast.unionByName(slow)
+    try:
+        rule_sums = [F.sum(F.coalesce(F.col(NOTES)[rule], F.lit(0))).alias(rule) for rule in RULE_COUNTS]
+        stats = rows.agg(F.count(F.lit(1)).alias("events_read"),
+                         F.sum((F.col(OP_COLUMN) == TOMBSTONE).cast("long")).alias("tombstones"),
+                         F.sum(F.col(REASON).isNotNull().cast("long")).alias("dead_lettered"),
+                         F.sum(F.coalesce(F.col(NOTES)[PYTHON_RULES], F.lit(0))).alias(PYTHON_RULES),
+                         *rule_sums).first()
+        assert stats is not None
+        dead_count = int(stats["dead_lettered"] or 0)
+        counts = {"dead_lettered": dead_count, PYTHON_RULES: int(stats[PYTHON_RULES] or 0),
+                  **{rule: int(stats[rule] or 0) for rule in RULE_COUNTS}}
+        dl_table = routing.dead_letter_table(target)
+        tables = [target, dl_table] if dead_count else [target]
+        props = {LANDING_PROPERTY: settings.landing, TARGETS_PROPERTY: json.dumps(sorted(tables))}
+        if dead_count:
+            dead_letters.ensure_table(spark, catalog_name, dl_table)
+            dead = rows.where(F.col(REASON).isNotNull()).select(
+                F.col(RAW).alias("raw"), F.col(REASON).alias("reason"), F.col(SOURCE_FILE).alias("source_file"),
+                F.col(SOURCE_OFFSET).alias("source_offset"), F.lit(target).alias("target"))
+            write_batch(spark, f"{catalog_name}.{dl_table}",
+                        dead_letters.frame(dead, bid).withColumn(OP_COLUMN, F.lit(OP_INSERT)), (), bid, props,
+                        ledger=True)
+        good = rows.where(F.col(REASON).isNull() & (F.col(OP_COLUMN) != TOMBSTONE))
+        outcome = write_batch(spark, f"{catalog_name}.{target}",
+                              good.select(*[F.col(_quote(c)) for c in known], OP_COLUMN, ORDER_COLUMN),
+                              keys, bid, props, ledger=True)
+    finally:
+        classified.unpersist()
+    result = TargetResult(target, outcome.skipped, outcome.snapshot_id, {**counts, **outcome.counts},
+                          tuple(added_columns), ())
+    return IngestResult(bid, uris, False, {target: result}, int(stats["tombstones"] or 0),
+                        int(stats["events_read"] or 0))
