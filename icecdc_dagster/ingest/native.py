@@ -234,8 +234,9 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
         *[F.when(reason.isNull(), v).alias(c.name) for v, c in zip(values, columns, strict=True)],
         ops_out.alias(p.OP_COLUMN),
         (F.col("file_index") * F.lit(order_file_shift) + F.col("source_offset")).alias(p.ORDER_COLUMN),
-        reason.alias(p.REASON), raw.alias(p.RAW), F.col("source_file").alias(p.SOURCE_FILE),
-        F.col("source_offset").alias(p.SOURCE_OFFSET),
+        # the raw line is kept only where it is needed: dead letters and the Python rules (a smaller cache)
+        reason.alias(p.REASON), F.when(reason.isNotNull() | ~fast, raw).alias(p.RAW),
+        F.col("source_file").alias(p.SOURCE_FILE), F.col("source_offset").alias(p.SOURCE_OFFSET),
         F.when(reason.isNull() & (ignored > 0), F.create_map(F.lit(p.IGNORED_FIELDS), ignored))
         .otherwise(empty_notes).alias(p.NOTES),
         F.lit(None).cast("map<string,string>").alias(p.WIDEN), "file_index", fast.alias(FAST))

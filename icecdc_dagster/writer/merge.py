@@ -16,8 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from icecdc_dagster.writer.exactly_once import BATCH_ID_PROPERTY, is_committed, staged_commit
 
@@ -45,6 +46,41 @@ def collapse(rows: DataFrame, key_columns: Sequence[str]) -> DataFrame:
     by_key = Window.partitionBy(*[F.col(_quote(k)) for k in key_columns]).orderBy(F.col(ORDER_COLUMN).desc())
     return rows.withColumn("_icecdc_rank", F.row_number().over(by_key)).where("_icecdc_rank = 1").drop(
         "_icecdc_rank")
+
+
+@dataclass(frozen=True)
+class KeyBounds:
+    """The batch's key range, as a filter on the target: lets a scan skip files whose key statistics miss it."""
+
+    column: Column
+    sql: str
+
+
+_ORDERABLE = (T.IntegralType, T.StringType, T.DateType)
+
+
+def key_bounds(batch: DataFrame, key_columns: Sequence[str], target: T.StructType) -> KeyBounds | None:
+    """min..max of every orderable key column of ``batch`` (one small aggregate); None for an empty batch
+    or keys without a plain order (Iceberg prunes data files by these bounds where the keys cluster)."""
+    types = {f.name: f.dataType for f in target.fields}
+    usable = [k for k in key_columns if isinstance(types.get(k), _ORDERABLE)]
+    if not usable:
+        return None
+    row = batch.agg(*[F.min(F.col(_quote(k))).alias(f"lo{i}") for i, k in enumerate(usable)],
+                    *[F.max(F.col(_quote(k))).alias(f"hi{i}") for i, k in enumerate(usable)]).first()
+    if row is None or row["lo0"] is None:
+        return None
+    column = F.lit(True)
+    sql = []
+    for i, k in enumerate(usable):
+        lo, hi = (F.lit(row[f"{side}{i}"]).cast(types[k]) for side in ("lo", "hi"))
+        column = column & F.col(_quote(k)).between(lo, hi)
+        sql.append(f"t.{_quote(k)} BETWEEN {_sql(lo)} AND {_sql(hi)}")
+    return KeyBounds(column, " AND ".join(sql))
+
+
+def _sql(literal: Column) -> str:
+    return str(literal._jc.expr().sql())  # noqa: SLF001 - Spark's own rendering of a literal (escapes, types)
 
 
 def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[str], batch_id: str,
@@ -90,8 +126,10 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
     effective = collapse(rows, key_columns).persist()
     try:
         counts: dict[str, int] = {}
+        bounds = key_bounds(effective, key_columns, spark.table(table).schema)
         if exact_counts:
-            keys = spark.table(table).select(*[F.col(_quote(k)) for k in key_columns]).withColumn(_EXISTS, F.lit(True))
+            keys = spark.table(table).where(bounds.column if bounds else F.lit(True)).select(
+                *[F.col(_quote(k)) for k in key_columns]).withColumn(_EXISTS, F.lit(True))
             grouped = (effective.join(keys, list(key_columns), "left")
                        .groupBy(OP_COLUMN, F.col(_EXISTS).isNotNull().alias("e")).count().collect())
             for op, exists, n in grouped:
@@ -100,7 +138,9 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
                 counts[name] = counts.get(name, 0) + n
         view = f"icecdc_batch_{abs(hash((table, batch_id))) % 10**12}"
         effective.createOrReplaceTempView(view)
-        on = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in key_columns)
+        # The bounds are the batch's own: a target row outside them matches no batch row, so they change
+        # nothing but the files the MERGE reads (pruned by their column statistics).
+        on = " AND ".join([f"t.{_quote(k)} = s.{_quote(k)}" for k in key_columns] + ([bounds.sql] if bounds else []))
         sets = ", ".join(f"t.{_quote(c)} = s.{_quote(c)}" for c in data_columns if c not in key_columns)
         cols = ", ".join(_quote(c) for c in data_columns)
         vals = ", ".join(f"s.{_quote(c)}" for c in data_columns)
