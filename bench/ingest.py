@@ -3,13 +3,23 @@ partitioned Iceberg table with our ingestion, vs pyiceberg ``Table.upsert`` (+ `
 final per-batch upserts. pyiceberg runs every batch unless it passes --pyiceberg-cap-s; then its
 total is extrapolated linearly from the batches it finished (said so in the output).
 
-    .venv/bin/python bench/ingest.py [--events N] [--files F] [--pyiceberg-batches K]
+Also measured in the same run:
+- floor: Spark's native JSON read of the same landing files + a plain append of the parsed rows to an
+  Iceberg table (per file, as our batches are): what any Spark job pays at least;
+- peak driver memory (the JVM's peak resident set + the Python driver's, after our part);
+- cost against target size: one batch of --scale-events events (updates of recent keys, new keys,
+  deletes: the usual CDC shape) into a --scale-small-row and a --scale-rows-row table of the same
+  shape: target_scale_ratio = big / small (cost follows the batch, not the table).
+
+    PYTHONPATH=. .venv/bin/python bench/ingest.py [--events N] [--files F] [--pyiceberg-cap-s S]
+                                                  [--scale-rows N] [--scale-events N]
 """
 
 import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import tempfile
 import time
@@ -75,12 +85,93 @@ def generate(landing: Path, events: int, keys: int, files: int, seed: int = 7):
     return batches, state
 
 
+SCHEMA = {"columns": [{"name": "id", "type": "long", "required": True}, {"name": "region", "type": "string"},
+                      {"name": "name", "type": "string"}, {"name": "amount", "type": "double"},
+                      {"name": "qty", "type": "long"}],
+          "partition_spec": ["region"]}
+
+
+def jvm_peak_mb(spark) -> float:
+    """The driver JVM's peak resident set (VmHWM), read from /proc."""
+    pid = spark._jvm.java.lang.ProcessHandle.current().pid()
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def time_floor(spark, landing: Path) -> float:
+    """Spark's own JSON reader over the landing files + a plain append of the rows, file by file."""
+    spark.sql("CREATE TABLE bench.db.floor (id bigint, region string, name string, amount double, qty bigint) "
+              "USING iceberg PARTITIONED BY (region) TBLPROPERTIES ('format-version'='2')")
+    image = "struct<id:bigint,region:string,name:string,amount:double,qty:bigint>"
+    started = time.perf_counter()
+    for path in sorted(landing.iterdir()):
+        events = spark.read.schema(f"op string, before {image}, after {image}").json(str(path))
+        (events.selectExpr("coalesce(after, before) AS r").select("r.*")
+         .sortWithinPartitions("region").writeTo("bench.db.floor").append())
+    return time.perf_counter() - started
+
+
+def scale_batch(landing: Path, rows: int, events: int, seed: int = 11) -> None:
+    """``events`` Debezium lines against a table of ids 0..rows-1: updates of the newest keys (80%), new
+    keys (10%) and deletes of the newest keys (10%)."""
+    rng = random.Random(seed)
+    recent = range(max(rows - events, 0), rows)
+    lines = []
+    for n in range(events):
+        kind = rng.random()
+        if kind < 0.8:
+            key = rng.choice(recent)
+            row = {"id": key, "region": REGIONS[key % 4], "name": f"u{key}", "amount": 2.5, "qty": 2}
+            lines.append({"op": "u", "before": None, "after": row})
+        elif kind < 0.9:
+            key = rows + n
+            row = {"id": key, "region": REGIONS[key % 4], "name": f"n{key}", "amount": 1.0, "qty": 1}
+            lines.append({"op": "c", "before": None, "after": row})
+        else:
+            key = rng.choice(recent)
+            lines.append({"op": "d", "before": {"id": key, "region": REGIONS[key % 4]}, "after": None})
+    landing.mkdir(parents=True, exist_ok=True)
+    (landing / "batch-0001.json").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+
+
+def time_scale(spark, catalog, work: Path, rows: int, events: int) -> float:
+    """Seconds for one batch of ``events`` into a table of ``rows`` rows (created by Spark, ids in order)."""
+    name = f"scale_{rows}"
+    landing = work / f"landing_{rows}"
+    scale_batch(landing, rows, events)
+    settings = IngestSettings(landing=str(landing), target=f"db.{name}", identifier_columns=("id",),
+                              auto_create=True, schema={**SCHEMA, "table_properties": {
+                                  "format-version": "2", "write.merge.mode": "merge-on-read",
+                                  "write.update.mode": "merge-on-read", "write.delete.mode": "merge-on-read",
+                                  "write.target-file-size-bytes": str(64 * 1024 * 1024)}})
+    from icecdc_dagster.writer.auto_create import create_table, declared_columns
+
+    create_table(spark, "bench", f"db.{name}", declared_columns(SCHEMA, name), ("id",), ["region"],
+                 settings.schema["table_properties"])
+    t0 = time.perf_counter()
+    (spark.range(rows).selectExpr("id", "element_at(array('eu','us','ap','sa'), cast(id % 4 + 1 as int)) region",
+                                  "concat('n', id) name", "1.0 amount", "1L qty")
+     .sortWithinPartitions("region", "id").writeTo(f"bench.db.{name}").append())
+    print(f"  target {name}: {rows:,} rows written in {time.perf_counter() - t0:.1f}s")
+    (files,) = pending_files(spark, "bench", settings)
+    t0 = time.perf_counter()
+    result = ingest_files(spark, "bench", catalog, settings, [files])
+    took = time.perf_counter() - t0
+    print(f"  {events:,} events into {rows:,} rows: {took:.1f}s {result.targets[f'db.{name}'].counts}")
+    return took
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=200_000)
     parser.add_argument("--files", type=int, default=10)
     parser.add_argument("--pyiceberg-cap-s", type=float, default=300.0)
+    parser.add_argument("--scale-events", type=int, default=10_000)
+    parser.add_argument("--scale-small-rows", type=int, default=1_000_000)
+    parser.add_argument("--scale-rows", type=int, default=100_000_000)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="icecdc-bench-ingest-"))
     os.environ.setdefault("ICECDC_CACHE_DIR", str(Path(tempfile.gettempdir()) / "icecdc-cache"))
@@ -99,12 +190,8 @@ def main() -> None:
         catalog = cs.load_pyiceberg()
         attach_catalog(spark, cs)
         catalog.create_namespace("db")
-        schema = {"columns": [{"name": "id", "type": "long", "required": True}, {"name": "region", "type": "string"},
-                              {"name": "name", "type": "string"}, {"name": "amount", "type": "double"},
-                              {"name": "qty", "type": "long"}],
-                  "partition_spec": ["region"]}
         settings = IngestSettings(landing=str(landing), target="db.ours", identifier_columns=("id",),
-                                  auto_create=True, schema=schema)
+                                  auto_create=True, schema=SCHEMA)
         t0 = time.perf_counter()
         for f in pending_files(spark, "bench", settings):
             tb = time.perf_counter()
@@ -113,8 +200,17 @@ def main() -> None:
         ours = time.perf_counter() - t0
         got = spark.table("bench.db.ours").count()
         assert got == len(final), (got, len(final))
+        driver_mb = jvm_peak_mb(spark) + resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"ours: {args.events} events in {ours:.1f}s = {args.events / ours:,.0f} events/s; "
-              f"final rows {got} (matches the generator)")
+              f"final rows {got} (matches the generator); peak driver memory {driver_mb:,.0f} MB (JVM + Python)")
+
+        floor = time_floor(spark, landing)
+        print(f"floor (Spark JSON read + plain append, per file): {floor:.1f}s; ours / floor = {ours / floor:.2f}")
+
+        small = time_scale(spark, catalog, work, args.scale_small_rows, args.scale_events)
+        big = time_scale(spark, catalog, work, args.scale_rows, args.scale_events)
+        print(f"one batch of {args.scale_events:,} events: {small:.1f}s into {args.scale_small_rows:,} rows, "
+              f"{big:.1f}s into {args.scale_rows:,} rows")
 
         table = catalog.create_table("db.theirs", schema=ARROW_SCHEMA, properties={"format-version": "2"})
         with table.update_spec() as update:
@@ -138,10 +234,12 @@ def main() -> None:
                   f"batches: {theirs:.1f}s")
         else:
             print(f"pyiceberg: all {k} batches in {measured:.1f}s (measured, not extrapolated)")
-        got = len(table.scan().to_arrow())
-        assert got == len(final), (got, len(final))
+            got = len(table.scan().to_arrow())
+            assert got == len(final), (got, len(final))
         spark.stop()
-        print(f"RESULT ours_s={ours:.1f} pyiceberg_s={theirs:.1f} ratio={ours / theirs:.3f}")
+        print(f"RESULT ours_s={ours:.1f} pyiceberg_s={theirs:.1f} ratio={ours / theirs:.3f} floor_s={floor:.1f} "
+              f"floor_ratio={ours / floor:.2f} events_per_s={args.events / ours:.0f} driver_peak_mb={driver_mb:.0f} "
+              f"target_scale_ratio={big / small:.2f} scale_small_s={small:.1f} scale_big_s={big:.1f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

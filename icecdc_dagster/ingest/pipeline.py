@@ -26,7 +26,8 @@ from icecdc_dagster.ingest.schema_inference import merge_types, spark_type, wide
 from icecdc_dagster.writer.auto_create import (add_columns, create_table, declared_columns, ensure_namespace,
                                                namespace_exists, widen_columns)
 from icecdc_dagster.writer.exactly_once import BATCH_ID_PROPERTY, java_table, recorded_summaries
-from icecdc_dagster.writer.merge import OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN, write_batch
+from icecdc_dagster.writer.merge import (OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN, bounds_aggregates,
+                                         bounds_from, write_batch)
 from icecdc_dagster.writer.tables import table_exists
 
 if TYPE_CHECKING:
@@ -499,7 +500,7 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, desc
                          F.sum((F.col(OP_COLUMN) == TOMBSTONE).cast("long")).alias("tombstones"),
                          F.sum(F.col(REASON).isNotNull().cast("long")).alias("dead_lettered"),
                          F.sum(F.coalesce(F.col(NOTES)[PYTHON_RULES], F.lit(0))).alias(PYTHON_RULES),
-                         *rule_sums).first()
+                         *rule_sums, *bounds_aggregates(keys, T.StructType(fields))).first()
         assert stats is not None
         dead_count = int(stats["dead_lettered"] or 0)
         counts = {"dead_lettered": dead_count, PYTHON_RULES: int(stats[PYTHON_RULES] or 0),
@@ -518,7 +519,7 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, desc
         good = rows.where(F.col(REASON).isNull() & (F.col(OP_COLUMN) != TOMBSTONE))
         outcome = write_batch(spark, f"{catalog_name}.{target}",
                               good.select(*[F.col(_quote(c)) for c in known], OP_COLUMN, ORDER_COLUMN),
-                              keys, bid, props, ledger=True)
+                              keys, bid, props, ledger=True, bounds=bounds_from(stats, keys, T.StructType(fields)))
     finally:
         classified.unpersist()
     result = TargetResult(target, outcome.skipped, outcome.snapshot_id, {**counts, **outcome.counts},

@@ -62,21 +62,36 @@ _ORDERABLE = (T.IntegralType, T.StringType, T.DateType)
 def key_bounds(batch: DataFrame, key_columns: Sequence[str], target: T.StructType) -> KeyBounds | None:
     """min..max of every orderable key column of ``batch`` (one small aggregate); None for an empty batch
     or keys without a plain order (Iceberg prunes data files by these bounds where the keys cluster)."""
+    aggregates = bounds_aggregates(key_columns, target)
+    if not aggregates:
+        return None
+    return bounds_from(batch.agg(*aggregates).first(), key_columns, target)
+
+
+def bounds_aggregates(key_columns: Sequence[str], target: T.StructType) -> list[Column]:
+    """The aggregates :func:`bounds_from` reads (so a caller can fold them into its own aggregate)."""
+    usable = _orderable(key_columns, target)
+    return ([F.min(F.col(_quote(k))).alias(f"_icecdc_lo{i}") for i, k in enumerate(usable)]
+            + [F.max(F.col(_quote(k))).alias(f"_icecdc_hi{i}") for i, k in enumerate(usable)])
+
+
+def bounds_from(row: Any, key_columns: Sequence[str], target: T.StructType) -> KeyBounds | None:
+    usable = _orderable(key_columns, target)
+    if not usable or row is None or row["_icecdc_lo0"] is None:
+        return None
     types = {f.name: f.dataType for f in target.fields}
-    usable = [k for k in key_columns if isinstance(types.get(k), _ORDERABLE)]
-    if not usable:
-        return None
-    row = batch.agg(*[F.min(F.col(_quote(k))).alias(f"lo{i}") for i, k in enumerate(usable)],
-                    *[F.max(F.col(_quote(k))).alias(f"hi{i}") for i, k in enumerate(usable)]).first()
-    if row is None or row["lo0"] is None:
-        return None
     column = F.lit(True)
     sql = []
     for i, k in enumerate(usable):
-        lo, hi = (F.lit(row[f"{side}{i}"]).cast(types[k]) for side in ("lo", "hi"))
+        lo, hi = (F.lit(row[f"_icecdc_{side}{i}"]).cast(types[k]) for side in ("lo", "hi"))
         column = column & F.col(_quote(k)).between(lo, hi)
         sql.append(f"t.{_quote(k)} BETWEEN {_sql(lo)} AND {_sql(hi)}")
     return KeyBounds(column, " AND ".join(sql))
+
+
+def _orderable(key_columns: Sequence[str], target: T.StructType) -> list[str]:
+    types = {f.name: f.dataType for f in target.fields}
+    return [k for k in key_columns if isinstance(types.get(k), _ORDERABLE)]
 
 
 def _sql(literal: Column) -> str:
@@ -85,13 +100,14 @@ def _sql(literal: Column) -> str:
 
 def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[str], batch_id: str,
                 properties: dict[str, str] | None = None, exact_counts: bool = True, ledger: bool = False,
-                replace_all: bool = False) -> WriteOutcome:
+                replace_all: bool = False, bounds: KeyBounds | None = None) -> WriteOutcome:
     """Write ``rows`` to ``table`` (full Spark name) once: skipped when ``batch_id`` is already in main's history.
 
     Counts: inserted / updated / deleted (keys that existed) / delete_missing (last op a delete of a
     key the table does not hold: nothing to do), or appended for key-less tables.
     ``exact_counts`` joins the batch's keys with the table's keys to split these counts.
     ``ledger``: keep the batch id in the table's ledger property too (survives snapshot expiry).
+    ``bounds``: the batch's key range when the caller has it already (else one aggregate finds it).
     ``replace_all``: the batch is the table's whole new content (a resync export): one overwrite
     replaces every row, so rows the batch does not hold are gone (counts: ``replaced``).
     """
@@ -126,7 +142,7 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
     effective = collapse(rows, key_columns).persist()
     try:
         counts: dict[str, int] = {}
-        bounds = key_bounds(effective, key_columns, spark.table(table).schema)
+        bounds = bounds or key_bounds(effective, key_columns, spark.table(table).schema)
         if exact_counts:
             keys = spark.table(table).where(bounds.column if bounds else F.lit(True)).select(
                 *[F.col(_quote(k)) for k in key_columns]).withColumn(_EXISTS, F.lit(True))
