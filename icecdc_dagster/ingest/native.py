@@ -168,7 +168,9 @@ def _native_value(c: TargetColumn, typed: Column, text: Column, exact_decimal: C
         ok = typed.isNotNull() & value.isNotNull()  # typed: the token is a JSON string
     else:  # float (Python narrows twice), struct, list, map: the Python rules decide
         ok = F.lit(False)
-    return value, text.isNull() | ok
+    # the value only where the image has the field by its exact name (the map is exact; a struct field
+    # read case-insensitively would not be)
+    return F.when(text.isNotNull(), value), text.isNull() | ok
 
 
 def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequence[str], known: Sequence[str],

@@ -80,12 +80,12 @@ class _Line:
         self.file_index, self.source_file, self.source_offset, self.raw = 0, uri, offset, raw
 
 
-def _by_python_rules(raws: list[str], uri: str) -> Iterator[tuple]:
-    columns = [(f.name, f.dataType.json(), f.nullable) for f in SCHEMA.fields]
+def _by_python_rules(raws: list[str], uri: str, schema: T.StructType) -> Iterator[tuple]:
+    columns = [(f.name, f.dataType.json(), f.nullable) for f in schema.fields]
     offsets = _offsets(raws)
-    rows = _python_partition(columns, KEYS, set(SCHEMA.names), False)(
+    rows = _python_partition(columns, KEYS, set(schema.names), False)(
         _Line(o, r, uri) for o, r in zip(offsets, raws, strict=True))
-    notes_at = len(SCHEMA.fields) + 6
+    notes_at = len(schema.fields) + 6
     for row in rows:
         notes = {k: v for k, v in row[notes_at].items() if k != PYTHON_RULES}
         yield (*row[:notes_at], notes, *row[notes_at + 1:])
@@ -99,21 +99,22 @@ def _offsets(raws: list[str]) -> list[int]:
     return out
 
 
-def _compare(spark, tmp_path, raws: list[str]) -> tuple[int, int]:
+def _compare(spark, tmp_path, raws: list[str], schema: T.StructType = SCHEMA) -> tuple[int, int]:
     path = tmp_path / f"{uuid.uuid4().hex}.json"
     path.write_text("\n".join(raws) + "\n")
     uri = str(path)
-    classified = native.coerce_lines(native.lines_frame(spark, landing.describe([uri])), native.columns_of(SCHEMA),
-                                     KEYS, SCHEMA.names, native.utc(spark), ORDER_FILE_SHIFT).persist()
+    classified = native.coerce_lines(native.lines_frame(spark, landing.describe([uri])), native.columns_of(schema),
+                                     KEYS, schema.names, native.utc(spark), ORDER_FILE_SHIFT).persist()
     try:
         fast, routed = native.split(classified)
-        columns = [(f.name, f.dataType.json(), f.nullable) for f in SCHEMA.fields]
-        slow = spark.createDataFrame(routed.rdd.mapPartitions(_python_partition(columns, KEYS, set(SCHEMA.names),
-                                                                                False)), _rows_schema(SCHEMA.fields))
+        columns = [(f.name, f.dataType.json(), f.nullable) for f in schema.fields]
+        slow = spark.createDataFrame(routed.rdd.mapPartitions(_python_partition(columns, KEYS, set(schema.names),
+                                                                                False)), _rows_schema(schema.fields))
         strip = F.map_filter(NOTES, lambda k, _: k != PYTHON_RULES).alias(NOTES)
-        got = fast.unionByName(slow).select(*[c for c in fast.columns if c not in (NOTES, WIDEN)], strip)
-        expected = spark.createDataFrame(list(_by_python_rules(raws, uri)), _rows_schema(SCHEMA.fields)).select(
-            *[c for c in fast.columns if c not in (NOTES, WIDEN)], NOTES)
+        kept = [F.col("`" + c.replace("`", "``") + "`") for c in fast.columns if c not in (NOTES, WIDEN)]
+        got = fast.unionByName(slow).select(*kept, strip)
+        expected = spark.createDataFrame(list(_by_python_rules(raws, uri, schema)), _rows_schema(schema.fields)).select(
+            *kept, NOTES)
         # maps are not comparable in Spark: compare their entries as sorted arrays; the raw line is kept
         # only where something reads it (dead letters, lines for the Python rules)
         got, expected = (df.withColumn(NOTES, F.array_sort(F.map_entries(NOTES)))
@@ -152,3 +153,16 @@ def test_plain_lines_take_the_native_path_and_odd_ones_do_not(spark, tmp_path):
            '{"op": "c", "after": {"id": "1", "req": "r"}}']                 # a numeric string key
     fast, routed = _compare(spark, tmp_path, plain + odd)
     assert (fast, routed) == (len(plain), len(odd))
+
+
+def test_odd_column_names_and_exact_key_names(spark, tmp_path):
+    """Dots, spaces, backticks and unicode in column names; keys match by their exact name only."""
+    schema = T.StructType([T.StructField("id", T.LongType(), False), T.StructField("a.b", T.StringType()),
+                           T.StructField("sp ace", T.DecimalType(6, 2)), T.StructField("q`uote", T.LongType()),
+                           T.StructField("prix €", T.DoubleType())])
+    raws = ['{"op": "c", "after": {"id": 1, "a.b": "x", "sp ace": "1.25", "q`uote": 3, "prix €": 2.5}}',
+            '{"op": "c", "after": {"id": 2, "ID": 9, "A.B": "y", "sp ace": 1.255}}',
+            '{"op": "u", "after": {"id": 3, "sp\\u0020ace": 1.5, "q`uote": 1.5}}',
+            '{"op": "d", "before": {"id": 4, "a.b": "gone"}}']
+    fast, routed = _compare(spark, tmp_path, raws, schema)
+    assert fast >= 2 and routed >= 1
