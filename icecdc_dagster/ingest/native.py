@@ -59,6 +59,9 @@ _BASE64 = r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 # Text of a non-string JSON token as Spark renders it (numbers, literals, objects, arrays).
 _NON_STRING_TEXT = r"^(-?[0-9]|[{\[]|(true|false|NaN|-?Infinity)$)"
 _BIG_INTEGER = r"^-?[0-9]{16,}$"
+_INTEGER_18 = r"^-?[0-9]{1,18}$"  # always fits a long; longer digit strings: the Python rules say
+_INTEGER_9 = r"^-?[0-9]{1,9}$"
+_PLAIN_NUMBER = r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$"  # no Java suffixes (1.5d), hex or spaces
 
 
 @dataclass(frozen=True)
@@ -141,16 +144,28 @@ def _native_value(c: TargetColumn, typed: Column, text: Column, exact_decimal: C
                   ) -> tuple[Column, Column]:
     """(value, ok): the column's value by native rules, and whether it provably equals the Python rules' value.
 
+    ``text`` is the field's JSON text (a string token unquoted: for the kinds read from it, a numeric string
+    and a number mean the same under the Python rules, so the token kind does not matter there);
+    ``typed`` is Spark's typed read, used where the text is not exact (decimals: numbers come back
+    re-rendered through a double) or the token kind matters (binary: only a JSON string is base64).
     A null text (JSON null or no such field) is always ok: the value is null.
     """
     dtype = c.dtype
     value: Column = typed
     if isinstance(dtype, T.StringType):
-        ok = typed.isNotNull() & ~text.rlike(_NON_STRING_TEXT)
-    elif isinstance(dtype, (T.LongType, T.IntegerType, T.ShortType, T.ByteType, T.BooleanType)):
-        ok = typed.isNotNull()  # only integer tokens in range / only true and false
+        value, ok = text, ~text.rlike(_NON_STRING_TEXT)
+    elif isinstance(dtype, T.LongType):
+        value = F.when(text.rlike(_INTEGER_18), text.cast("long"))
+        ok = value.isNotNull()
+    elif isinstance(dtype, T.IntegerType):
+        value = F.when(text.rlike(_INTEGER_9), text.cast("int"))
+        ok = value.isNotNull()
+    elif isinstance(dtype, T.BooleanType):
+        value = F.when(text == "true", F.lit(True)).when(text == "false", F.lit(False))
+        ok = value.isNotNull()
     elif isinstance(dtype, T.DoubleType):
-        ok = typed.isNotNull() & ~F.isnan(typed) & (F.abs(typed) != F.lit(float("inf"))) & ~text.rlike(_BIG_INTEGER)
+        value = F.when(text.rlike(_PLAIN_NUMBER) & ~text.rlike(_BIG_INTEGER), text.cast("double"))
+        ok = value.isNotNull() & ~F.isnan(value) & (F.abs(value) != F.lit(float("inf")))
     elif isinstance(dtype, T.DecimalType):
         assert exact_decimal is not None
         ok = typed.isNotNull() & exact_decimal & ~text.contains(",")
@@ -188,8 +203,13 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
                              T.StructField("op", T.StringType()), T.StructField("before", image_map),
                              T.StructField("after", image_map)])
     op_map = F.create_map(*[x for k, v in _OPS.items() for x in (F.lit(k), F.lit(v))])
-    parses = [F.from_json(raw, envelope, JSON_OPTIONS).alias("_n_env"),
-              F.from_json(raw, _envelope(_image_struct(columns, typed=True)), JSON_OPTIONS).alias(_TYPED)]
+    # One JSON read gives the op, the wrappers and every field's text; a second, typed read only for the
+    # columns whose text is not enough (decimals, binary).
+    typed_columns = [c for c in columns if isinstance(c.dtype, (T.DecimalType, T.BinaryType))]
+    parses = [F.from_json(raw, envelope, JSON_OPTIONS).alias("_n_env")]
+    if typed_columns:
+        parses.append(F.from_json(raw, _envelope(_image_struct(typed_columns, typed=True)), JSON_OPTIONS)
+                      .alias(_TYPED))
     frame = lines.select("file_index", "source_file", "source_offset", "raw", *parses)
     op = op_map[F.lower(F.col("_n_env.op"))]
     image = F.when(op == F.lit(DELETE), F.col("_n_env.before")).otherwise(F.col("_n_env.after"))
@@ -202,7 +222,8 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
     reasons: list[tuple[Column, str]] = []
     for c in columns:
         q = _quote(c.name)
-        typed = F.when(side == "before", F.col(f"{_TYPED}.before.{q}")).otherwise(F.col(f"{_TYPED}.after.{q}"))
+        typed = (F.when(side == "before", F.col(f"{_TYPED}.before.{q}")).otherwise(F.col(f"{_TYPED}.after.{q}"))
+                 if c in typed_columns else F.lit(None))
         value, ok = _native_value(c, typed, F.col("_n_map")[F.lit(c.name)], _exact_decimal(c, raw), utc_session)
         is_key = c.name in keys
         if not is_key:
