@@ -9,7 +9,8 @@ Also measured in the same run:
 - peak driver memory (the JVM's peak resident set + the Python driver's, after our part);
 - cost against target size: one batch of --scale-events events (updates of recent keys, new keys,
   deletes: the usual CDC shape) into a --scale-small-row and a --scale-rows-row table of the same
-  shape: target_scale_ratio = big / small (cost follows the batch, not the table).
+  shape and layout (ids in order, 64 MB files, 8 MB row groups: what lets the key range skip data):
+  target_scale_ratio = big / small (cost follows the batch, not the table).
 
     PYTHONPATH=. .venv/bin/python bench/ingest.py [--events N] [--files F] [--pyiceberg-cap-s S]
                                                   [--scale-rows N] [--scale-events N]
@@ -145,7 +146,8 @@ def time_scale(spark, catalog, work: Path, rows: int, events: int) -> float:
                               auto_create=True, schema={**SCHEMA, "table_properties": {
                                   "format-version": "2", "write.merge.mode": "merge-on-read",
                                   "write.update.mode": "merge-on-read", "write.delete.mode": "merge-on-read",
-                                  "write.target-file-size-bytes": str(64 * 1024 * 1024)}})
+                                  "write.target-file-size-bytes": str(64 * 1024 * 1024),
+                                  "write.parquet.row-group-size-bytes": str(8 * 1024 * 1024)}})
     from icecdc_dagster.writer.auto_create import create_table, declared_columns
 
     create_table(spark, "bench", f"db.{name}", declared_columns(SCHEMA, name), ("id",), ["region"],
