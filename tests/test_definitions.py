@@ -107,7 +107,12 @@ def test_keyless_v3_table_with_replica_sink_is_accepted(spark, catalog, catalog_
               "TBLPROPERTIES ('format-version'='3')")
     path = write_pipeline(tmp_path / "p.yaml", catalog_settings,
                           [{"table_name": "db.logs", "sinks": [{"iceberg": {"table_name": "replica.logs"}}]}])
-    assert build_definitions(load_config(path)).resolve_asset_graph().has(AssetKey(["replica", "replica", "logs"]))
+    graph = build_definitions(load_config(path)).resolve_asset_graph()
+    # The replica's schema at load, derived from the source's: its key is the source's _row_id, kept
+    # as the required identifier column _source_row_id after the source's columns.
+    columns = graph.get(AssetKey(["replica", "replica", "logs"])).metadata["dagster/column_schema"].columns
+    assert [(c.name, c.type, c.constraints.nullable, c.constraints.other) for c in columns] == [
+        ("line", "string", True, []), ("_source_row_id", "long", False, ["identifier column"])]
 
 
 def test_format_v1_table_is_refused_at_load_with_the_upgrade_command(tmp_path, catalog_settings):
