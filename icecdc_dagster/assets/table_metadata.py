@@ -18,6 +18,7 @@ cache (:mod:`icecdc_dagster.assets.metadata_cache`) that each materialisation re
 table's schema or location changed.
 """
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -86,7 +87,11 @@ def described_table(catalog_name: str, table: "Table", identifier_columns: Seque
     from icecdc_dagster.assets import metadata_cache
 
     metadata = table_metadata(catalog_name, table, identifier_columns)
-    metadata_cache.remember(metadata)
+    try:
+        metadata_cache.remember(metadata)
+    except OSError as exc:  # a read-only home costs the next load its metadata, never the batch
+        logging.getLogger(__name__).warning("table metadata not remembered in %s: %s",
+                                            metadata_cache.cache_path(), exc)
     return metadata
 
 
