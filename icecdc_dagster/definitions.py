@@ -11,7 +11,7 @@ from dagster import (AssetChecksDefinition, AssetsDefinition, AssetSpec, Definit
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.changelog import build_changelog_asset
-from icecdc_dagster.assets.ingest import build_ingest_asset
+from icecdc_dagster.assets.ingest import build_dead_letter_asset, build_ingest_asset
 from icecdc_dagster.assets.maintenance import build_maintenance_asset, build_maintenance_schedule
 from icecdc_dagster.assets.sinks import build_sink_asset
 from icecdc_dagster.assets.source import build_source_asset
@@ -148,6 +148,8 @@ def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Defi
         assets.append(build_ingest_asset(entry, remembered.get(f"{config.catalog.name}.{target}", {})
                                          if stands_for_target else None))
         sensors.append(build_ingest_sensor(entry))
+    assets.extend(build_dead_letter_asset(entries, config.catalog.name, remembered)
+                  for target, entries in entries_by_target.items() if target is not None)
     lineage = LineageEmitter.configured(config.lineage.namespace, config.lineage.transport, config.lineage.enabled)
     for table in config.tables:
         source = sources.get(table.table_name)

@@ -57,6 +57,9 @@ def test_landing_files_ingest_in_order_exactly_once_then_sync_onward(spark, cata
         ingest=[{"name": "orders_cdc", "landing": str(landing), "target": "db.orders", "identifier_columns": ["id"],
                  "auto_create": True, "schema_evolution": True, "polling_interval": "PT5S"}]))
     defs = build_definitions(config)   # db.orders does not exist yet: ingestion creates it
+    dead_letters = AssetKey(["dead_letters", "db", "orders"])
+    declared = defs.resolve_asset_graph().get(dead_letters)
+    assert declared.parent_keys == {INGEST}
 
     graph = defs.resolve_asset_graph()
     source = AssetKey(["iceberg", "db", "orders"])
@@ -86,6 +89,16 @@ def test_landing_files_ingest_in_order_exactly_once_then_sync_onward(spark, cata
     stored = remembered()[f"{cat}.db.orders"]["dagster/column_schema"]
     assert [c.name for c in stored.columns] == [f.name for f in catalog.load_table("db.orders").schema().fields]
     assert "note" in [c.name for c in stored.columns]
+    # The dead-letter table: its schema known at load (exactly the table the engine created), its rows
+    # reported by each run that finds it.
+    from icecdc_dagster.assets.table_metadata import table_metadata
+
+    written = table_metadata(cat, catalog.load_table("db.orders__dead_letters"))
+    assert declared.metadata["dagster/column_schema"] == written["dagster/column_schema"]
+    assert declared.metadata["dagster/table_name"] == written["dagster/table_name"]
+    reported = instance.fetch_materializations(AssetRecordsFilter(asset_key=dead_letters), limit=1).records
+    assert reported[0].asset_materialization.metadata["dagster/row_count"].value == len(dead) == 2
+    assert reported[0].asset_materialization.metadata["dagster/partition_row_count"].value == 1   # 003.json's
 
     # Re-executing an ingested file changes nothing.
     snapshot = catalog.load_table("db.orders").current_snapshot().snapshot_id
