@@ -13,9 +13,10 @@ Everything here reads table metadata already loaded: no extra catalog or Spark w
 
 Definition metadata (what the asset pages show before and between runs) costs no catalog call per
 asset at load: a source's from the table the load checks read anyway; a replica's derived from that
-source (:meth:`SinkConfig.target_schema`); the changelog store's and an ingest target's from a small
-cache (:mod:`icecdc_dagster.assets.metadata_cache`) that each materialisation refreshes when the
-table's schema or location changed.
+source (:meth:`SinkConfig.target_schema`), a dead-letter table's from the schema the engine creates;
+the changelog store's and an ingest target's (and every table's location) from a small cache
+(:mod:`icecdc_dagster.assets.metadata_cache`) that each materialisation refreshes when the table's
+schema or location changed.
 """
 
 import logging
