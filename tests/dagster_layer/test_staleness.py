@@ -19,6 +19,8 @@ from tests.helpers import write_pipeline
 SOURCE = AssetKey(["iceberg", "db", "shelf"])
 CHANGELOG = AssetKey(["changelog", "db", "shelf"])
 REPLICA = AssetKey(["replica", "db", "shelf_copy"])
+INDEX = AssetKey(["opensearch", "shelf"])
+SINKS = {"replica/db.shelf_copy": REPLICA, "opensearch/shelf": INDEX}
 
 QUERY = """
 query Stale($path: [String!]!) {
@@ -50,7 +52,7 @@ def _ui(code, instance):
 
     nodes = {}
     with define_out_of_process_context(str(code), "defs", instance) as context:
-        for key in (SOURCE, CHANGELOG, REPLICA):
+        for key in (SOURCE, CHANGELOG, REPLICA, INDEX):
             result = execute_dagster_graphql(context, QUERY, {"path": list(key.path)})
             assert not result.errors, result.errors
             nodes[key] = result.data["assetNodeOrError"]
@@ -63,9 +65,10 @@ def _marks(node):
 
 def _assert_agree(ui, status):
     """Per asset: partitions not FRESH == status's pending snapshots; none STALE; none failed."""
-    (sink,) = status.sinks
-    assert sink.error is None and status.problem is None
-    for key, pending in ((CHANGELOG, status.unapplied_partitions), (REPLICA, sink.pending_snapshots)):
+    assert status.problem is None and {sink.name for sink in status.sinks} == set(SINKS)
+    assert all(sink.error is None for sink in status.sinks)
+    for key, pending in ((CHANGELOG, status.unapplied_partitions),
+                         *((SINKS[sink.name], sink.pending_snapshots) for sink in status.sinks)):
         marks = _marks(ui[key])
         assert "STALE" not in marks.values(), (key, marks)
         assert sum(mark != "FRESH" for mark in marks.values()) == pending, (key, marks, status.render())
@@ -75,13 +78,15 @@ def _assert_agree(ui, status):
     assert source == {key: key for key in source}                       # data version = the snapshot id
 
 
-def test_ui_stale_marks_agree_with_status(spark, catalog_settings, catalog, instance, tmp_path, monkeypatch):
+def test_ui_stale_marks_agree_with_status(spark, catalog_settings, catalog, instance, tmp_path, monkeypatch,
+                                          opensearch_url):
     fq = f"{catalog_settings.name}.db.shelf"
     spark.sql(f"CREATE TABLE {fq} (id BIGINT NOT NULL, title STRING) USING iceberg "
               f"TBLPROPERTIES ('format-version'='2')")
     spark.sql(f"INSERT INTO {fq} SELECT id, concat('t', id) FROM range(0, 5)")
     path = write_pipeline(tmp_path / "p.yaml", catalog_settings, [{
-        "table_name": "db.shelf", "identifier_columns": ["id"], "sinks": [{"iceberg": {"table_name": "db.shelf_copy"}}]}])
+        "table_name": "db.shelf", "identifier_columns": ["id"], "sinks": [{"iceberg": {"table_name": "db.shelf_copy"}},
+                  {"opensearch": {"hosts": [opensearch_url], "index": "shelf"}}]}])
     config = load_config(path)
     table = config.tables[0]
     code = tmp_path / "code.py"
@@ -93,7 +98,7 @@ def test_ui_stale_marks_agree_with_status(spark, catalog_settings, catalog, inst
     spark.sql(f"INSERT INTO {fq} VALUES (7, 'x')")
     assert _daemon_tick(defs, instance, table).succeeded == [True]
     status = table_status(defs, instance, table)
-    assert status.unapplied_partitions == 0 and status.sinks[0].pending_snapshots == 0
+    assert status.unapplied_partitions == 0 and [s.pending_snapshots for s in status.sinks] == [0, 0]
     ui = _ui(code, instance)
     assert list(_marks(ui[REPLICA]).values()) == ["FRESH", "FRESH"]
     _assert_agree(ui, status)
@@ -101,16 +106,16 @@ def test_ui_stale_marks_agree_with_status(spark, catalog_settings, catalog, inst
     spark.sql(f"INSERT INTO {fq} VALUES (8, 'y')")                      # the sensor sees it, no run yet
     assert _daemon_tick(defs, instance, table, run=False).added
     status = table_status(defs, instance, table)
-    assert status.sinks[0].pending_snapshots == 1
+    assert [s.pending_snapshots for s in status.sinks] == [1, 1]
     ui = _ui(code, instance)
-    assert list(_marks(ui[REPLICA]).values()) == ["FRESH", "FRESH", "MISSING"]
+    assert list(_marks(ui[REPLICA]).values()) == list(_marks(ui[INDEX]).values()) == ["FRESH", "FRESH", "MISSING"]
     _assert_agree(ui, status)
 
     spark.sql(f"INSERT INTO {fq} VALUES (9, 'z')")                      # seen by icecdc sync itself
     report = sync_table(defs, instance, table)
     assert report.ok and report.runs                                    # catch-up: both snapshots applied
     status = table_status(defs, instance, table)
-    assert status.sinks[0].pending_snapshots == 0
+    assert [s.pending_snapshots for s in status.sinks] == [0, 0]
     ui = _ui(code, instance)
-    assert set(_marks(ui[REPLICA]).values()) == {"FRESH"} and len(_marks(ui[REPLICA])) == 4
+    assert set(_marks(ui[INDEX]).values()) == {"FRESH"} and len(_marks(ui[INDEX])) == 4
     _assert_agree(ui, status)
