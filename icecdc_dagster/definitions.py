@@ -11,11 +11,11 @@ from dagster import (AssetChecksDefinition, AssetsDefinition, AssetSpec, Definit
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.changelog import build_changelog_asset
-from icecdc_dagster.assets.ingest import build_ingest_asset
+from icecdc_dagster.assets.ingest import build_dead_letter_asset, build_ingest_asset
 from icecdc_dagster.assets.maintenance import build_maintenance_asset, build_maintenance_schedule
 from icecdc_dagster.assets.sinks import build_sink_asset
 from icecdc_dagster.assets.source import build_source_asset
-from icecdc_dagster.assets.table_metadata import ROW_COUNT, table_metadata
+from icecdc_dagster.assets.table_metadata import ROW_COUNT, definition_metadata, table_metadata
 from icecdc_dagster.checks.lifecycle import build_lifecycle_check
 from icecdc_dagster.checks.stuck import build_stuck_check
 from icecdc_dagster.errors import ConfigError
@@ -24,6 +24,7 @@ from icecdc_dagster.lineage import LineageEmitter
 from icecdc_dagster.config import IngestConfig, PipelineConfig, TableConfig, load_config
 from icecdc_dagster.fields import EnvRef
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
+from icecdc_dagster.pipeline.changelog_store import changelog_table_name
 from icecdc_dagster.pipeline.ingest import fixed_target
 from icecdc_dagster.sensors.ingest import build_ingest_sensor
 from icecdc_dagster.sensors.snapshots import build_snapshot_sensor
@@ -126,7 +127,12 @@ def check_sinks_can_follow(config: PipelineConfig, table: TableConfig, source: "
 def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Definitions:
     # The source tables are loaded once at load for the checks; their schemas become the source
     # assets' definition metadata, so an asset page shows its columns without another catalog call.
+    # The tables the assets write: derived from the source (replicas) or remembered from the last
+    # batch that wrote them (changelog store, ingest targets): no catalog call either.
     sources = check_tables_exist(config) if check_tables else {}
+    from icecdc_dagster.assets import metadata_cache
+
+    remembered = metadata_cache.load() if config.tables or config.ingest else {}
     assets: list[AssetsDefinition | AssetSpec | SourceAsset] = []
     checks: list[AssetChecksDefinition] = []
     sensors: list[SensorDefinition] = []
@@ -135,17 +141,28 @@ def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Defi
     entries_by_target: dict[str | None, list[IngestConfig]] = {}
     for entry in config.ingest:
         entries_by_target.setdefault(fixed_target(entry), []).append(entry)
+    configured = {table.table_name for table in config.tables}
     for entry in config.ingest:
-        assets.append(build_ingest_asset(entry))
+        target = fixed_target(entry)
+        stands_for_target = target is not None and target not in configured
+        assets.append(build_ingest_asset(entry, remembered.get(f"{config.catalog.name}.{target}", {})
+                                         if stands_for_target else None))
         sensors.append(build_ingest_sensor(entry))
+    assets.extend(build_dead_letter_asset(entries, config.catalog.name, remembered)
+                  for target, entries in entries_by_target.items() if target is not None)
     lineage = LineageEmitter.configured(config.lineage.namespace, config.lineage.transport, config.lineage.enabled)
     for table in config.tables:
         source = sources.get(table.table_name)
         described = {k: v for k, v in table_metadata(config.catalog.name, source, table.identifier_columns).items()
                      if k != ROW_COUNT} if source else {}  # a row count at load would only go stale
+        if source is None:  # an ingest target not created yet: what its writer last saw, if anything
+            described = remembered.get(f"{config.catalog.name}.{table.table_name}", {})
         assets.append(build_source_asset(table, written_by=writers.get(table.table_name, ()), described=described))
-        assets.append(build_changelog_asset(table, lineage))
-        assets.extend(build_sink_asset(table, sink, lineage) for sink in table.sinks)
+        store = f"{config.catalog.name}.{changelog_table_name(table.table_name)}"
+        assets.append(build_changelog_asset(table, lineage, remembered.get(store, {})))
+        assets.extend(build_sink_asset(table, sink, lineage,
+                                       definition_metadata(config.catalog.name, table, sink, source, remembered))
+                      for sink in table.sinks)
         checks.append(build_stuck_check(table))
         checks.append(build_lifecycle_check(table, config.source))
         assets.append(build_maintenance_asset(table, tuple(entries_by_target.get(table.table_name, ()))))

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from dagster import DagsterInstance, DagsterRunStatus, Definitions
 from dagster._core.utils import make_new_run_id
 
+from icecdc_dagster.assets.source import source_observations
 from icecdc_dagster.config import IngestConfig, PipelineConfig, TableConfig
 from icecdc_dagster.errors import LineBusyError, SyncInterruptedError
 from icecdc_dagster.lease import failover
@@ -259,9 +260,14 @@ def sync_table(defs: Definitions, instance: DagsterInstance, table: TableConfig,
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
-            return snapshots.evaluate(instance, table, catalog.load_table(table.table_name), context.config_path)
+            source = catalog.load_table(table.table_name)
         except NoSuchTableError:  # written by an auto-creating ingest entry that has not run yet
             return [], None
+        new_keys, planned = snapshots.evaluate(instance, table, source, context.config_path)
+        # As the sensor does: each new partition observed with its snapshot id as data version.
+        for observation in source_observations(table, catalog.name, source, new_keys):
+            instance.report_runless_asset_event(observation)
+        return new_keys, planned
 
     return _sync_line(context, snapshots.table_line(table), evaluate, max_runs)
 
@@ -336,6 +342,8 @@ def resync_table(config: PipelineConfig, defs: Definitions, instance: DagsterIns
         problem = snapshots.diagnose(instance, table, source, known, context.config_path)
         key = lifecycle.resync_key(current.snapshot_id, known)
         instance.add_dynamic_partitions(line.partitions_name, [key])
+        for observation in source_observations(table, resource(defs, "catalog").name, source, [key]):
+            instance.report_runless_asset_event(observation)
         superseded = lifecycle.superseded_keys([*known, key])
         instance.report_runless_asset_event(AssetObservation(
             asset_key=naming.changelog_key(table),

@@ -108,3 +108,82 @@ def test_sync_exits_75_naming_the_holder_of_a_busy_line(spark, catalog_settings,
     assert "run_monitoring:" in (home / "dagster.yaml").read_text()   # written for a new DAGSTER_HOME
     assert main(["sync", "--config", str(config)]) == 0                # the dead holder left no lock
     assert "db.items: 1/1 runs succeeded; ok" in capsys.readouterr().out
+
+
+SYNC = "import sys; from icecdc_dagster.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def _sync_process_env(home):
+    import os
+
+    return {**os.environ, "DAGSTER_HOME": str(home), "PYTHONPATH": str(Path(__file__).parent.parent),
+            "TERM": "xterm-256color", "COLUMNS": "160"}
+
+
+def _run_on_terminal(argv, env):
+    """Run a command with a pseudo-terminal as its stdin, stdout and stderr (a person at a terminal);
+    returns (exit code, everything it wrote)."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import termios
+
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 160, 0, 0))
+    process = subprocess.Popen(argv, stdin=terminal, stdout=terminal, stderr=terminal, env=env, close_fds=True)
+    os.close(terminal)
+    written = bytearray()
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # EIO: every writer of the terminal has closed it
+            break
+        if not chunk:
+            break
+        written += chunk
+    os.close(controller)
+    return process.wait(), written.decode("utf-8", "replace")
+
+
+def test_sync_on_a_terminal_shows_live_progress_and_elsewhere_one_line_per_batch(spark, catalog_settings, catalog,
+                                                                                  tmp_path):
+    import subprocess
+    import sys
+
+    from tests.helpers import write_pipeline
+
+    fq = f"{catalog_settings.name}.db.items"
+    spark.sql(f"CREATE TABLE {fq} (id BIGINT NOT NULL, v STRING) USING iceberg")
+    spark.sql(f"INSERT INTO {fq} VALUES (1, 'a'), (2, 'b')")
+    config = write_pipeline(tmp_path / "p.yaml", catalog_settings, [
+        {"table_name": "db.items", "identifier_columns": ["id"], "sinks": [{"iceberg": {"table_name": "db.copy"}}]}])
+    home = tmp_path / "home"
+    argv = [sys.executable, "-c", SYNC, "sync", "--config", str(config)]
+
+    # On a terminal: rich's live display (cursor hidden while it runs, shown again at the end), its
+    # last frame naming the line's batches, then the usual report.
+    code, shown = _run_on_terminal(argv, _sync_process_env(home))
+    assert code == 0, shown
+    assert "\x1b[?25l" in shown and "\x1b[?25h" in shown                 # rich's live display ran
+    frames = re.findall(r"db\.items: (\d+) batches, last (\d+) applied in \d+\.\ds", shown)
+    assert frames and frames[-1][0] == "1"                                # the export, one batch
+    assert "db.items: 1/1 runs succeeded; ok" in shown and "sync finished in" in shown
+    assert not re.search(r"^db\.items: batch \d+ applied", shown, re.M)   # the display replaces the lines
+    assert " - DEBUG - " not in shown
+    current = str(catalog.load_table("db.items").current_snapshot().snapshot_id)
+    assert frames[-1][1] == current
+    assert spark.table(f"{catalog_settings.name}.db.copy").count() == 2
+
+    # Not a terminal (a pipe, a log file): one plain line per batch, no escape sequences, no DEBUG.
+    spark.sql(f"INSERT INTO {fq} VALUES (3, 'c')")
+    spark.sql(f"DELETE FROM {fq} WHERE id = 1")
+    done = subprocess.run(argv, env=_sync_process_env(home), capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    batches = re.findall(r"^db\.items: batch (\S+) applied in \d+\.\ds$", done.stdout, re.M)
+    assert batches and batches[-1].endswith(str(catalog.load_table("db.items").current_snapshot().snapshot_id))
+    assert "\x1b[" not in done.stdout and " - DEBUG - " not in done.stdout + done.stderr
+    runs = re.search(r"^db\.items: (\d+)/(\d+) runs succeeded; ok", done.stdout, re.M)
+    assert runs and int(runs.group(1)) == int(runs.group(2)) == len(batches)   # a line for every batch run
+    assert spark.table(f"{catalog_settings.name}.db.copy").count() == 2

@@ -107,7 +107,12 @@ def test_keyless_v3_table_with_replica_sink_is_accepted(spark, catalog, catalog_
               "TBLPROPERTIES ('format-version'='3')")
     path = write_pipeline(tmp_path / "p.yaml", catalog_settings,
                           [{"table_name": "db.logs", "sinks": [{"iceberg": {"table_name": "replica.logs"}}]}])
-    assert build_definitions(load_config(path)).resolve_asset_graph().has(AssetKey(["replica", "replica", "logs"]))
+    graph = build_definitions(load_config(path)).resolve_asset_graph()
+    # The replica's schema at load, derived from the source's: its key is the source's _row_id, kept
+    # as the required identifier column _source_row_id after the source's columns.
+    columns = graph.get(AssetKey(["replica", "replica", "logs"])).metadata["dagster/column_schema"].columns
+    assert [(c.name, c.type, c.constraints.nullable, c.constraints.other) for c in columns] == [
+        ("line", "string", True, []), ("_source_row_id", "long", False, ["identifier column"])]
 
 
 def test_format_v1_table_is_refused_at_load_with_the_upgrade_command(tmp_path, catalog_settings):
@@ -143,3 +148,37 @@ def test_batch_runs_carry_the_line_checks_and_maintenance_carries_the_consistenc
     steps = set(defs.resolve_job_def(schedule.job_name).graph.node_dict)
     assert steps == {"maintenance__db__orders", "opensearch__orders_matches_source_at_checkpoint",
                      "replica__replica__orders_matches_source_at_checkpoint"}
+
+
+def test_remembered_table_metadata_is_rewritten_only_when_the_table_changed(tmp_path, catalog_settings, monkeypatch):
+    """The load-time cache: a corrupt file reads as empty (and is replaced), an unchanged table is not
+    rewritten, a schema evolution is."""
+    from pyiceberg.types import StringType
+
+    from icecdc_dagster.assets import metadata_cache
+    from icecdc_dagster.assets.table_metadata import table_metadata
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    catalog = catalog_settings.load_pyiceberg()
+    catalog.create_namespace("db")
+    catalog.create_table("db.t", schema=pa.schema([pa.field("id", pa.int64(), nullable=False)]))
+    path = metadata_cache.cache_path()
+    assert path == tmp_path / "home" / "icecdc" / "table_metadata.json"
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    assert metadata_cache.load() == {}
+
+    name = f"{catalog_settings.name}.db.t"
+    assert metadata_cache.remember(table_metadata(catalog_settings.name, catalog.load_table("db.t"))) is True
+    assert metadata_cache.remember(table_metadata(catalog_settings.name, catalog.load_table("db.t"))) is False
+    before = metadata_cache.load()[name]
+    assert [c.name for c in before["dagster/column_schema"].columns] == ["id"]
+    assert before["dagster/uri"].value == catalog.load_table("db.t").location()
+
+    with catalog.load_table("db.t").update_schema() as update:
+        update.add_column("note", StringType(), doc="free text")
+    assert metadata_cache.remember(table_metadata(catalog_settings.name, catalog.load_table("db.t"))) is True
+    after = metadata_cache.load()[name]
+    assert [(c.name, c.description) for c in after["dagster/column_schema"].columns] == [("id", None),
+                                                                                       ("note", "free text")]
+    assert after["schema_id"] == before["schema_id"] + 1

@@ -4,7 +4,8 @@ Partition key = snapshot id. A run may cover a range of consecutive keys
 (catch-up): then the batch holds the net changes of the range.
 """
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 import time
 
 from dagster import AssetExecutionContext, AssetsDefinition, DataVersion, BackfillPolicy, MaterializeResult, asset
@@ -13,7 +14,7 @@ from icecdc_dagster import changelog
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.lineage import lineage_run
 from icecdc_dagster.assets.metadata import batch_metadata
-from icecdc_dagster.assets.table_metadata import COLUMN_LINEAGE, PARTITION_ROW_COUNT, column_lineage, table_metadata
+from icecdc_dagster.assets.table_metadata import COLUMN_LINEAGE, PARTITION_ROW_COUNT, column_lineage, described_table
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.lineage import LineageDataset, LineageEmitter, iceberg_dataset
 from icecdc_dagster.pipeline.batches import BatchRequest, compute_batch, identifier_columns_of, keys_to_request
@@ -32,7 +33,9 @@ def batch_request(context: AssetExecutionContext, table: TableConfig, source: "T
                            identifier_columns_of(table.identifier_columns, source))
 
 
-def build_changelog_asset(table: TableConfig, lineage: LineageEmitter | None = None) -> AssetsDefinition:
+def build_changelog_asset(table: TableConfig, lineage: LineageEmitter | None = None,
+                          described: Mapping[str, Any] | None = None) -> AssetsDefinition:
+    """``described``: the store table's metadata known at load (from the last batch that wrote it)."""
     @asset(
         key=naming.changelog_key(table),
         deps=[naming.source_key(table)],
@@ -43,7 +46,8 @@ def build_changelog_asset(table: TableConfig, lineage: LineageEmitter | None = N
         description=(f"Row-level changes of {table.table_name}, one partition per snapshot, stored in "
                      f"{table.table_name}__changelog (export of the bootstrap snapshot first)."),
         metadata={"source_table": table.table_name,
-                  "identifier_columns": ", ".join(table.identifier_columns) or "(the table's identifier fields)"},
+                  "identifier_columns": ", ".join(table.identifier_columns) or "(the table's identifier fields)",
+                  **(described or {})},
     )
     def _changelog(context: AssetExecutionContext, spark: SparkResource,
                    catalog: IcebergCatalogResource) -> MaterializeResult:
@@ -70,7 +74,7 @@ def build_changelog_asset(table: TableConfig, lineage: LineageEmitter | None = N
         context.log.info(f"{table.table_name}: stored {stored.rows} change rows of snapshots "
                          f"{computed.info.first_snapshot_id}..{computed.info.snapshot_id} ({computed.kind})")
         columns = changelog.data_columns(source)
-        described = {**table_metadata(catalog.name, catalog.load_table(stored.table_name)),
+        described = {**described_table(catalog.name, catalog.load_table(stored.table_name)),
                      COLUMN_LINEAGE: column_lineage(naming.source_key(table), {c: [c] for c in columns}),
                      PARTITION_ROW_COUNT: stored.rows}
         metadata = batch_metadata(

@@ -12,17 +12,26 @@ counts, added and widened columns, and the duration.
 """
 
 import time
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from dagster import AssetExecutionContext, AssetsDefinition, BackfillPolicy, MaterializeResult, MetadataValue, asset
+from dagster import (AssetExecutionContext, AssetMaterialization, AssetsDefinition, AssetSpec, BackfillPolicy,
+                     MaterializeResult, MetadataValue, asset)
 
 from icecdc_dagster.assets import naming
+from icecdc_dagster.assets.table_metadata import (COLUMN_SCHEMA, PARTITION_ROW_COUNT, ROW_COUNT, TABLE_NAME,
+                                                  column_schema, described_table)
 from icecdc_dagster.config import IngestConfig
+from icecdc_dagster.ingest import dead_letters, routing
 from icecdc_dagster.ingest.pipeline import IngestResult, ingest_files, recorded_batches
 from icecdc_dagster.pipeline.ingest import batches_for, fixed_target, ingest_settings
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 
 
-def build_ingest_asset(entry: IngestConfig) -> AssetsDefinition:
+def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None = None) -> AssetsDefinition:
+    """``described``: the fixed target's table metadata known at load (from the last batch), when this
+    asset stands for the target; None when the target is a configured table with an asset of its own
+    (then a batch only refreshes what that asset shows at the next load)."""
     target = fixed_target(entry)
 
     @asset(
@@ -34,7 +43,8 @@ def build_ingest_asset(entry: IngestConfig) -> AssetsDefinition:
         description=(f"Debezium events from {entry.landing} upserted into "
                      f"{target or 'the tables named by ' + entry.target}; bad events go to dead-letter tables."),
         metadata={"landing": entry.landing, "target": entry.target,
-                  "identifier_columns": ", ".join(entry.identifier_columns) or "(table's own or none)"},
+                  "identifier_columns": ", ".join(entry.identifier_columns) or "(table's own or none)",
+                  **{k: v for k, v in (described or {}).items() if k != ROW_COUNT}},
     )
     def _ingest(context: AssetExecutionContext, spark: SparkResource,
                 catalog: IcebergCatalogResource) -> MaterializeResult:
@@ -63,6 +73,14 @@ def build_ingest_asset(entry: IngestConfig) -> AssetsDefinition:
                                  "added_columns": [*prior.get("added_columns", []), *t.added_columns],
                                  "widened_columns": [*prior.get("widened_columns", []), *t.widened_columns]}
         skipped = all(r.skipped for r in results)
+        written = _target_metadata(catalog, target) if target else {}
+        if target:  # the dead-letter table, when there is one: its metadata and this run's rows
+            dead = _target_metadata(catalog, routing.dead_letter_table(target))
+            if dead:
+                context.log_event(AssetMaterialization(
+                    asset_key=naming.dead_letter_key(target),
+                    metadata={**dead, PARTITION_ROW_COUNT: totals.get("dead_lettered", 0),
+                              "batch_id": " | ".join(r.batch_id for r in results)}))
         context.log.info(f"ingest {entry.name}: {'skipped (already committed)' if skipped else 'committed'} "
                          f"{len(files)} file(s) in {len(results)} batch(es): {totals}")
         return MaterializeResult(metadata={
@@ -72,6 +90,33 @@ def build_ingest_asset(entry: IngestConfig) -> AssetsDefinition:
             **{key: value for key, value in sorted(totals.items())},
             "targets": MetadataValue.json(dict(sorted(targets.items()))),
             "duration_s": MetadataValue.float(round(time.monotonic() - started, 3)),
+            **(written if described is not None else {}),
         })
 
     return _ingest
+
+
+def build_dead_letter_asset(entries: Sequence[IngestConfig], catalog_name: str,
+                            remembered: Mapping[str, Mapping[str, Any]]) -> AssetSpec:
+    """``dead_letters/<ns>/<table>``: where the events that cannot be written to the fixed target of
+    ``entries`` land, downstream of their ingest assets. Its schema is known at load (the engine
+    creates the table), its location once a batch has written it; each run that finds it reports its
+    metadata and the run's rows."""
+    target = fixed_target(entries[0])
+    assert target is not None
+    table = routing.dead_letter_table(target)
+    return AssetSpec(
+        key=naming.dead_letter_key(target), deps=[naming.ingest_key(e) for e in entries],
+        group_name=naming.ingest_group_name(entries[0]), kinds={"iceberg"},
+        description=f"Events that could not be written to {target}, with the reason (Iceberg table {table}).",
+        metadata={**remembered.get(f"{catalog_name}.{table}", {}), TABLE_NAME: f"{catalog_name}.{table}",
+                  COLUMN_SCHEMA: column_schema(dead_letters.schema())})
+
+
+def _target_metadata(catalog: IcebergCatalogResource, target: str) -> dict[str, Any]:
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        return described_table(catalog.name, catalog.load_table(target))
+    except NoSuchTableError:  # every event dead-lettered before an auto-created target existed
+        return {}

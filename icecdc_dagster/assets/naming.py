@@ -43,6 +43,11 @@ def ingest_key(entry: IngestConfig) -> AssetKey:
     return AssetKey(["ingest", _slug(entry.name)])
 
 
+def dead_letter_key(table_name: str) -> AssetKey:
+    """The dead-letter table of an ingest entry's fixed target ``table_name``."""
+    return AssetKey(["dead_letters", *table_name.split(".")])
+
+
 def ingest_partitions_def(entry: IngestConfig) -> DynamicPartitionsDefinition:
     return DynamicPartitionsDefinition(name="landing__" + _slug(entry.name))
 

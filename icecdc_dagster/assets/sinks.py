@@ -5,6 +5,7 @@ checkpoint): an out-of-order batch is refused, an applied one is a no-op.
 """
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from dagster import AssetExecutionContext, AssetsDefinition, DataVersion, BackfillPolicy, MaterializeResult, asset
@@ -15,7 +16,7 @@ from icecdc_dagster.assets.changelog import batch_request
 from icecdc_dagster.assets.lineage import lineage_run
 from icecdc_dagster.assets.metadata import batch_metadata
 from icecdc_dagster.assets.table_metadata import (COLUMN_LINEAGE, PARTITION_ROW_COUNT, column_lineage,
-                                                  table_metadata)
+                                                  described_table)
 from icecdc_dagster.config import SinkConfig, TableConfig
 from icecdc_dagster.lineage import LineageDataset, LineageEmitter, iceberg_dataset
 from icecdc_dagster.pipeline.batches import batch_info, uses_row_id
@@ -24,7 +25,9 @@ from icecdc_dagster.pipeline.sinks import open_configured_sink
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 
 
-def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitter | None = None) -> AssetsDefinition:
+def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitter | None = None,
+                     described: Mapping[str, Any] | None = None) -> AssetsDefinition:
+    """``described``: the target table's metadata known at load (derived from the source schema)."""
     resource_key = sink.resource_key()
 
     @asset(
@@ -36,7 +39,7 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitt
         kinds=set(sink.tags),
         required_resource_keys={"spark", "catalog", *([resource_key] if resource_key else [])},
         description=sink.describe(table.table_name),
-        metadata={"source_table": table.table_name, "target": sink.asset_name},
+        metadata={"source_table": table.table_name, "target": sink.asset_name, **(described or {})},
     )
     def _sink(context: AssetExecutionContext) -> MaterializeResult:
         started = time.monotonic()
@@ -69,7 +72,7 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitt
                      PARTITION_ROW_COUNT: sum(result.counts.values())}
         written = sink.maintained_table()
         if written is not None:
-            described |= table_metadata(catalog.name, catalog.load_table(written), info.identifier_columns)
+            described |= described_table(catalog.name, catalog.load_table(written), info.identifier_columns)
         metadata = batch_metadata(
             info, parent, started, {},
             {"sink": target.name, "skipped_already_applied": result.skipped,

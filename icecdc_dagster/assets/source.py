@@ -1,12 +1,26 @@
-"""``iceberg/<ns>/<table>``: the source table as an observable asset (data version = snapshot id)."""
+"""``iceberg/<ns>/<table>``: the source table as an observable asset, partitioned like its line.
 
-from collections.abc import Mapping
-from typing import Any
+Each partition (a snapshot the line applies) is observed once, when the line learns of it, with
+that snapshot id as its data version; the changelog partition of the same key is computed from
+it. So a changelog (and sink) partition is stale only if the snapshot it was computed from is
+observed with another version, never because the table moved on: the newer snapshots are new
+partitions, missing until applied, which is what ``icecdc status`` counts as pending.
+"""
 
-from dagster import AssetExecutionContext, AssetKey, AssetSpec, DataVersion, SourceAsset, observable_source_asset
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from dagster import (AllPartitionMapping, AssetDep, AssetExecutionContext, AssetKey, AssetObservation, AssetSpec,
+                     DataVersion, DataVersionsByPartition, SourceAsset, observable_source_asset)
+from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
 from icecdc_dagster.assets import naming
+from icecdc_dagster.assets.table_metadata import table_metadata
 from icecdc_dagster.config import TableConfig
+from icecdc_dagster.pipeline import lifecycle
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
 
 
 def build_source_asset(table: TableConfig, written_by: tuple[AssetKey, ...] = (),
@@ -18,23 +32,42 @@ def build_source_asset(table: TableConfig, written_by: tuple[AssetKey, ...] = ()
     metadata = {"table_name": table.table_name, **(described or {})}
     if written_by:
         return AssetSpec(
-            key=naming.source_key(table), deps=list(written_by), group_name=naming.group_name(table),
+            key=naming.source_key(table), group_name=naming.group_name(table),
+            # Each snapshot may hold rows of any landing file written so far.
+            deps=[AssetDep(key, partition_mapping=AllPartitionMapping()) for key in written_by],
+            partitions_def=naming.partitions_def(table),
             description=f"Iceberg table {table.table_name}, written by ingestion; data version = snapshot id.",
             metadata=metadata, kinds={"iceberg"})
 
     @observable_source_asset(
         key=naming.source_key(table),
         group_name=naming.group_name(table),
-        description=f"Iceberg table {table.table_name}; its data version is the current snapshot id.",
-        required_resource_keys={"catalog"},
+        partitions_def=naming.partitions_def(table),
+        description=f"Iceberg table {table.table_name}; one partition per snapshot of its line, data version = "
+                    f"the snapshot id.",
         metadata=metadata,
         tags={"dagster/kind/iceberg": ""},
     )
-    def _observe(context: AssetExecutionContext) -> DataVersion:
-        snapshot = context.resources.catalog.load_table(table.table_name).current_snapshot()
-        return DataVersion(str(snapshot.snapshot_id) if snapshot else "empty")
+    def _observe(context: AssetExecutionContext) -> DataVersionsByPartition:
+        keys = context.instance.get_dynamic_partitions(naming.partitions_name(table))
+        return DataVersionsByPartition({key: DataVersion(str(lifecycle.snapshot_id_of(key))) for key in keys})
 
     return _observe
 
 
-__all__ = ["AssetSpec", "build_source_asset"]
+def source_observations(table: TableConfig, catalog_name: str, source: "Table",
+                        new_keys: Sequence[str]) -> list[AssetObservation]:
+    """The observations of the line's new partitions (data version = each one's snapshot id); the
+    newest carries the table's metadata as it is now."""
+    observations = []
+    for key in new_keys:
+        metadata: dict[str, Any] = {"snapshot_id": str(lifecycle.snapshot_id_of(key))}
+        if key == new_keys[-1]:
+            metadata |= {"current_snapshot_id": key, "new_snapshots": len(new_keys),
+                         **table_metadata(catalog_name, source, table.identifier_columns)}
+        observations.append(AssetObservation(asset_key=naming.source_key(table), partition=key, metadata=metadata,
+                                             tags={DATA_VERSION_TAG: str(lifecycle.snapshot_id_of(key))}))
+    return observations
+
+
+__all__ = ["AssetSpec", "build_source_asset", "source_observations"]

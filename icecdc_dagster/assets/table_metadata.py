@@ -10,8 +10,16 @@ every tool reading Dagster metadata see tables, not opaque boxes.
   column(s) it comes from (a document id <- the identifier columns).
 
 Everything here reads table metadata already loaded: no extra catalog or Spark work per batch.
+
+Definition metadata (what the asset pages show before and between runs) costs no catalog call per
+asset at load: a source's from the table the load checks read anyway; a replica's derived from that
+source (:meth:`SinkConfig.target_schema`), a dead-letter table's from the schema the engine creates;
+the changelog store's and an ingest target's (and every table's location) from a small cache
+(:mod:`icecdc_dagster.assets.metadata_cache`) that each materialisation refreshes when the table's
+schema or location changed.
 """
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +27,10 @@ from dagster import (AssetKey, MetadataValue, TableColumn, TableColumnConstraint
                      TableColumnLineage, TableConstraints, TableSchema)
 
 if TYPE_CHECKING:
+    from icecdc_dagster.config import SinkConfig, TableConfig
+    from pyiceberg.schema import Schema
     from pyiceberg.table import Table
+    from pyiceberg.types import IcebergType
 
 TABLE_NAME = "dagster/table_name"
 URI = "dagster/uri"
@@ -29,26 +40,82 @@ PARTITION_ROW_COUNT = "dagster/partition_row_count"
 COLUMN_LINEAGE = "dagster/column_lineage"
 
 
-def table_metadata(catalog_name: str, table: "Table", identifier_columns: Sequence[str] = ()) -> dict[str, Any]:
-    """Name, location, column schema and (when exact) row count of an Iceberg table."""
-    schema = table.schema()
+def column_schema(schema: "Schema", identifier_columns: Sequence[str] = ()) -> TableSchema:
+    """``dagster/column_schema`` of an Iceberg schema; ``identifier_columns`` default to its identifier fields."""
     keys = tuple(identifier_columns) or tuple(sorted(schema.identifier_field_names()))
-    columns = [TableColumn(name=field.name, type=str(field.field_type), description=field.doc,
+    columns = [TableColumn(name=field.name, type=type_string(field.field_type), description=field.doc,
                            constraints=TableColumnConstraints(
                                nullable=not field.required, unique=keys == (field.name,),
                                other=["identifier column"] if field.name in keys else None))
                for field in schema.fields]
     constraints = TableConstraints(other=[f"identifier columns: {', '.join(keys)}"]) if keys else None
+    return TableSchema(columns=columns, constraints=constraints)
+
+
+def type_string(field_type: "IcebergType") -> str:
+    """An Iceberg type as the UI shows it, nested types spelled out without field ids (ids are an
+    internal of each table: a replica's differ from its source's after a dropped column)."""
+    from pyiceberg.types import ListType, MapType, StructType
+
+    if isinstance(field_type, StructType):
+        return "struct<" + ", ".join(f"{f.name}: {'required' if f.required else 'optional'} "
+                                     f"{type_string(f.field_type)}" for f in field_type.fields) + ">"
+    if isinstance(field_type, ListType):
+        return f"list<{type_string(field_type.element_type)}>"
+    if isinstance(field_type, MapType):
+        return f"map<{type_string(field_type.key_type)}, {type_string(field_type.value_type)}>"
+    return str(field_type)
+
+
+def table_metadata(catalog_name: str, table: "Table", identifier_columns: Sequence[str] = ()) -> dict[str, Any]:
+    """Name, location, column schema and (when exact) row count of an Iceberg table."""
+    schema = table.schema()
     metadata: dict[str, Any] = {
         TABLE_NAME: ".".join((catalog_name, *table.name())),
         URI: MetadataValue.path(table.location()),
-        COLUMN_SCHEMA: TableSchema(columns=columns, constraints=constraints),
+        COLUMN_SCHEMA: column_schema(schema, identifier_columns),
         "schema_id": schema.schema_id,
         "format_version": table.metadata.format_version,
     }
     rows = exact_row_count(table)
     if rows is not None:
         metadata[ROW_COUNT] = rows
+    return metadata
+
+
+def described_table(catalog_name: str, table: "Table", identifier_columns: Sequence[str] = ()) -> dict[str, Any]:
+    """:func:`table_metadata` of a table a step wrote, remembered for the next definitions load."""
+    from icecdc_dagster.assets import metadata_cache
+
+    metadata = table_metadata(catalog_name, table, identifier_columns)
+    try:
+        metadata_cache.remember(metadata)
+    except OSError as exc:  # a read-only home costs the next load its metadata, never the batch
+        logging.getLogger(__name__).warning("table metadata not remembered in %s: %s",
+                                            metadata_cache.cache_path(), exc)
+    return metadata
+
+
+def definition_metadata(catalog_name: str, table: "TableConfig", sink: "SinkConfig", source: "Table | None",
+                        remembered: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Load-time metadata of the table a sink writes: its name; its column schema derived from the
+    source's (exact: the sink makes the table so); its location (and schema id, while the derived
+    schema is the one last seen) remembered from the last batch. An index: nothing."""
+    from icecdc_dagster.pipeline.batches import identifier_columns_of, uses_row_id
+
+    target = sink.maintained_table()
+    if target is None:
+        return {}
+    name = f"{catalog_name}.{target}"
+    metadata = {**remembered.get(name, {}), TABLE_NAME: name}
+    if source is not None:
+        keys = identifier_columns_of(table.identifier_columns, source)
+        schema = sink.target_schema(source, keys, uses_row_id(source, keys))
+        if schema is not None:
+            derived = column_schema(schema, keys)
+            if metadata.get(COLUMN_SCHEMA) != derived:  # the source evolved since: the next batch follows
+                metadata.pop("schema_id", None)
+            metadata[COLUMN_SCHEMA] = derived
     return metadata
 
 

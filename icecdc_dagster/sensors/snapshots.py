@@ -16,13 +16,12 @@ the latest resync bootstrap are superseded and never planned again.
 """
 
 from typing import TYPE_CHECKING
-from dagster import (AssetKey, AssetObservation, DefaultSensorStatus, RunRequest, SensorDefinition,
+from dagster import (AssetKey, DefaultSensorStatus, RunRequest, SensorDefinition,
                      SensorEvaluationContext, SensorResult, SkipReason, sensor)
-from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import naming
-from icecdc_dagster.assets.table_metadata import table_metadata
+from icecdc_dagster.assets.source import source_observations
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.errors import SnapshotNotFoundError
 from icecdc_dagster.pipeline import lifecycle
@@ -173,12 +172,7 @@ def build_snapshot_sensor(table: TableConfig, config_path: str | None = None) ->
         partitions = naming.partitions_def(table)
         add = [partitions.build_add_request(new_keys)] if new_keys else []
         # Record the source's new state on its observable asset (data version = snapshot id).
-        events = [AssetObservation(asset_key=naming.source_key(table),
-                                   tags={DATA_VERSION_TAG: new_keys[-1]},
-                                   metadata={"current_snapshot_id": new_keys[-1], "new_snapshots": len(new_keys),
-                                             **table_metadata(context.resources.catalog.name, source,
-                                                              table.identifier_columns)})
-                  ] if new_keys else []
+        events = source_observations(table, context.resources.catalog.name, source, new_keys)
         busy = line.held_elsewhere(context.instance, table_line(table)) if isinstance(planned, NextRun) else None
         if isinstance(planned, NextRun) and busy is None:
             return SensorResult(run_requests=[run_request(table, planned)], dynamic_partitions_requests=add,

@@ -16,6 +16,7 @@ from icecdc_dagster.fields import Model
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
+    from pyiceberg.schema import Schema
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
 
@@ -90,6 +91,11 @@ class SinkConfig(Model):
         from icecdc_dagster.lineage import iceberg_dataset
 
         return iceberg_dataset(catalog_name, load_table(target))
+
+    def target_schema(self, source: "Table", identifier_columns: Sequence[str], by_row_id: bool) -> "Schema | None":
+        """The schema of the table this sink writes, derived from the source's (no catalog call): what
+        the asset page shows at load. None when the target is not a table or its schema is not derivable."""
+        return None
 
     def resource_key(self) -> str | None:
         """The Dagster resource key of this sink's connection; None when it needs none."""

@@ -57,6 +57,9 @@ def test_landing_files_ingest_in_order_exactly_once_then_sync_onward(spark, cata
         ingest=[{"name": "orders_cdc", "landing": str(landing), "target": "db.orders", "identifier_columns": ["id"],
                  "auto_create": True, "schema_evolution": True, "polling_interval": "PT5S"}]))
     defs = build_definitions(config)   # db.orders does not exist yet: ingestion creates it
+    dead_letters = AssetKey(["dead_letters", "db", "orders"])
+    declared = defs.resolve_asset_graph().get(dead_letters)
+    assert declared.parent_keys == {INGEST}
 
     graph = defs.resolve_asset_graph()
     source = AssetKey(["iceberg", "db", "orders"])
@@ -78,6 +81,24 @@ def test_landing_files_ingest_in_order_exactly_once_then_sync_onward(spark, cata
     assert second["events_read"] == 4 and second["updated"] == 1 and second["deleted"] == 1
     assert second["targets"]["db.orders"]["snapshot_id"] is not None
     assert third["dead_lettered"] == 1 and third["targets"]["db.orders"]["added_columns"] == ["note"]
+    # The target is a configured table with an asset of its own: its metadata is shown there, not twice;
+    # the batch that added a column refreshed what that asset shows at the next load.
+    assert "dagster/table_name" not in third
+    from icecdc_dagster.assets.metadata_cache import load as remembered
+
+    stored = remembered()[f"{cat}.db.orders"]["dagster/column_schema"]
+    assert [c.name for c in stored.columns] == [f.name for f in catalog.load_table("db.orders").schema().fields]
+    assert "note" in [c.name for c in stored.columns]
+    # The dead-letter table: its schema known at load (exactly the table the engine created), its rows
+    # reported by each run that finds it.
+    from icecdc_dagster.assets.table_metadata import table_metadata
+
+    written = table_metadata(cat, catalog.load_table("db.orders__dead_letters"))
+    assert declared.metadata["dagster/column_schema"] == written["dagster/column_schema"]
+    assert declared.metadata["dagster/table_name"] == written["dagster/table_name"]
+    reported = instance.fetch_materializations(AssetRecordsFilter(asset_key=dead_letters), limit=1).records
+    assert reported[0].asset_materialization.metadata["dagster/row_count"].value == len(dead) == 2
+    assert reported[0].asset_materialization.metadata["dagster/partition_row_count"].value == 1   # 003.json's
 
     # Re-executing an ingested file changes nothing.
     snapshot = catalog.load_table("db.orders").current_snapshot().snapshot_id
@@ -146,6 +167,11 @@ def test_re_executing_one_file_of_a_multi_file_batch_changes_nothing(spark, cata
     assert [t.requested for t in ticks if t.requested] == [[("a.json", "b.json")], [("c.json", "c.json")]]
     assert _rows(spark, f"{cat}.db.orders") == {1: "paid", 2: "new"}
     snapshot = catalog.load_table("db.orders").current_snapshot().snapshot_id
+    # No table asset of its own: the ingest asset stands for its target, in each batch and at load.
+    assert _metadata(instance, INGEST, "c.json")["dagster/table_name"] == f"{cat}.db.orders"
+    defined = build_definitions(config).resolve_asset_graph().get(INGEST).metadata
+    assert [c.name for c in defined["dagster/column_schema"].columns] == ["id", "status"]
+    assert defined["dagster/uri"].value == catalog.load_table("db.orders").location()
 
     # "a.json" was committed as part of the batch a+b: alone, it is that batch again, already committed.
     job = defs.resolve_implicit_global_asset_job_def()

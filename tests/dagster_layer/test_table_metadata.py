@@ -117,3 +117,102 @@ def test_the_ui_reads_column_schema_lineage_and_row_counts_through_graphql(
     assert entries["dagster/row_count"]["intValue"] == 7 == entries["dagster/partition_row_count"]["intValue"]
     lineage = {c["columnName"]: c["columnDeps"] for c in entries["dagster/column_lineage"]["lineage"]}
     assert lineage["title"] == [{"assetKey": {"path": list(SOURCE.path)}, "columnName": "title"}]
+
+
+class CatalogCalls:
+    """Counts the catalog round trips of pyiceberg's SQL catalog (the real one, called through)."""
+
+    def __init__(self, monkeypatch):
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        self.names: list[str] = []
+        for method in ("load_table", "table_exists"):
+            original = getattr(SqlCatalog, method)
+
+            def counted(catalog, identifier, *args, _original=original, **kwargs):
+                self.names.append(identifier if isinstance(identifier, str) else ".".join(identifier))
+                return _original(catalog, identifier, *args, **kwargs)
+
+            monkeypatch.setattr(SqlCatalog, method, counted)
+
+    def during(self, build):
+        self.names.clear()
+        result = build()
+        return result, list(self.names)
+
+
+def _value(metadata_value):
+    """Definition metadata holds values as given (a str, a ``TableSchema``) or wrapped (``MetadataValue.path``)."""
+    from dagster import MetadataValue
+
+    return metadata_value.value if isinstance(metadata_value, MetadataValue) else metadata_value
+
+
+def _definition(defs, key):
+    return defs.resolve_asset_graph().get(key).metadata
+
+
+def test_definitions_carry_store_and_replica_table_metadata_without_a_catalog_call_per_asset(
+        spark, catalog_settings, catalog, instance, tmp_path, monkeypatch):
+    """At load: the replica's column schema derived from the source the load checks read anyway, the
+    changelog store's (and the replica's location) remembered from the last batch that wrote them;
+    the only catalog call is the source's, before and after batches. A schema evolution reaches the
+    replica's definition at once and the store's with the batch that writes it."""
+    from icecdc_dagster.assets import metadata_cache
+
+    fq = f"{catalog_settings.name}.db.shelf"
+    spark.sql(f"""CREATE TABLE {fq} (id BIGINT NOT NULL COMMENT 'book id', title STRING,
+                  dims STRUCT<w: INT, h: INT>) USING iceberg TBLPROPERTIES ('format-version'='2')""")
+    spark.sql(f"INSERT INTO {fq} SELECT id, concat('t', id), named_struct('w', 1, 'h', 2) FROM range(0, 5)")
+    config = load_config(write_pipeline(tmp_path / "p.yaml", catalog_settings, [{
+        "table_name": "db.shelf", "identifier_columns": ["id"],
+        "sinks": [{"iceberg": {"table_name": "db.shelf_copy"}}]}]))
+    calls = CatalogCalls(monkeypatch)
+
+    defs, loaded = calls.during(lambda: build_definitions(config))
+    assert loaded == ["db.shelf"]                                    # the source, for the load checks
+    replica = _definition(defs, REPLICA)
+    assert replica["dagster/table_name"] == f"{catalog_settings.name}.db.shelf_copy"
+    columns = {c.name: c for c in replica["dagster/column_schema"].columns}
+    assert list(columns) == ["id", "title", "dims"] and columns["id"].description == "book id"
+    assert columns["dims"].type == "struct<w: optional int, h: optional int>"
+    assert "dagster/uri" not in replica                               # not known before the first batch
+    assert "dagster/column_schema" not in _definition(defs, CHANGELOG)  # nor is the store's schema
+
+    assert tick(defs, instance, config.tables[0]).succeeded == [True]
+    cache = metadata_cache.cache_path()
+    written = cache.stat().st_ino
+    defs, loaded = calls.during(lambda: build_definitions(config))
+    assert loaded == ["db.shelf"]
+    for key in (REPLICA, CHANGELOG):                                 # load-time == what the batch saw
+        materialised = _latest(instance, key).metadata
+        defined = _definition(defs, key)
+        for label in ("dagster/table_name", "dagster/uri", "dagster/column_schema", "schema_id"):
+            assert _value(defined[label]) == materialised[label].value, (key, label)
+    store_columns = [c.name for c in _definition(defs, CHANGELOG)["dagster/column_schema"].columns]
+    assert store_columns[:3] == ["id", "title", "dims"] and "_change_type" in store_columns
+
+    spark.sql(f"INSERT INTO {fq} VALUES (9, 't9', named_struct('w', 3, 'h', 4))")   # no schema change
+    assert tick(defs, instance, config.tables[0]).succeeded == [True]
+    assert cache.stat().st_ino == written                            # nothing changed: file not rewritten
+
+    spark.sql(f"ALTER TABLE {fq} ADD COLUMN pages INT COMMENT 'page count'")
+    spark.sql(f"INSERT INTO {fq} VALUES (10, 't10', named_struct('w', 3, 'h', 4), 321)")
+    defs, loaded = calls.during(lambda: build_definitions(config))
+    assert loaded == ["db.shelf"]
+    replica = _definition(defs, REPLICA)
+    assert [c.name for c in replica["dagster/column_schema"].columns] == ["id", "title", "dims", "pages"]
+    assert "schema_id" not in replica                                 # the replica has not followed yet
+    assert "pages" not in [c.name for c in _definition(defs, CHANGELOG)["dagster/column_schema"].columns]
+    old_store_schema = _definition(defs, CHANGELOG)["schema_id"]
+
+    assert tick(defs, instance, config.tables[0]).succeeded == [True]
+    assert cache.stat().st_ino != written                            # a new schema id: refreshed
+    defs = build_definitions(config)
+    for key in (REPLICA, CHANGELOG):
+        materialised = _latest(instance, key).metadata
+        defined = _definition(defs, key)
+        assert "pages" in [c.name for c in defined["dagster/column_schema"].columns]
+        for label in ("dagster/uri", "dagster/column_schema", "schema_id"):
+            assert _value(defined[label]) == materialised[label].value, (key, label)
+    assert _definition(defs, CHANGELOG)["schema_id"] != old_store_schema

@@ -9,6 +9,7 @@ from icecdc_dagster.fields import TableName
 from icecdc_dagster.sinks.kind import Comparison, SinkConfig, SinkContext
 
 if TYPE_CHECKING:
+    from pyiceberg.schema import Schema
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame
 
@@ -41,6 +42,25 @@ class IcebergSinkConfig(SinkConfig):
         if by_row_id:
             lineage["_source_row_id"] = ["_row_id"]
         return lineage
+
+    def target_schema(self, source: "Table", identifier_columns: Sequence[str], by_row_id: bool) -> "Schema":
+        """The replica's schema as the sink makes it: the source's columns (created by copying the source
+        schema, new source columns added before each batch), the identifier columns required, and the
+        ``_source_row_id`` key after them for a keyless v3 source (see ``sinks/iceberg/sink.py``)."""
+        from pyiceberg.schema import Schema
+        from pyiceberg.types import LongType, NestedField
+
+        from icecdc_dagster.sinks.iceberg.sink import SOURCE_ROW_ID, SOURCE_ROW_ID_DOC
+
+        schema = source.schema()
+        fields = [NestedField(field_id=f.field_id, name=f.name, field_type=f.field_type, doc=f.doc,
+                              required=f.required or f.name in identifier_columns) for f in schema.fields]
+        keys = [f.field_id for f in fields if f.name in identifier_columns]
+        if by_row_id:
+            fields.append(NestedField(field_id=schema.highest_field_id + 1, name=SOURCE_ROW_ID, field_type=LongType(),
+                                      required=True, doc=SOURCE_ROW_ID_DOC))
+            keys = [fields[-1].field_id]
+        return Schema(*fields, identifier_field_ids=keys)
 
     def refuse_source(self, table_name: str, source: "Table", rows_identifiable: bool) -> str | None:
         if rows_identifiable:

@@ -1,0 +1,87 @@
+"""The table metadata a materialisation saw, kept for the next definitions load.
+
+A code location reloads often (every ``dagster dev`` reload, every run worker); loading each
+table it describes would cost one catalog round trip per asset each time. Instead each step that
+writes a table records its name, location, schema id and column schema here, and rewrites the
+file only when one of them changed (a schema evolution, a recreated table): a batch that changes
+no schema writes nothing. The load reads the file once.
+
+One JSON file, ``$DAGSTER_HOME/icecdc/table_metadata.json`` (or ``$ICECDC_CACHE_DIR`` without a
+Dagster home), keyed by ``dagster/table_name`` (catalog.namespace.table). Updates are serialised
+by an OS file lock and replace the file atomically; an unreadable file is treated as empty.
+"""
+
+import fcntl
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dagster import MetadataValue, TableSchema, deserialize_value, serialize_value
+
+from icecdc_dagster.assets.table_metadata import COLUMN_SCHEMA, TABLE_NAME, URI
+
+FILE_NAME = "table_metadata.json"
+
+
+def cache_path() -> Path:
+    home = os.environ.get("DAGSTER_HOME")
+    if home:
+        return Path(home, "icecdc", FILE_NAME)
+    from icecdc_dagster.runtime.jars import cache_dir
+
+    return cache_dir() / FILE_NAME
+
+
+def load() -> dict[str, dict[str, Any]]:
+    """Every remembered table: ``dagster/table_name`` -> its definition metadata."""
+    remembered = {}
+    for name, entry in _read(cache_path()).items():
+        try:
+            remembered[name] = _metadata(name, entry)
+        except (KeyError, TypeError, ValueError):  # an entry of another version: the next batch rewrites it
+            continue
+    return remembered
+
+
+def remember(metadata: Mapping[str, Any]) -> bool:
+    """Record a table's metadata (from :func:`table_metadata`); True when the file changed."""
+    name = _plain(metadata[TABLE_NAME])
+    entry = {"uri": _plain(metadata[URI]), "schema_id": metadata.get("schema_id"),
+             "column_schema": serialize_value(metadata[COLUMN_SCHEMA])}
+    path = cache_path()
+    if _read(path).get(name) == entry:  # the common case: nothing changed, no lock, no write
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        entries = _read(path)
+        if entries.get(name) == entry:
+            return False
+        entries[name] = entry
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(entries, indent=1, sort_keys=True))
+        os.replace(temporary, path)
+    return True
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return entries if isinstance(entries, dict) else {}
+
+
+def _metadata(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    metadata: dict[str, Any] = {TABLE_NAME: name, URI: MetadataValue.path(entry["uri"]),
+                                COLUMN_SCHEMA: deserialize_value(entry["column_schema"], TableSchema)}
+    if entry.get("schema_id") is not None:
+        metadata["schema_id"] = entry["schema_id"]
+    return metadata
+
+
+def _plain(value: Any) -> Any:
+    """A metadata value as written (``MetadataValue.path(...)`` -> its path)."""
+    return getattr(value, "value", value)
