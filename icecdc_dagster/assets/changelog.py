@@ -16,7 +16,8 @@ from icecdc_dagster.assets.metadata import batch_metadata
 from icecdc_dagster.assets.table_metadata import COLUMN_LINEAGE, PARTITION_ROW_COUNT, column_lineage, table_metadata
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.lineage import LineageDataset, LineageEmitter, iceberg_dataset
-from icecdc_dagster.pipeline.batches import BatchRequest, compute_batch, identifier_columns_of, keys_to_request
+from icecdc_dagster.pipeline.batches import (BatchRequest, compute_batch, identifier_columns_of, keys_to_request,
+                                             row_stats)
 from icecdc_dagster.pipeline import lifecycle
 from icecdc_dagster.pipeline.changelog_store import ChangelogStore
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
@@ -58,6 +59,7 @@ def build_changelog_asset(table: TableConfig, lineage: LineageEmitter | None = N
             with changelog.staged_scans(session):
                 computed = compute_batch(session, catalog.name, source, request)
                 stored = store.write(computed.info, computed.rows)
+                stats = row_stats(computed, stored.counts)  # may read the changed files: inside the block
             if lineage is not None:
                 written = iceberg_dataset(catalog.name, catalog.load_table(stored.table_name))
                 outcome.outputs = [written]
@@ -76,7 +78,7 @@ def build_changelog_asset(table: TableConfig, lineage: LineageEmitter | None = N
         metadata = batch_metadata(
             computed.info, parent, started, stored.counts,
             {"batch_kind": computed.kind, "changelog_table": stored.table_name,
-             "changelog_snapshot_id": str(stored.snapshot_id), **line_meta, **computed.stats})
+             "changelog_snapshot_id": str(stored.snapshot_id), **line_meta, **stats})
         return MaterializeResult(metadata={**metadata, **described},
                                  data_version=DataVersion(str(computed.info.snapshot_id)))
 

@@ -70,11 +70,15 @@ def test_sensor_requests_every_snapshot_in_commit_order(spark, catalog_settings,
     assert update["operation"] == "overwrite"
     assert update["parent_snapshot_id"] == bootstrap and update["snapshot_id"] == later[0]
     assert update["files_read"] >= 1 and update["rows_read"] >= 10 and update["carry_over_removed"] >= 0
+    assert update["rows_read"] - update["carry_over_removed"] == update["rows"]  # carry-over pairs: 2 rows each
     assert update["changelog_table"] == "db.items__changelog" and update["changelog_snapshot_id"].isdigit()
     assert {"commit_time", "lag_commit_to_applied_s", "duration_s", "count_delete"} <= set(update)
     assert delete["count_delete"] == 5 and delete["count_insert"] == 0
     assert replace["operation"] == "replace" and replace["rows"] == 0
     assert append["count_insert"] == 1
+    # One-sided snapshots have nothing to cancel: rows read = rows stored, counted by the write itself.
+    assert (append["insert_rows"], append["rows_read"], append["carry_over_removed"]) == (1, 1, 0)
+    assert delete["delete_rows"] == 5 and delete["rows_read"] - delete["carry_over_removed"] == delete["rows"]
 
 
 def test_catch_up_range_runs_net_changes_in_one_run(spark, catalog_settings, catalog, instance, tmp_path):
