@@ -272,3 +272,29 @@ def test_run_start_does_not_reconfigure_logging_when_no_python_logs_handlers_are
     runs = [launch(two_lane_instance, ok_job) for _ in range(2)]
     two_lane_instance.run_launcher.join(timeout=30)
     assert {two_lane_instance.get_run_by_id(r).status for r in runs} == {DagsterRunStatus.SUCCESS}
+
+
+def test_sqlite_synchronous_applies_to_the_instance_storage_only(tmp_path):  # noqa: ANN001
+    """``sqlite_synchronous``: this process's connections to the instance's SQLite files get the
+    PRAGMA (event log, runs); another SQLite file (an Iceberg SQL catalog) keeps SQLite's default."""
+    from sqlalchemy import create_engine, text
+
+    overrides = {"run_launcher": {**LAUNCHER["run_launcher"], "config": {"sqlite_synchronous": "OFF"}}}
+    with instance_for_test(overrides=overrides) as instance:
+        assert isinstance(instance.run_launcher, WarmRunLauncher)
+        run_id = launch(instance, ok_job)
+        instance.run_launcher.join(timeout=30)
+        assert instance.get_run_by_id(run_id).status == DagsterRunStatus.SUCCESS
+        with instance.event_log_storage.index_connection() as conn:  # type: ignore[attr-defined]
+            assert conn.execute(text("PRAGMA synchronous")).scalar() == 0
+        with instance.event_log_storage.run_connection(run_id) as conn:  # type: ignore[attr-defined]
+            assert conn.execute(text("PRAGMA synchronous")).scalar() == 0
+        other = create_engine(f"sqlite:///{tmp_path}/catalog.db")
+        with other.connect() as conn:
+            assert conn.execute(text("PRAGMA synchronous")).scalar() == 2  # FULL, SQLite's default
+        other.dispose()
+
+
+def test_sqlite_synchronous_refuses_an_unknown_mode():
+    with pytest.raises(ValueError, match="sqlite_synchronous"):
+        WarmRunLauncher(sqlite_synchronous="sometimes")
