@@ -298,3 +298,36 @@ def test_sqlite_synchronous_applies_to_the_instance_storage_only(tmp_path):  # n
 def test_sqlite_synchronous_refuses_an_unknown_mode():
     with pytest.raises(ValueError, match="sqlite_synchronous"):
         WarmRunLauncher(sqlite_synchronous="sometimes")
+
+
+def test_definitions_are_built_once_per_process_until_the_pipeline_file_changes(instance, tmp_path, monkeypatch):  # noqa: ANN001
+    """Runs of one code origin share one build of its definitions: Dagster's own cache holds one
+    job for the whole process, so runs of two jobs taking turns (two tables, two lanes) rebuilt
+    them at every run and step; a changed pipeline file rebuilds them."""
+    from dagster._core.definitions import reconstruct
+
+    from icecdc_dagster import launcher
+
+    builds = []
+    real = reconstruct.reconstruct_repository_def_from_pointer
+
+    def counting(pointer, load_data):  # noqa: ANN001, ANN202 - the real build, counted
+        builds.append(pointer)
+        return real(pointer, load_data)
+
+    monkeypatch.setattr(reconstruct, "reconstruct_repository_def_from_pointer", counting)
+    monkeypatch.setattr(launcher, "_DEFINITIONS", {})
+    reconstruct.ReconstructableJob.get_definition.cache_clear()
+    reconstruct.ReconstructableJob.get_repository_definition.cache_clear()
+    config = tmp_path / "pipeline.yaml"
+    config.write_text("tables: []\n")
+    monkeypatch.setenv("ICECDC_CONFIG", str(config))
+    runs = [launch(instance, job) for job in (ok_job, failing_job, ok_job, failing_job)]
+    instance.run_launcher.join(timeout=30)
+    assert [instance.get_run_by_id(r).status for r in runs] == [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE] * 2
+    assert len(builds) == 2  # one per job's code origin, not one per run
+    config.write_text("tables: []  # changed\n")
+    again = launch(instance, ok_job)
+    instance.run_launcher.join(timeout=30)
+    assert instance.get_run_by_id(again).status == DagsterRunStatus.SUCCESS
+    assert len(builds) == 3
