@@ -49,7 +49,9 @@ def write_home(home: Path, mode: str, workers: int = 1, sqlite_synchronous: str 
     config: dict = {"telemetry": {"enabled": False},
                     "run_queue": {"max_concurrent_runs": workers, "dequeue_interval_seconds": 1,
                                   "tag_concurrency_limits": [{"key": "icecdc/table", "limit": 1,
-                                                              "value": {"applyLimitPerUniqueValue": True}}]}}
+                                                              "value": {"applyLimitPerUniqueValue": True}}]},
+                    # Sensor ticks of many tables in parallel (the daemon's default is one at a time).
+                    "sensors": {"use_threads": True, "num_workers": 4}}
     if mode == "warm":
         launcher: dict = {"workers": workers}
         if sqlite_synchronous:
