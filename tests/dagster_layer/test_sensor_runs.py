@@ -148,3 +148,52 @@ def test_killed_sensor_launched_run_is_failed_over_by_the_next_tick(spark, catal
     applied = [s.summary.additional_properties.get(SOURCE_SNAPSHOT_PROPERTY)
                for s in catalog.load_table("db.items_copy").snapshots()]
     assert [a for a in applied if a] == [first.added[0]]                # the export committed exactly once
+
+
+def test_idle_line_skips_its_queries_until_the_table_or_the_line_changes(spark, catalog_settings, catalog, instance,
+                                                                         tmp_path):
+    from dagster import build_sensor_context
+
+    from icecdc_dagster.assets import naming
+    from icecdc_dagster.sensors.snapshots import (IDLE_RECHECK_S, NOT_IDLE, UNCHANGED_SKIP, idle_cursor,
+                                                  idle_fingerprint)
+
+    name = catalog_settings.name
+    spark.sql(f"CREATE TABLE {name}.db.quiet (id BIGINT NOT NULL, v STRING) USING iceberg "
+              "TBLPROPERTIES ('format-version'='2')")
+    spark.sql(f"INSERT INTO {name}.db.quiet VALUES (1, 'a')")
+    config = load_config(write_pipeline(tmp_path / "p.yaml", catalog_settings, [
+        {"table_name": "db.quiet", "identifier_columns": ["id"]}]))
+    defs = build_definitions(config)
+    table = config.tables[0]
+    sensor = defs.get_sensor_def(naming.sensor_name(table))
+
+    def evaluate(cursor):  # noqa: ANN001, ANN202
+        context = build_sensor_context(instance=instance, instance_ref=instance.get_ref(), cursor=cursor,
+                                       resources=defs.resources, definitions=defs)
+        return sensor.evaluate_tick(context)
+
+    assert all(all(t.succeeded) for t in drain(defs, instance, table))
+    full = evaluate(None)
+    assert full.skip_message == "all snapshots are applied" and not full.run_requests
+    mark = full.cursor
+    assert mark is not None
+    quick = evaluate(mark)
+    assert quick.skip_message == UNCHANGED_SKIP and not quick.run_requests and quick.cursor == mark
+
+    # A commit changes the table's metadata file: a full check adds the snapshot and requests its run.
+    spark.sql(f"INSERT INTO {name}.db.quiet VALUES (2, 'b')")
+    changed = evaluate(mark)
+    newest = _snapshot_ids(catalog, "db.quiet")[-1]
+    assert changed.skip_message is None and [r.partition_key for r in changed.run_requests] == [newest]
+    assert changed.cursor == NOT_IDLE  # the idle mark is cleared
+    assert all(all(t.succeeded) for t in drain(defs, instance, table))
+
+    # A new partition of the line (what a resync adds) changes the fingerprint too; so does time.
+    source = catalog.load_table("db.quiet")
+    mark = idle_cursor(idle_fingerprint(instance, table, source))
+    assert evaluate(mark).skip_message == UNCHANGED_SKIP
+    stale = idle_cursor(idle_fingerprint(instance, table, source), now=time.time() - IDLE_RECHECK_S - 1)
+    assert evaluate(stale).skip_message == "all snapshots are applied"
+    instance.add_dynamic_partitions(naming.partitions_name(table), [f"{newest}@resync1"])
+    assert evaluate(mark).skip_message != UNCHANGED_SKIP
