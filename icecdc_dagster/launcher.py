@@ -24,6 +24,9 @@ process serves them all. Enable it in ``$DAGSTER_HOME/dagster.yaml``::
       enabled: true
       max_resume_run_attempts: 0   # this launcher cannot resume a run
       poll_interval_seconds: 30
+    sensors:                       # many tables: their sensors tick in parallel (default: one
+      use_threads: true            # thread for every sensor; 20 tables at PT5S kept it 100 % busy
+      num_workers: 4               # with Dagster's own tick bookkeeping)
 
 How a run goes: ``launch_run`` (called by the queued run coordinator daemon)
 puts the run on an in-process queue; ``workers`` threads take runs from it and execute them

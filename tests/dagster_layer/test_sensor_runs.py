@@ -5,6 +5,7 @@ whose worker process is killed is failed over by the next tick and retried."""
 import os
 import random
 import signal
+import sys
 import time
 
 from dagster import AssetKey, AssetRecordsFilter, DagsterEventType, DagsterRunStatus
@@ -197,3 +198,38 @@ def test_idle_line_skips_its_queries_until_the_table_or_the_line_changes(spark, 
     assert evaluate(stale).skip_message == "all snapshots are applied"
     instance.add_dynamic_partitions(naming.partitions_name(table), [f"{newest}@resync1"])
     assert evaluate(mark).skip_message != UNCHANGED_SKIP
+
+
+def test_batch_runs_read_the_backlog_not_every_key(spark, catalog_settings, catalog, instance, tmp_path, monkeypatch):
+    """After the first batch, a run finds its line from the latest batch and the keys after it
+    (newest first), not from every partition key of the table; what it computes is unchanged."""
+    from dagster import DagsterInstance
+
+    name = catalog_settings.name
+    spark.sql(f"CREATE TABLE {name}.db.hist (id BIGINT NOT NULL, v STRING) USING iceberg "
+              "TBLPROPERTIES ('format-version'='2')")
+    spark.sql(f"INSERT INTO {name}.db.hist VALUES (1, 'a')")
+    config = load_config(write_pipeline(tmp_path / "p.yaml", catalog_settings, [
+        {"table_name": "db.hist", "identifier_columns": ["id"], "max_snapshots_per_run": 2}]))
+    defs = build_definitions(config)
+    table = config.tables[0]
+    assert all(all(t.succeeded) for t in drain(defs, instance, table))   # the export
+    callers = []
+    real = DagsterInstance.get_dynamic_partitions
+
+    def recording(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202 - the real call, recorded
+        callers.append(sys._getframe(1).f_code.co_name)  # noqa: SLF001
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(DagsterInstance, "get_dynamic_partitions", recording)
+    for i in range(2, 5):
+        spark.sql(f"INSERT INTO {name}.db.hist VALUES ({i}, 'v{i}')")
+    keys = _snapshot_ids(catalog, "db.hist")[1:]
+    ticks = drain(defs, instance, table)
+    assert all(all(t.succeeded) for t in ticks)
+    assert [r for t in ticks for r in t.requested] == [(keys[0], keys[1]), (keys[2], keys[2])]
+    assert "batch_request" not in callers
+    changelog_key = AssetKey(["changelog", "db", "hist"])
+    net, last = _metadata(instance, changelog_key, keys[1]), _metadata(instance, changelog_key, keys[2])
+    assert (net["batch_kind"], net["count_insert"], net["is_export"]) == ("net", 2, False)
+    assert (last["batch_kind"], last["count_insert"], last["is_export"]) == ("cdc", 1, False)
