@@ -44,15 +44,20 @@ TABLE = "db.events"
 SINK_KEY = ["replica", "replica", "events"]
 
 
-def write_home(home: Path, mode: str, workers: int = 1) -> None:
+def write_home(home: Path, mode: str, workers: int = 1, sqlite_synchronous: str = "") -> None:
     home.mkdir(parents=True, exist_ok=True)
     config: dict = {"telemetry": {"enabled": False},
                     "run_queue": {"max_concurrent_runs": workers, "dequeue_interval_seconds": 1,
                                   "tag_concurrency_limits": [{"key": "icecdc/table", "limit": 1,
-                                                              "value": {"applyLimitPerUniqueValue": True}}]}}
+                                                              "value": {"applyLimitPerUniqueValue": True}}]},
+                    # Sensor ticks of many tables in parallel (the daemon's default is one at a time).
+                    "sensors": {"use_threads": True, "num_workers": 4}}
     if mode == "warm":
+        launcher: dict = {"workers": workers}
+        if sqlite_synchronous:
+            launcher["sqlite_synchronous"] = sqlite_synchronous
         config["run_launcher"] = {"module": "icecdc_dagster.launcher", "class": "WarmRunLauncher",
-                                  "config": {"workers": workers}}
+                                  "config": launcher}
         config["run_monitoring"] = {"enabled": True, "max_resume_run_attempts": 0, "poll_interval_seconds": 30}
     (home / "dagster.yaml").write_text(yaml.safe_dump(config))
 
@@ -105,11 +110,11 @@ def wait_applied(instance, partition: str, timeout: float,  # noqa: ANN001
     raise TimeoutError(f"snapshot {partition} was not applied within {timeout}s")
 
 
-def run_mode(mode: str, commits: int, interval: int) -> dict:
+def run_mode(mode: str, commits: int, interval: int, sqlite_synchronous: str = "") -> dict:
     root = Path(tempfile.mkdtemp(prefix=f"icecdc-fresh-{mode}-"))
     catalog, config_path = setup_lake(root, interval)
     home = root / "dagster_home"
-    write_home(home, mode)
+    write_home(home, mode, sqlite_synchronous=sqlite_synchronous)
     process, instance = start_dagster(root, home, config_path)
     try:
         table = catalog.load_table(TABLE)
@@ -184,13 +189,13 @@ def stop_dagster(process) -> None:  # noqa: ANN001
         os.killpg(process.pid, signal.SIGKILL)
 
 
-def run_many_tables(tables: int, rounds: int, workers: int, interval: int) -> dict:
+def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlite_synchronous: str = "") -> dict:
     """N tables commit together, ``rounds`` times: commit -> applied for every table of every round."""
     root = Path(tempfile.mkdtemp(prefix="icecdc-fresh-many-"))
     names = tuple(f"db.events_{i:02d}" for i in range(tables))
     catalog, config_path = setup_lake(root, interval, names)
     home = root / "dagster_home"
-    write_home(home, "warm", workers)
+    write_home(home, "warm", workers, sqlite_synchronous)
     process, instance = start_dagster(root, home, config_path)
     sink_keys = {name: ("replica", "replica", name.split(".")[1]) for name in names}
     latencies: list[float] = []
@@ -232,22 +237,24 @@ def main() -> None:
     parser.add_argument("--tables", type=int, default=20, help="tables of the many-tables scenario (0: skip)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=4, help="warm launcher lanes in the many-tables scenario")
+    parser.add_argument("--sqlite-synchronous", default="OFF",
+                        help="the warm launcher's sqlite_synchronous ('': SQLite's default)")
     args = parser.parse_args()
     results = {}
     for mode in [m for m in args.modes.split(",") if m]:
         print(f"[{mode}] start: {load()} ({os.cpu_count()} cores)", flush=True)
-        results[mode] = run_mode(mode, args.commits, args.interval)
+        results[mode] = run_mode(mode, args.commits, args.interval, args.sqlite_synchronous)
         r = results[mode]
         print(f"{mode}: p50 {r['p50']:.1f}s p95 {r['p95']:.1f}s empty batch {r['empty']:.1f}s "
               f"(sensor interval {args.interval}s, {args.commits} commits; end: {load()})", flush=True)
     many = ""
     if args.tables:
         print(f"[many] start: {load()}", flush=True)
-        m = run_many_tables(args.tables, args.rounds, args.workers, args.interval)
+        m = run_many_tables(args.tables, args.rounds, args.workers, args.interval, args.sqlite_synchronous)
         print(f"many tables: {args.tables} tables x {args.rounds} rounds, {args.workers} lanes: p50 {m['p50']:.1f}s "
               f"p95 {m['p95']:.1f}s (end: {load()})", flush=True)
         many = (f" multi_table_p50_s={m['p50']:.2f} multi_table_p95_s={m['p95']:.2f} tables={args.tables}"
-                f" workers={args.workers}")
+                f" workers={args.workers} sqlite_synchronous={args.sqlite_synchronous or 'default'}")
     if not results:
         print(f"RESULT{many} interval_s={args.interval}")
         return

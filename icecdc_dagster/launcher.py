@@ -11,6 +11,7 @@ process serves them all. Enable it in ``$DAGSTER_HOME/dagster.yaml``::
       class: WarmRunLauncher
       config:
         workers: 2                 # lanes: runs executing at once (default 1)
+        sqlite_synchronous: "OFF"  # only with SQLite instance storage; see "SQLite storage" below
     run_queue:                     # the queued run coordinator (Dagster's default)
       max_concurrent_runs: 2       # = workers: runs wait as QUEUED, not in the launcher
       dequeue_interval_seconds: 1  # default 5 s: up to 5 s added to every batch
@@ -23,6 +24,9 @@ process serves them all. Enable it in ``$DAGSTER_HOME/dagster.yaml``::
       enabled: true
       max_resume_run_attempts: 0   # this launcher cannot resume a run
       poll_interval_seconds: 30
+    sensors:                       # many tables: their sensors tick in parallel (default: one
+      use_threads: true            # thread for every sensor; 20 tables at PT5S kept it 100 % busy
+      num_workers: 4               # with Dagster's own tick bookkeeping)
 
 How a run goes: ``launch_run`` (called by the queued run coordinator daemon)
 puts the run on an in-process queue; ``workers`` threads take runs from it and execute them
@@ -31,7 +35,8 @@ with ``core_execute_run`` - the same code path as Dagster's run worker
 code origin (module / file / python package), the cached repository load data
 is used and events go to the instance exactly as from a run worker. The
 definitions module is imported once and stays imported; so does the
-SparkSession its resources start.
+SparkSession its resources start. The definitions are built once per code origin
+(again when ``$ICECDC_CONFIG``'s file changes), not per run or step (``_warm_recon_job``).
 
 Guarantees: a run this launcher accepts always ends SUCCESS, FAILURE or
 CANCELED in the instance, also when loading the code or the framework raises
@@ -78,6 +83,18 @@ Trade-offs:
   stuck beyond that can be force-terminated in the UI.
 - Step compute logs are captured per process: output of the daemon's own
   threads printed during a run can land in that run's captured logs.
+- SQLite instance storage (Dagster's default, no PostgreSQL): every event, run and tick write of
+  the daemon process goes through one lock in Dagster's SQLite event log storage, and each is a
+  new connection and a commit that waits for the disk (fsync; ~18 ms per transaction measured
+  here, several per event). The lanes and the sensor daemon queue behind each other there: with
+  20 tables and 2 lanes, ~30 % of a lane's time and ~55 % of the sensor thread's were that lock
+  (py-spy, ``bench/freshness.py``). ``sqlite_synchronous: "OFF"`` sets SQLite's
+  ``PRAGMA synchronous`` on this process's connections to the instance's own database files
+  (not the Iceberg catalog's): commits no longer wait for the disk (~0.7 ms). A crash of the
+  process loses nothing; an OS crash or power loss can lose the last writes or corrupt the
+  instance database (the sinks' checkpoints still keep every target exact: a lost
+  materialisation is re-run and skipped as already applied). Unset (default): SQLite's own
+  setting. With PostgreSQL storage it has no effect; prefer PostgreSQL for production.
 - Launches must happen in the daemon: with the queued coordinator (default)
   they do. With ``DefaultRunCoordinator`` a run launched from the UI would
   execute inside the webserver process instead.
@@ -94,10 +111,11 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from dagster import DagsterRunStatus, Field, IntSource, RunsFilter
+from dagster import DagsterRunStatus, Field, IntSource, RunsFilter, StringSource
 from dagster._core.errors import DagsterExecutionInterruptedError
 from dagster._core.launcher.default_run_launcher import DefaultRunLauncher
 from dagster._core.events import EngineEventData
+from dagster._core.definitions.reconstruct import ReconstructableJob, ReconstructableRepository
 from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, RunLauncher, WorkerStatus
 from dagster._core.storage.dagster_run import DagsterRun
 from dagster._serdes import ConfigurableClass
@@ -113,6 +131,7 @@ from icecdc_dagster.lease.run_thread import raise_in_thread as _raise_in_thread
 from icecdc_dagster.lease.run_thread import tag_spark_thread
 
 if TYPE_CHECKING:
+    from dagster import RepositoryDefinition
     from dagster_shared.error import SerializableErrorInfo
     from dagster import DagsterInstance
 
@@ -146,12 +165,120 @@ def _no_logging_reconfiguration_per_run(instance: "DagsterInstance") -> None:
     instance.get_yaml_python_handlers = list  # type: ignore[method-assign]  # what dictConfig yields here: none
 
 
+SQLITE_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+_SQLITE_DIRS: dict[str, str] = {}  # directory -> PRAGMA synchronous for SQLite files under it (this process)
+_SQLITE_HOOK = threading.Lock()
+_sqlite_hook_installed = False
+
+
+def _sqlite_storage_dirs(instance: "DagsterInstance") -> set[str]:
+    dirs = {os.path.abspath(instance.root_directory)}
+    base = getattr(instance.event_log_storage, "_base_dir", None)  # SQLite event log: <storage>/history
+    if isinstance(base, str):
+        dirs |= {os.path.abspath(base), os.path.dirname(os.path.abspath(base))}
+    return dirs
+
+
+def set_sqlite_synchronous(instance: "DagsterInstance", mode: str) -> None:
+    """``PRAGMA synchronous = mode`` on every SQLite connection this process opens to a file under
+    the instance's directories (its SQLite storage), from now on. Other SQLite files (an Iceberg SQL
+    catalog) keep their settings. See "SQLite storage" in the module docstring."""
+    global _sqlite_hook_installed
+    mode = mode.upper()
+    if mode not in SQLITE_SYNCHRONOUS:
+        raise ValueError(f"WarmRunLauncher: sqlite_synchronous must be one of {', '.join(SQLITE_SYNCHRONOUS)}, "
+                         f"got {mode!r}")
+    with _SQLITE_HOOK:
+        for directory in _sqlite_storage_dirs(instance):
+            _SQLITE_DIRS[directory + os.sep] = mode
+        if _sqlite_hook_installed:
+            return
+        from sqlalchemy import event
+        from sqlalchemy.pool import Pool
+
+        event.listen(Pool, "connect", _on_connect)
+        _sqlite_hook_installed = True
+
+
+def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+    import sqlite3
+
+    if not isinstance(dbapi_connection, sqlite3.Connection) or not _SQLITE_DIRS:
+        return
+    files = [row[2] for row in dbapi_connection.execute("PRAGMA database_list").fetchall() if row[1] == "main"]
+    path = os.path.abspath(files[0]) if files and files[0] else ""
+    for directory, mode in _SQLITE_DIRS.items():
+        if path.startswith(directory):
+            dbapi_connection.execute(f"PRAGMA synchronous = {mode}")
+            return
+
+
+class _WarmRepository(ReconstructableRepository):
+    """A code location whose definitions are built once per process (see :func:`_definitions`)."""
+
+    def get_definition(self) -> "RepositoryDefinition":
+        return _definitions(self)
+
+
+def _warm_recon_job(recon_job: ReconstructableJob) -> ReconstructableJob:
+    """The run's job, reading its definitions from this process's cache.
+
+    Dagster rebuilds the code location's definitions whenever its one-entry cache
+    (``ReconstructableJob.get_definition``, ``lru_cache(maxsize=1)`` shared by every job) misses:
+    at every step when two lanes alternate, and at least once per run. For icecdc that is the
+    whole ``definitions.build_definitions`` - the pipeline file read and every source table loaded
+    from the catalog (20 tables: 20 catalog loads) - several times per batch (py-spy:
+    ~14 % of a lane's time with 2 lanes and 20 tables). Subsets and copies of the job keep the
+    cached repository (``_replace`` keeps the class).
+    """
+    return recon_job._replace(repository=_WarmRepository._make(recon_job.repository))
+
+
+_DEFINITIONS: dict[tuple, "RepositoryDefinition"] = {}
+_DEFINITIONS_LOCK = threading.Lock()
+
+
+def _config_stamp() -> tuple | None:
+    """The pipeline file the definitions are built from (``$ICECDC_CONFIG``): a change rebuilds them."""
+    path = os.environ.get("ICECDC_CONFIG")
+    if not path:
+        return None
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return (path,)
+    return (path, stat.st_mtime_ns, stat.st_size)
+
+
+def _definitions(repository: ReconstructableRepository) -> "RepositoryDefinition":
+    """The repository definition of a code origin, built once per process (and again when the
+    pipeline file changes). Code changes still need a daemon restart (module docstring)."""
+    from dagster._core.definitions.reconstruct import reconstruct_repository_def_from_pointer
+    from dagster_shared.serdes import serialize_value
+
+    load_data = repository.repository_load_data
+    key = (repository.pointer, serialize_value(load_data) if load_data is not None else None, _config_stamp())
+    with _DEFINITIONS_LOCK:
+        cached = _DEFINITIONS.get(key)
+        if cached is None:
+            cached = reconstruct_repository_def_from_pointer(repository.pointer, load_data)
+            for stale in [k for k in _DEFINITIONS if k[:2] == key[:2]]:
+                del _DEFINITIONS[stale]
+            _DEFINITIONS[key] = cached
+        return cached
+
+
 class WarmRunLauncher(RunLauncher, ConfigurableClass):
-    def __init__(self, inst_data: ConfigurableClassData | None = None, workers: int = 1) -> None:
+    def __init__(self, inst_data: ConfigurableClassData | None = None, workers: int = 1,
+                 sqlite_synchronous: str | None = None) -> None:
         if workers < 1:
             raise ValueError(f"WarmRunLauncher: workers must be at least 1, got {workers}")
+        if sqlite_synchronous is not None and sqlite_synchronous.upper() not in SQLITE_SYNCHRONOUS:
+            raise ValueError(f"WarmRunLauncher: sqlite_synchronous must be one of {', '.join(SQLITE_SYNCHRONOUS)}, "
+                             f"got {sqlite_synchronous!r}")
         self._inst_data = inst_data
         self._workers_wanted = workers
+        self._sqlite_synchronous = sqlite_synchronous
         self._queue: queue.Queue = queue.Queue()
         self._workers: list[threading.Thread] = []
         self._watcher: threading.Thread | None = None
@@ -177,15 +304,22 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
     @classmethod
     def config_type(cls) -> dict:
         return {"workers": Field(IntSource, is_required=False, default_value=1,
-                                 description="Runs executing at once (lanes sharing the SparkSession).")}
+                                 description="Runs executing at once (lanes sharing the SparkSession)."),
+                "sqlite_synchronous": Field(StringSource, is_required=False,
+                                            description="PRAGMA synchronous for the instance's SQLite "
+                                                        "storage in this process (OFF, NORMAL, FULL, EXTRA); "
+                                                        "unset: SQLite's default. See the module docs.")}
 
     @classmethod
     def from_config_value(cls, inst_data: ConfigurableClassData, config_value: Mapping[str, Any]) -> "WarmRunLauncher":
-        return cls(inst_data=inst_data, workers=int(config_value.get("workers", 1)))
+        return cls(inst_data=inst_data, workers=int(config_value.get("workers", 1)),
+                   sqlite_synchronous=config_value.get("sqlite_synchronous"))
 
     def register_instance(self, instance: "DagsterInstance") -> None:
         super().register_instance(instance)
         _no_logging_reconfiguration_per_run(instance)
+        if self._sqlite_synchronous is not None:
+            set_sqlite_synchronous(instance, self._sqlite_synchronous)
         try:
             self.fail_orphaned_runs()
         except Exception:  # noqa: BLE001 - never break instance loading; monitoring retries later
@@ -279,7 +413,7 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
                 f"Executing in the warm launcher's worker thread (pid: {self._pid}).", run,
                 EngineEventData.in_process(self._pid))
             assert run.job_code_origin is not None  # checked in launch_run
-            recon_job = recon_job_from_origin(run.job_code_origin)
+            recon_job = _warm_recon_job(recon_job_from_origin(run.job_code_origin))
             for _ in core_execute_run(recon_job, run, instance, inject_env_vars=True):
                 pass
         except BaseException:  # noqa: BLE001 - reported below; never leave the run in flight

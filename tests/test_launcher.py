@@ -272,3 +272,62 @@ def test_run_start_does_not_reconfigure_logging_when_no_python_logs_handlers_are
     runs = [launch(two_lane_instance, ok_job) for _ in range(2)]
     two_lane_instance.run_launcher.join(timeout=30)
     assert {two_lane_instance.get_run_by_id(r).status for r in runs} == {DagsterRunStatus.SUCCESS}
+
+
+def test_sqlite_synchronous_applies_to_the_instance_storage_only(tmp_path):  # noqa: ANN001
+    """``sqlite_synchronous``: this process's connections to the instance's SQLite files get the
+    PRAGMA (event log, runs); another SQLite file (an Iceberg SQL catalog) keeps SQLite's default."""
+    from sqlalchemy import create_engine, text
+
+    overrides = {"run_launcher": {**LAUNCHER["run_launcher"], "config": {"sqlite_synchronous": "OFF"}}}
+    with instance_for_test(overrides=overrides) as instance:
+        assert isinstance(instance.run_launcher, WarmRunLauncher)
+        run_id = launch(instance, ok_job)
+        instance.run_launcher.join(timeout=30)
+        assert instance.get_run_by_id(run_id).status == DagsterRunStatus.SUCCESS
+        with instance.event_log_storage.index_connection() as conn:  # type: ignore[attr-defined]
+            assert conn.execute(text("PRAGMA synchronous")).scalar() == 0
+        with instance.event_log_storage.run_connection(run_id) as conn:  # type: ignore[attr-defined]
+            assert conn.execute(text("PRAGMA synchronous")).scalar() == 0
+        other = create_engine(f"sqlite:///{tmp_path}/catalog.db")
+        with other.connect() as conn:
+            assert conn.execute(text("PRAGMA synchronous")).scalar() == 2  # FULL, SQLite's default
+        other.dispose()
+
+
+def test_sqlite_synchronous_refuses_an_unknown_mode():
+    with pytest.raises(ValueError, match="sqlite_synchronous"):
+        WarmRunLauncher(sqlite_synchronous="sometimes")
+
+
+def test_definitions_are_built_once_per_process_until_the_pipeline_file_changes(instance, tmp_path, monkeypatch):  # noqa: ANN001
+    """Runs of one code origin share one build of its definitions: Dagster's own cache holds one
+    job for the whole process, so runs of two jobs taking turns (two tables, two lanes) rebuilt
+    them at every run and step; a changed pipeline file rebuilds them."""
+    from dagster._core.definitions import reconstruct
+
+    from icecdc_dagster import launcher
+
+    builds = []
+    real = reconstruct.reconstruct_repository_def_from_pointer
+
+    def counting(pointer, load_data):  # noqa: ANN001, ANN202 - the real build, counted
+        builds.append(pointer)
+        return real(pointer, load_data)
+
+    monkeypatch.setattr(reconstruct, "reconstruct_repository_def_from_pointer", counting)
+    monkeypatch.setattr(launcher, "_DEFINITIONS", {})
+    reconstruct.ReconstructableJob.get_definition.cache_clear()
+    reconstruct.ReconstructableJob.get_repository_definition.cache_clear()
+    config = tmp_path / "pipeline.yaml"
+    config.write_text("tables: []\n")
+    monkeypatch.setenv("ICECDC_CONFIG", str(config))
+    runs = [launch(instance, job) for job in (ok_job, failing_job, ok_job, failing_job)]
+    instance.run_launcher.join(timeout=30)
+    assert [instance.get_run_by_id(r).status for r in runs] == [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE] * 2
+    assert len(builds) == 2  # one per job's code origin, not one per run
+    config.write_text("tables: []  # changed\n")
+    again = launch(instance, ok_job)
+    instance.run_launcher.join(timeout=30)
+    assert instance.get_run_by_id(again).status == DagsterRunStatus.SUCCESS
+    assert len(builds) == 3

@@ -17,20 +17,71 @@ from icecdc_dagster.assets.metadata import batch_metadata
 from icecdc_dagster.assets.table_metadata import COLUMN_LINEAGE, PARTITION_ROW_COUNT, column_lineage, described_table
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.lineage import LineageDataset, LineageEmitter, iceberg_dataset
-from icecdc_dagster.pipeline.batches import BatchRequest, compute_batch, identifier_columns_of, keys_to_request
+from icecdc_dagster.pipeline.batches import (BatchRequest, compute_batch, identifier_columns_of, keys_to_request,
+                                             row_stats)
 from icecdc_dagster.pipeline import lifecycle
 from icecdc_dagster.pipeline.changelog_store import ChangelogStore
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
+from icecdc_dagster.sensors.line import TAIL_PAGE
 
 if TYPE_CHECKING:
+    from dagster import DagsterInstance
     from pyiceberg.table import Table
 
 
 def batch_request(context: AssetExecutionContext, table: TableConfig, source: "Table") -> BatchRequest:
-    # Every key of the table (the active line starts at the latest resync bootstrap): one query per run.
-    all_keys = context.instance.get_dynamic_partitions(naming.partitions_name(table))
-    return keys_to_request(table.table_name, context.partition_keys, all_keys, table.disable_export,
+    key_range = context.partition_key_range
+    known = line_keys(context.instance, table, key_range.start)
+    if known is None:  # no batch yet, or keys not found: every key of the table, once
+        known = list(context.instance.get_dynamic_partitions(naming.partitions_name(table)))
+    keys = known[known.index(key_range.start):known.index(key_range.end) + 1] \
+        if key_range.start in known and key_range.end in known else list(context.partition_keys)
+    return keys_to_request(table.table_name, keys, known, table.disable_export,
                            identifier_columns_of(table.identifier_columns, source))
+
+
+def line_keys(instance: "DagsterInstance", table: TableConfig, first_key: str) -> list[str] | None:
+    """The table's keys that decide a run starting at ``first_key``, in order, without reading the
+    history: the active line's first key, then every key from the older of ``first_key`` and the
+    latest changelog batch on (the backlog). None when there is no batch yet or the keys are not found.
+
+    Resync keys are always added as the newest key, so the latest resync is either among the keys
+    read (newest first, down to those two) or the line the latest changelog batch recorded; the
+    original line starts at the first key. The run's keys are refused as superseded exactly as
+    when every key is read (``keys_to_request``).
+    """
+    from dagster import AssetRecordsFilter
+
+    records = instance.fetch_materializations(AssetRecordsFilter(asset_key=naming.changelog_key(table)),
+                                              limit=1).records
+    if not records or records[0].partition_key is None:
+        return None
+    materialization = records[0].asset_materialization
+    token = materialization.metadata.get("line") if materialization else None
+    recorded_line = str(getattr(token, "value", token)) if token is not None else None
+    name = naming.partitions_name(table)
+    wanted = {first_key, records[0].partition_key}
+    tail: list[str] = []
+    cursor: str | None = None
+    while wanted:
+        page = instance.get_paginated_dynamic_partitions(name, limit=TAIL_PAGE, ascending=False, cursor=cursor)
+        for key in page.results:
+            tail.append(key)
+            wanted.discard(key)
+        if wanted and (not page.has_more or not page.results):
+            return None
+        cursor = page.cursor
+    tail.reverse()
+    if any(lifecycle.is_resync_key(key) for key in tail):
+        return tail
+    if recorded_line is not None:
+        start = recorded_line if instance.get_existing_dynamic_partitions(name, [recorded_line]) else None
+    else:
+        first = instance.get_paginated_dynamic_partitions(name, limit=1, ascending=True).results
+        start = first[0] if first else None
+    if start is None:
+        return None
+    return tail if tail[0] == start else [start, *tail]
 
 
 def build_changelog_asset(table: TableConfig, lineage: LineageEmitter | None = None,
@@ -62,6 +113,7 @@ def build_changelog_asset(table: TableConfig, lineage: LineageEmitter | None = N
             with changelog.staged_scans(session):
                 computed = compute_batch(session, catalog.name, source, request)
                 stored = store.write(computed.info, computed.rows)
+                stats = row_stats(computed, stored.counts)  # may read the changed files: inside the block
             if lineage is not None:
                 written = iceberg_dataset(catalog.name, catalog.load_table(stored.table_name))
                 outcome.outputs = [written]
@@ -80,7 +132,7 @@ def build_changelog_asset(table: TableConfig, lineage: LineageEmitter | None = N
         metadata = batch_metadata(
             computed.info, parent, started, stored.counts,
             {"batch_kind": computed.kind, "changelog_table": stored.table_name,
-             "changelog_snapshot_id": str(stored.snapshot_id), **line_meta, **computed.stats})
+             "changelog_snapshot_id": str(stored.snapshot_id), **line_meta, **stats})
         return MaterializeResult(metadata={**metadata, **described},
                                  data_version=DataVersion(str(computed.info.snapshot_id)))
 

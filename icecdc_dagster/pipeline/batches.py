@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from icecdc_dagster import changelog
 from icecdc_dagster.changelog import uses_row_lineage
-from icecdc_dagster.batch import BatchInfo
+from icecdc_dagster.batch import CHANGE_TYPES, BatchInfo
 from icecdc_dagster.errors import SupersededPartitionError
 from icecdc_dagster.pipeline import lifecycle
 
@@ -41,6 +41,8 @@ class ComputedBatch:
     rows: Any  # Spark DataFrame of change rows (all four change types); sinks derive events at read
     stats: dict[str, Any] = field(default_factory=dict)
     kind: str = "cdc"  # "export", "bootstrap" (export disabled), "cdc" or "net"
+    raw_rows: Any = None  # the rows read, before carry-over removal / netting (None: not counted)
+    counted: bool = False  # row counts per change type belong in the stats (see row_stats)
 
 
 def identifier_columns_of(configured: Sequence[str], table: "Table") -> tuple[str, ...]:
@@ -121,12 +123,33 @@ def compute_batch(spark: "SparkSession", catalog_name: str, table: "Table", requ
         stats: dict[str, Any] = {}
     else:
         rows = change_set.rows
-        # Row counts per change type (before images included), rows read and carry-over removed:
-        # aggregations over the change rows, so their cost follows the change. Not for an export,
-        # whose rows are the whole table (the stored batch's counts say the same for free).
-        stats = dict(change_set.stats) if kind == "export" else change_set.compute_stats()
+        stats = dict(change_set.stats)
     stats["plan_s"] = round(time.monotonic() - started, 3)
-    return ComputedBatch(info=info, rows=rows, stats=stats, kind=kind)
+    # An export's rows are the whole table: the stored batch's counts say all there is to say.
+    return ComputedBatch(info=info, rows=rows, stats=stats, kind=kind,
+                         raw_rows=change_set.raw_rows if change_set is not None and kind != "export" else None,
+                         counted=change_set is not None and kind != "export")
+
+
+def row_stats(computed: ComputedBatch, counts: dict[str, int]) -> dict[str, Any]:
+    """The batch's statistics completed with its row counts, once its rows are written.
+
+    ``counts``: the written change rows per change type (the store counts them while writing).
+    Rows read and carry-over removed: when the change rows are the rows read as they are (appends,
+    whole-file deletes: nothing to cancel), from those counts; otherwise one count of the rows read,
+    whose cost follows the change.
+    """
+    stats = dict(computed.stats)
+    if not computed.counted:
+        return stats
+    stats.update({f"{t.lower()}_rows": int(counts.get(t, 0)) for t in CHANGE_TYPES})
+    written = sum(counts.values())
+    if computed.raw_rows is computed.rows:
+        stats["rows_read"], stats["carry_over_removed"] = written, 0
+    elif computed.raw_rows is not None:
+        read = int(computed.raw_rows.count())
+        stats["rows_read"], stats["carry_over_removed"] = read, read - written
+    return stats
 
 
 def uses_row_id(table: "Table", identifier_columns: Sequence[str]) -> bool:

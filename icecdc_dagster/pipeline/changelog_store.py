@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from icecdc_dagster.batch import CHANGE_TYPE, LAST_UPDATED_SEQUENCE_NUMBER, ROW_ID, BatchInfo
 from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import ChangelogError
+from icecdc_dagster.pipeline.observed import observe_change_counts
+from icecdc_dagster.writer.exactly_once import java_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -69,6 +71,8 @@ class ChangelogStore:
                 rows = rows.withColumnRenamed(engine_name, stored_name)
         rows = (rows.withColumn(BATCH_SNAPSHOT_ID, F.lit(batch.snapshot_id).cast("long"))
                 .withColumn(BATCH_FIRST_SNAPSHOT_ID, F.lit(batch.first_snapshot_id).cast("long")))
+        # Counted by the write's own tasks (no aggregation job reading the batch back).
+        rows, observed = observe_change_counts(rows)
         batch_id = f"{batch.table_name}@{batch.first_snapshot_id}-{batch.snapshot_id}"
         if not self._exists():
             (rows.writeTo(self.spark_name)
@@ -83,10 +87,12 @@ class ChangelogStore:
              .option("mergeSchema", "true")
              .option("snapshot-property.icecdc.batch-id", batch_id)
              .overwrite(F.col(BATCH_SNAPSHOT_ID) == F.lit(batch.snapshot_id)))
-        counts = self.counts(batch)
-        snapshot = self.spark.sql(
-            f"SELECT snapshot_id FROM {self.spark_name}.snapshots ORDER BY committed_at DESC LIMIT 1").first()
-        return StoredBatch(self.table_name, snapshot.snapshot_id if snapshot else None, counts)
+        counts = observed.get()
+        if counts is None:  # Spark did not report the metrics: count the stored batch instead
+            counts = self.counts(batch)
+        # The line is the table's only writer: its current snapshot is the one just committed.
+        current = java_table(self.spark, self.spark_name).currentSnapshot()
+        return StoredBatch(self.table_name, int(current.snapshotId()) if current is not None else None, counts)
 
     def _in_table_order(self, rows: "DataFrame") -> "DataFrame":
         """Existing columns in the table's order, new ones (source schema evolution) last.

@@ -7,7 +7,10 @@ table is ever in flight, a failed batch is retried up to ``max_retries`` and
 then blocks the line until it is re-executed; other tables keep flowing. A run whose worker
 died is failed over on the next tick (and retried); while an ``icecdc sync`` holds the table's
 line lock the sensor requests nothing.
-The partitions themselves are the cursor, so a daemon restart loses nothing.
+The partitions themselves are the cursor, so a daemon restart loses nothing. The sensor's own
+cursor only marks an idle line (nothing to do at a given table metadata file and newest partition):
+until either changes, for at most ``IDLE_RECHECK_S``, a tick reads the table and one partition key
+and skips the line's queries.
 
 When the table changed under the line (rolled back, a needed snapshot expired, dropped and
 recreated: ``pipeline.lifecycle.diagnose``), the tick skips with a reason that names what happened
@@ -15,7 +18,10 @@ and the ``icecdc resync`` command that recovers; it never raises on every tick. 
 the latest resync bootstrap are superseded and never planned again.
 """
 
+import json
+import time
 from typing import TYPE_CHECKING
+
 from dagster import (AssetKey, DefaultSensorStatus, RunRequest, SensorDefinition,
                      SensorEvaluationContext, SensorResult, SkipReason, sensor)
 
@@ -152,6 +158,41 @@ def evaluate_window(instance: "DagsterInstance", table_line_: line.Line,
 
 
 
+IDLE_RECHECK_S = 60.0
+UNCHANGED_SKIP = "all snapshots are applied (table and line unchanged since the last full check)"
+NOT_IDLE = "{}"  # a cursor that marks nothing (Dagster keeps the previous cursor when a result has none)
+
+
+def idle_fingerprint(instance: "DagsterInstance", table: TableConfig, source_table: "Table") -> str:
+    """What an idle line's next tick compares: the table's metadata file (every commit, rollback,
+    expiry or property change writes a new one) and the line's newest partition key (a resync adds
+    one). One catalog read the tick does anyway and one indexed query."""
+    return f"{source_table.metadata_location}|{line.newest_key(instance, table_line(table)) or ''}"
+
+
+def idle_cursor(fingerprint: str, now: float | None = None) -> str:
+    return json.dumps({"idle": fingerprint, "at": time.time() if now is None else now})
+
+
+def still_idle(cursor: str | None, fingerprint: str, now: float | None = None) -> bool:
+    """The last full check found nothing to do, nothing changed since, and it is recent.
+
+    The cursor only lets a tick skip work: the line's state stays in the instance (partitions,
+    runs, materialisations) and every ``IDLE_RECHECK_S`` a full check reads it again (a wiped
+    materialisation, a run launched by hand whose worker died). Runs are only requested after a
+    full check.
+    """
+    if not cursor:
+        return False
+    try:
+        mark = json.loads(cursor)
+        at = float(mark["at"])
+    except (ValueError, KeyError, TypeError):
+        return False
+    now = time.time() if now is None else now
+    return mark.get("idle") == fingerprint and 0 <= now - at < IDLE_RECHECK_S
+
+
 def build_snapshot_sensor(table: TableConfig, config_path: str | None = None) -> SensorDefinition:
     @sensor(
         name=naming.sensor_name(table),
@@ -168,7 +209,13 @@ def build_snapshot_sensor(table: TableConfig, config_path: str | None = None) ->
             source = context.resources.catalog.load_table(table.table_name)
         except NoSuchTableError:  # an ingest entry with auto_create has not created it yet
             return SkipReason(f"table {table.table_name} does not exist yet")
+        fingerprint = idle_fingerprint(context.instance, table, source)
+        if still_idle(context.cursor, fingerprint):
+            return SensorResult(skip_reason=SkipReason(UNCHANGED_SKIP), cursor=context.cursor)
         new_keys, planned = evaluate(context.instance, table, source, config_path)
+        # Nothing to do and nothing new: the next ticks skip the line's queries until the table or
+        # the line changes (or IDLE_RECHECK_S pass). Any other outcome clears the mark.
+        cursor = idle_cursor(fingerprint) if planned is None and not new_keys else NOT_IDLE
         partitions = naming.partitions_def(table)
         add = [partitions.build_add_request(new_keys)] if new_keys else []
         # Record the source's new state on its observable asset (data version = snapshot id).
@@ -176,8 +223,9 @@ def build_snapshot_sensor(table: TableConfig, config_path: str | None = None) ->
         busy = line.held_elsewhere(context.instance, table_line(table)) if isinstance(planned, NextRun) else None
         if isinstance(planned, NextRun) and busy is None:
             return SensorResult(run_requests=[run_request(table, planned)], dynamic_partitions_requests=add,
-                                asset_events=events)
+                                asset_events=events, cursor=cursor)
         reason = busy or (planned.reason if isinstance(planned, Blocked) else "all snapshots are applied")
-        return SensorResult(skip_reason=SkipReason(reason), dynamic_partitions_requests=add, asset_events=events)
+        return SensorResult(skip_reason=SkipReason(reason), dynamic_partitions_requests=add, asset_events=events,
+                            cursor=cursor)
 
     return _sensor

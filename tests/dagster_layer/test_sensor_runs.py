@@ -5,6 +5,7 @@ whose worker process is killed is failed over by the next tick and retried."""
 import os
 import random
 import signal
+import sys
 import time
 
 from dagster import AssetKey, AssetRecordsFilter, DagsterEventType, DagsterRunStatus
@@ -70,11 +71,15 @@ def test_sensor_requests_every_snapshot_in_commit_order(spark, catalog_settings,
     assert update["operation"] == "overwrite"
     assert update["parent_snapshot_id"] == bootstrap and update["snapshot_id"] == later[0]
     assert update["files_read"] >= 1 and update["rows_read"] >= 10 and update["carry_over_removed"] >= 0
+    assert update["rows_read"] - update["carry_over_removed"] == update["rows"]  # carry-over pairs: 2 rows each
     assert update["changelog_table"] == "db.items__changelog" and update["changelog_snapshot_id"].isdigit()
     assert {"commit_time", "lag_commit_to_applied_s", "duration_s", "count_delete"} <= set(update)
     assert delete["count_delete"] == 5 and delete["count_insert"] == 0
     assert replace["operation"] == "replace" and replace["rows"] == 0
     assert append["count_insert"] == 1
+    # One-sided snapshots have nothing to cancel: rows read = rows stored, counted by the write itself.
+    assert (append["insert_rows"], append["rows_read"], append["carry_over_removed"]) == (1, 1, 0)
+    assert delete["delete_rows"] == 5 and delete["rows_read"] - delete["carry_over_removed"] == delete["rows"]
 
 
 def test_catch_up_range_runs_net_changes_in_one_run(spark, catalog_settings, catalog, instance, tmp_path):
@@ -144,3 +149,87 @@ def test_killed_sensor_launched_run_is_failed_over_by_the_next_tick(spark, catal
     applied = [s.summary.additional_properties.get(SOURCE_SNAPSHOT_PROPERTY)
                for s in catalog.load_table("db.items_copy").snapshots()]
     assert [a for a in applied if a] == [first.added[0]]                # the export committed exactly once
+
+
+def test_idle_line_skips_its_queries_until_the_table_or_the_line_changes(spark, catalog_settings, catalog, instance,
+                                                                         tmp_path):
+    from dagster import build_sensor_context
+
+    from icecdc_dagster.assets import naming
+    from icecdc_dagster.sensors.snapshots import (IDLE_RECHECK_S, NOT_IDLE, UNCHANGED_SKIP, idle_cursor,
+                                                  idle_fingerprint)
+
+    name = catalog_settings.name
+    spark.sql(f"CREATE TABLE {name}.db.quiet (id BIGINT NOT NULL, v STRING) USING iceberg "
+              "TBLPROPERTIES ('format-version'='2')")
+    spark.sql(f"INSERT INTO {name}.db.quiet VALUES (1, 'a')")
+    config = load_config(write_pipeline(tmp_path / "p.yaml", catalog_settings, [
+        {"table_name": "db.quiet", "identifier_columns": ["id"]}]))
+    defs = build_definitions(config)
+    table = config.tables[0]
+    sensor = defs.get_sensor_def(naming.sensor_name(table))
+
+    def evaluate(cursor):  # noqa: ANN001, ANN202
+        context = build_sensor_context(instance=instance, instance_ref=instance.get_ref(), cursor=cursor,
+                                       resources=defs.resources, definitions=defs)
+        return sensor.evaluate_tick(context)
+
+    assert all(all(t.succeeded) for t in drain(defs, instance, table))
+    full = evaluate(None)
+    assert full.skip_message == "all snapshots are applied" and not full.run_requests
+    mark = full.cursor
+    assert mark is not None
+    quick = evaluate(mark)
+    assert quick.skip_message == UNCHANGED_SKIP and not quick.run_requests and quick.cursor == mark
+
+    # A commit changes the table's metadata file: a full check adds the snapshot and requests its run.
+    spark.sql(f"INSERT INTO {name}.db.quiet VALUES (2, 'b')")
+    changed = evaluate(mark)
+    newest = _snapshot_ids(catalog, "db.quiet")[-1]
+    assert changed.skip_message is None and [r.partition_key for r in changed.run_requests] == [newest]
+    assert changed.cursor == NOT_IDLE  # the idle mark is cleared
+    assert all(all(t.succeeded) for t in drain(defs, instance, table))
+
+    # A new partition of the line (what a resync adds) changes the fingerprint too; so does time.
+    source = catalog.load_table("db.quiet")
+    mark = idle_cursor(idle_fingerprint(instance, table, source))
+    assert evaluate(mark).skip_message == UNCHANGED_SKIP
+    stale = idle_cursor(idle_fingerprint(instance, table, source), now=time.time() - IDLE_RECHECK_S - 1)
+    assert evaluate(stale).skip_message == "all snapshots are applied"
+    instance.add_dynamic_partitions(naming.partitions_name(table), [f"{newest}@resync1"])
+    assert evaluate(mark).skip_message != UNCHANGED_SKIP
+
+
+def test_batch_runs_read_the_backlog_not_every_key(spark, catalog_settings, catalog, instance, tmp_path, monkeypatch):
+    """After the first batch, a run finds its line from the latest batch and the keys after it
+    (newest first), not from every partition key of the table; what it computes is unchanged."""
+    from dagster import DagsterInstance
+
+    name = catalog_settings.name
+    spark.sql(f"CREATE TABLE {name}.db.hist (id BIGINT NOT NULL, v STRING) USING iceberg "
+              "TBLPROPERTIES ('format-version'='2')")
+    spark.sql(f"INSERT INTO {name}.db.hist VALUES (1, 'a')")
+    config = load_config(write_pipeline(tmp_path / "p.yaml", catalog_settings, [
+        {"table_name": "db.hist", "identifier_columns": ["id"], "max_snapshots_per_run": 2}]))
+    defs = build_definitions(config)
+    table = config.tables[0]
+    assert all(all(t.succeeded) for t in drain(defs, instance, table))   # the export
+    callers = []
+    real = DagsterInstance.get_dynamic_partitions
+
+    def recording(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202 - the real call, recorded
+        callers.append(sys._getframe(1).f_code.co_name)  # noqa: SLF001
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(DagsterInstance, "get_dynamic_partitions", recording)
+    for i in range(2, 5):
+        spark.sql(f"INSERT INTO {name}.db.hist VALUES ({i}, 'v{i}')")
+    keys = _snapshot_ids(catalog, "db.hist")[1:]
+    ticks = drain(defs, instance, table)
+    assert all(all(t.succeeded) for t in ticks)
+    assert [r for t in ticks for r in t.requested] == [(keys[0], keys[1]), (keys[2], keys[2])]
+    assert "batch_request" not in callers
+    changelog_key = AssetKey(["changelog", "db", "hist"])
+    net, last = _metadata(instance, changelog_key, keys[1]), _metadata(instance, changelog_key, keys[2])
+    assert (net["batch_kind"], net["count_insert"], net["is_export"]) == ("net", 2, False)
+    assert (last["batch_kind"], last["count_insert"], last["is_export"]) == ("cdc", 1, False)
