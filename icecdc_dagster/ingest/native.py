@@ -43,6 +43,7 @@ _LINE_ARROW = pa.schema([pa.field("file_index", pa.int64()), pa.field("source_fi
 _RANGE_SCHEMA = T.StructType([T.StructField("file_index", T.LongType()), T.StructField("uri", T.StringType()),
                               T.StructField("start", T.LongType()), T.StructField("end", T.LongType())])
 _ARROW_BATCH = 65536
+_MIN_CHUNK = 1 << 20
 # Spark's JSON reader, as strict as Python's json where it can be.
 JSON_OPTIONS = {"allowSingleQuotes": "false", "allowNumericLeadingZeros": "false",
                 "allowUnquotedControlChars": "false", "allowBackslashEscapingAnyCharacter": "false",
@@ -73,7 +74,11 @@ class TargetColumn:
 
 def lines_frame(spark: "SparkSession", files: Sequence[landing.LandingFile]) -> DataFrame:
     """(file_index, source_file, source_offset, raw) per line, read in byte ranges by executors (Arrow batches)."""
-    ranges = landing.chunks(files)
+    # Enough ranges to keep every core busy (two per core), each at most CHUNK_BYTES and at least 1 MB.
+    cores = max(int(spark.sparkContext.defaultParallelism), 1)
+    total = sum(f.size for f in files)
+    chunk = min(landing.CHUNK_BYTES, max(_MIN_CHUNK, -(-total // (2 * cores))))
+    ranges = landing.chunks(files, chunk)
     frame = spark.createDataFrame(spark.sparkContext.parallelize(ranges, max(len(ranges), 1)), _RANGE_SCHEMA)
     return frame.mapInArrow(_read_ranges, LINE_SCHEMA)
 
