@@ -237,12 +237,16 @@ def _mark_updates(counted: DataFrame, keys: Sequence[str], inserts: Column, dele
 
 
 def _raise_on_bad_key(flagged: DataFrame, keys: Sequence[str], name: str, export: bool = False) -> None:
-    """Raise the named error for the first flagged key; collects at most one small row."""
-    bad = (flagged.where(F.col(f"{_TMP}bad"))
-           .select(column(COMMIT_SNAPSHOT_ID), *_cols(keys), F.col(f"{_TMP}ins"), F.col(f"{_TMP}del"))
-           .limit(1).collect())
-    if bad:
-        _raise_key_error(bad[0], keys, name, export, f"{_TMP}ins", f"{_TMP}del")
+    """Raise the named error for the smallest flagged (snapshot, key); collects one small row.
+
+    One global aggregate (one pass over every partition, which also fills a persisted ``flagged``)
+    rather than ``limit(1)``, whose incremental jobs rescan the partitions when no key is bad.
+    """
+    offender = F.min(F.when(F.col(f"{_TMP}bad"), F.struct(
+        column(COMMIT_SNAPSHOT_ID), *_cols(keys), F.col(f"{_TMP}ins"), F.col(f"{_TMP}del"))))
+    bad = flagged.agg(offender.alias("offender")).collect()[0]["offender"]
+    if bad is not None:
+        _raise_key_error(bad, keys, name, export, f"{_TMP}ins", f"{_TMP}del")
 
 
 def key_string(keys: Sequence[str]) -> str:
