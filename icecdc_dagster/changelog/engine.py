@@ -24,7 +24,7 @@ from icecdc_dagster.batch import (
     CHANGE_COLUMNS, CHANGE_ORDINAL, CHANGE_TYPE, COMMIT_SEQUENCE_NUMBER, COMMIT_SNAPSHOT_ID, COMMIT_TIMESTAMP,
     DELETE, INSERT, LAST_UPDATED_SEQUENCE_NUMBER, ROW_ID, UPDATE_AFTER, UPDATE_BEFORE)
 from icecdc_dagster.changelog.plan import SnapshotPlan, ancestry_ids, plan_snapshot, table_name
-from icecdc_dagster.changelog.read import read_files, touched_files
+from icecdc_dagster.changelog.read import java_data_file_changes, java_table, read_files, touched_files
 from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import (
     DuplicateKeyChangeError, IdentifierColumnError, SnapshotNotFoundError, TableHasNoSnapshotError,
@@ -237,12 +237,16 @@ def _mark_updates(counted: DataFrame, keys: Sequence[str], inserts: Column, dele
 
 
 def _raise_on_bad_key(flagged: DataFrame, keys: Sequence[str], name: str, export: bool = False) -> None:
-    """Raise the named error for the first flagged key; collects at most one small row."""
-    bad = (flagged.where(F.col(f"{_TMP}bad"))
-           .select(column(COMMIT_SNAPSHOT_ID), *_cols(keys), F.col(f"{_TMP}ins"), F.col(f"{_TMP}del"))
-           .limit(1).collect())
-    if bad:
-        _raise_key_error(bad[0], keys, name, export, f"{_TMP}ins", f"{_TMP}del")
+    """Raise the named error for the smallest flagged (snapshot, key); collects one small row.
+
+    One global aggregate (one pass over every partition, which also fills a persisted ``flagged``)
+    rather than ``limit(1)``, whose incremental jobs rescan the partitions when no key is bad.
+    """
+    offender = F.min(F.when(F.col(f"{_TMP}bad"), F.struct(
+        column(COMMIT_SNAPSHOT_ID), *_cols(keys), F.col(f"{_TMP}ins"), F.col(f"{_TMP}del"))))
+    bad = flagged.agg(offender.alias("offender")).collect()[0]["offender"]
+    if bad is not None:
+        _raise_key_error(bad, keys, name, export, f"{_TMP}ins", f"{_TMP}del")
 
 
 def key_string(keys: Sequence[str]) -> str:
@@ -408,20 +412,27 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
     check_supported(table)
     _require_snapshot(table)
     keys = validate_identifier_columns(table, tuple(identifier_columns))
-    plans = [plan_snapshot(table, sid) for sid in _resolve_range(table, snapshot_id)]
+    jtable = java_table(spark, catalog_name, table)
+    jvm_changes = java_data_file_changes(spark, jtable)
+    plans = [plan_snapshot(table, sid, jvm_changes) for sid in _resolve_range(table, snapshot_id)]
     columns = output_columns(table)
     parts, files_read, sides = [], 0, []
     for ordinal, plan in enumerate(plans):
         before, after = touched_files(table, plan)
         files_read += len(before) + len(after)
         sides.append((before, after))
+        # Without delete files the touched files are exactly the ones the snapshot removed and added:
+        # their scan tasks come from the snapshot's own manifests, not from planning the table.
+        changed_by = None if plan.needs_diff else plan.snapshot_id
         if before:
             assert plan.parent_id is not None, "a snapshot that removes rows has a parent"
-            parts.append(_with_change_columns(read_files(spark, catalog_name, table, plan.parent_id, before),
-                                              columns, DELETE, plan, ordinal))
+            parts.append(_with_change_columns(
+                read_files(spark, catalog_name, table, plan.parent_id, before, changed_by, jtable),
+                columns, DELETE, plan, ordinal))
         if after:
-            parts.append(_with_change_columns(read_files(spark, catalog_name, table, plan.snapshot_id, after),
-                                              columns, INSERT, plan, ordinal))
+            parts.append(_with_change_columns(
+                read_files(spark, catalog_name, table, plan.snapshot_id, after, changed_by, jtable),
+                columns, INSERT, plan, ordinal))
     if not parts:
         empty_plan = plans[-1] if plans else None
         current = table.metadata.current_snapshot()

@@ -6,6 +6,7 @@ which data files (or partitions) a time-travel diff has to look at.
 """
 
 from typing import TYPE_CHECKING
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyiceberg.avro.file import AvroFile
@@ -132,8 +133,33 @@ def _delete_content(data_file: "DataFile") -> str:
     return "position"
 
 
-def plan_snapshot(table: "Table", snapshot_id: int) -> SnapshotPlan:
-    """The snapshot's metadata-level change: files added/removed, delete files, partitions."""
+ChangedDataFile = tuple[str, int, int, tuple]
+"""(path, record count, spec id, partition values) of a data file a snapshot added or removed."""
+
+DataFileChanges = Callable[[int], "tuple[list[ChangedDataFile], list[ChangedDataFile]] | None"]
+"""Given a snapshot id, the (added, removed) data files of that snapshot, read by an engine that
+decodes manifests faster than pyiceberg (Iceberg's JVM); None to decline."""
+
+# A manifest the snapshot wrote that carries this many more unchanged entries than changed ones is
+# decoded by ``data_file_changes`` when one is given: pyiceberg decodes about 30,000 entries a second,
+# so one small change on a table of 20,000 files would otherwise cost the whole manifest.
+_LARGE_MANIFEST_EXISTING = 1000
+
+
+def _needs_fast_reader(manifests: list, snapshot_id: int) -> bool:
+    own = [m for m in manifests if m.added_snapshot_id == snapshot_id and m.content == ManifestContent.DATA]
+    existing = sum(m.existing_files_count or 0 for m in own)
+    changed = sum((m.added_files_count or 0) + (m.deleted_files_count or 0) for m in own)
+    return existing > _LARGE_MANIFEST_EXISTING and existing > 4 * changed
+
+
+def plan_snapshot(table: "Table", snapshot_id: int, data_file_changes: DataFileChanges | None = None) -> SnapshotPlan:
+    """The snapshot's metadata-level change: files added/removed, delete files, partitions.
+
+    ``data_file_changes``: read the added/removed data files with it instead of decoding the data
+    manifests the snapshot wrote, when those are mostly unchanged entries (a small change on a table of
+    many files rewrites a manifest of every file). Delete manifests are always decoded here.
+    """
     snapshot = snapshot_or_raise(table, snapshot_id)
     io = table.io
     added: list[str] = []
@@ -144,11 +170,24 @@ def plan_snapshot(table: "Table", snapshot_id: int) -> SnapshotPlan:
     live_deletes = False
     added_records = removed_records = 0
     records: dict[str, int] = {}
-    for manifest in snapshot.manifests(io):
+    manifests = snapshot.manifests(io)
+    fast = (data_file_changes(snapshot.snapshot_id)
+            if data_file_changes is not None and _needs_fast_reader(manifests, snapshot.snapshot_id) else None)
+    if fast is not None:
+        for files, target in zip(fast, (added, removed), strict=True):
+            for path, record_count, spec_id, values in files:
+                target.append(path)
+                records[path] = record_count
+                partitions.add((spec_id, values))
+        added_records = sum(records[p] for p in added)
+        removed_records = sum(records[p] for p in removed)
+    for manifest in manifests:
         is_delete_manifest = manifest.content == ManifestContent.DELETES
         if is_delete_manifest and ((manifest.added_files_count or 0) + (manifest.existing_files_count or 0)) > 0:
             live_deletes = True
         if manifest.added_snapshot_id != snapshot.snapshot_id:
+            continue
+        if fast is not None and not is_delete_manifest:
             continue
         for entry in manifest_entries(io, manifest, int(table.metadata.format_version)):
             if entry.snapshot_id != snapshot.snapshot_id or entry.status == ManifestEntryStatus.EXISTING:

@@ -22,7 +22,7 @@ from pyiceberg.types import PrimitiveType
 from pyiceberg.conversions import from_bytes
 from pyiceberg.manifest import DataFileContent, ManifestContent
 
-from icecdc_dagster.changelog.plan import SnapshotPlan, snapshot_or_raise
+from icecdc_dagster.changelog.plan import ChangedDataFile, DataFileChanges, SnapshotPlan, snapshot_or_raise
 from icecdc_dagster.column_names import quote
 from icecdc_dagster.runtime.java import JavaObject, gateway, jvm
 
@@ -73,6 +73,41 @@ def _java_table(spark: "SparkSession", identifier: str) -> JavaObject:
     return jvm(spark).org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, identifier)
 
 
+def _partition_values(spark: "SparkSession", partition: JavaObject) -> tuple:
+    """A JVM partition tuple as Python values (informational: types py4j does not map become strings)."""
+    any_class = jvm(spark).java.lang.Object._java_lang_class
+    values = []
+    for i in range(int(partition.size())):
+        value = partition.get(i, any_class)
+        values.append(value if value is None or isinstance(value, (bool, int, float, str, bytes)) else str(value))
+    return tuple(values)
+
+
+def _described(spark: "SparkSession", files: JavaObject) -> list[tuple[str, int, int, tuple]]:
+    return [(str(f.location()), int(f.recordCount()), int(f.specId()), _partition_values(spark, f.partition()))
+            for f in files]
+
+
+def java_table(spark: "SparkSession", catalog_name: str, table: "Table") -> JavaObject:
+    """The table as Iceberg's JVM API sees it; pass it to several ``read_files`` of one batch so that
+    the table is loaded once and each snapshot's manifests are decoded once (Iceberg caches them)."""
+    return _java_table(spark, spark_identifier(catalog_name, table))
+
+
+def java_data_file_changes(spark: "SparkSession", jtable: JavaObject) -> DataFileChanges:
+    """Data files a snapshot added and removed, read by Iceberg in the JVM (for ``plan_snapshot``):
+    only the manifests that snapshot wrote are read, at JVM speed; py4j calls follow the changed files."""
+
+    def changes(snapshot_id: int) -> tuple[list[ChangedDataFile], list[ChangedDataFile]] | None:
+        snapshot = jtable.snapshot(int(snapshot_id))
+        if snapshot is None:
+            return None
+        io = jtable.io()
+        return _described(spark, snapshot.addedDataFiles(io)), _described(spark, snapshot.removedDataFiles(io))
+
+    return changes
+
+
 def _table_cache(spark: "SparkSession") -> JavaObject:
     gw = gateway(spark)
     j = jvm(spark)
@@ -116,16 +151,70 @@ def _touched_tasks(spark: "SparkSession", planned: JavaObject, paths: set[str] |
         return tasks
 
 
+def _changed_file_tasks(spark: "SparkSession", jtable: JavaObject, snapshot_id: int, paths: set[str],
+                        changed_by: int) -> JavaObject | None:
+    """File tasks for ``paths`` built from the data files snapshot ``changed_by`` added (read as of
+    ``changed_by``) or removed (read as of its parent), without planning the whole snapshot.
+
+    Only valid when no delete file is live on either side (the tasks carry no deletes): Iceberg reads
+    just the manifests ``changed_by`` wrote, so the cost follows the change, not the table's file count.
+    None when a path is not among those files (the caller plans instead).
+    """
+    j = jvm(spark)
+    snapshot = jtable.snapshot(int(changed_by))
+    if snapshot is None:
+        return None
+    io = jtable.io()
+    files = snapshot.addedDataFiles(io) if int(snapshot_id) == int(changed_by) else snapshot.removedDataFiles(io)
+    read_at = jtable.snapshot(int(snapshot_id))
+    if read_at is None:
+        return None
+    schema_id = read_at.schemaId()
+    schema = jtable.schemas().get(schema_id) if schema_id is not None else None
+    schema_json = j.org.apache.iceberg.SchemaParser.toJson(schema if schema is not None else jtable.schema())
+    residuals = j.org.apache.iceberg.expressions.ResidualEvaluator.unpartitioned(
+        j.org.apache.iceberg.expressions.Expressions.alwaysTrue())
+    no_deletes = gateway(spark).new_array(j.org.apache.iceberg.DeleteFile, 0)
+    specs = jtable.specs()
+    spec_json: dict[int, str] = {}
+    tasks = j.java.util.ArrayList()
+    found = set()
+    for data_file in files:
+        location = data_file.location()
+        if location not in paths or location in found:
+            continue
+        found.add(location)
+        spec_id = int(data_file.specId())
+        if spec_id not in spec_json:
+            spec_json[spec_id] = j.org.apache.iceberg.PartitionSpecParser.toJson(specs.get(spec_id))
+        tasks.add(j.org.apache.iceberg.BaseFileScanTask(data_file, no_deletes, schema_json, spec_json[spec_id],
+                                                        residuals))
+    return tasks if found == paths else None
+
+
 def read_files(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_id: int,
-               paths: set[str] | None) -> "DataFrame":
-    """Rows of ``paths`` (None: every file) as of ``snapshot_id`` (its deletes applied), current schema."""
+               paths: set[str] | None, changed_by: int | None = None,
+               jtable: JavaObject | None = None) -> "DataFrame":
+    """Rows of ``paths`` (None: every file) as of ``snapshot_id`` (its deletes applied), current schema.
+
+    ``changed_by``: a snapshot that added all of ``paths`` (``snapshot_id == changed_by``) or removed
+    them (``snapshot_id`` is its parent), with no delete file live on either side: the tasks are built
+    from that snapshot's own manifests instead of planning every file of ``snapshot_id``.
+    ``jtable``: the table from :func:`java_table` (loaded here when None).
+    """
     identifier = spark_identifier(catalog_name, table)
-    jtable = _java_table(spark, identifier)
+    if jtable is None:
+        jtable = _java_table(spark, identifier)
     j = jvm(spark)
     tasks = j.java.util.ArrayList()
     if paths is None or paths:
-        planned = jtable.newScan().useSnapshot(int(snapshot_id)).planFiles()
-        tasks = _touched_tasks(spark, planned, paths)
+        direct = (_changed_file_tasks(spark, jtable, snapshot_id, paths, changed_by)
+                  if paths and changed_by is not None else None)
+        if direct is not None:
+            tasks = direct
+        else:
+            planned = jtable.newScan().useSnapshot(int(snapshot_id)).planFiles()
+            tasks = _touched_tasks(spark, planned, paths)
     if tasks.isEmpty():
         # Nothing to read: an empty relation of the current schema (metadata columns stay selectable).
         return spark.table(identifier).where("false")

@@ -9,9 +9,10 @@ import pytest
 
 from icecdc_dagster import changelog
 from icecdc_dagster.batch import DELETE, UPDATE_AFTER, UPDATE_BEFORE
-from icecdc_dagster.changelog.read import _manifest_may_hold
+from icecdc_dagster.changelog import plan as plan_module
+from icecdc_dagster.changelog.read import _manifest_may_hold, java_data_file_changes, java_table
 from icecdc_dagster.errors import DuplicateKeyChangeError, IdentifierColumnError, SnapshotNotFoundError
-from tests.changelog.workload import apply_changes, mode_properties, rows_at
+from tests.changelog.workload import apply_changes, create_table, mode_properties, rows_at, run_workload
 
 
 def current(catalog, name="db.t"):
@@ -210,3 +211,31 @@ def test_staged_scans_are_released_after_the_block(spark, catalog, catalog_setti
         assert change_types(rows.collect()) == Counter({"UPDATE_BEFORE": 1, "UPDATE_AFTER": 1})
         assert changelog.staged_scan_count(spark) > before
     assert changelog.staged_scan_count(spark) == before
+
+
+def _normalized(plan) -> tuple:
+    """A plan with its file lists as sets: the two readers may list files in another order."""
+    return (plan.__class__(**{**plan.__dict__, "added_data_files": (), "removed_data_files": ()}),
+            set(plan.added_data_files), set(plan.removed_data_files))
+
+
+@pytest.mark.parametrize("mode", ["copy-on-write", "merge-on-read"])
+def test_jvm_data_file_changes_plan_like_pyiceberg(spark, catalog, catalog_settings, monkeypatch, mode):
+    """A snapshot that rewrote a large manifest is planned from Iceberg's JVM reader (pyiceberg would
+    decode every entry): forced on a small table, plans and change rows are the same as pyiceberg's."""
+    ident = f"{catalog_settings.name}.db.t"
+    create_table(spark, ident, 2, mode, True)
+    run_workload(spark, ident, 11)
+    table = catalog.load_table("db.t")
+    plans = changelog.snapshots_after(table, None)
+
+    def rows(sid: int) -> Counter:
+        found = changelog.changes(spark, catalog_settings.name, table, sid, ["id"]).rows
+        return Counter(tuple(r) for r in found.drop("_commit_timestamp").collect())
+
+    expected = {p.snapshot_id: rows(p.snapshot_id) for p in plans}
+    monkeypatch.setattr(plan_module, "_needs_fast_reader", lambda manifests, snapshot_id: True)
+    changes_of = java_data_file_changes(spark, java_table(spark, catalog_settings.name, table))
+    for plan in plans:
+        assert _normalized(changelog.plan_snapshot(table, plan.snapshot_id, changes_of)) == _normalized(plan)
+        assert rows(plan.snapshot_id) == expected[plan.snapshot_id]
