@@ -119,7 +119,7 @@ def build_changelog_asset(table: TableConfig, lineage: LineageEmitter | None = N
                 outcome.outputs = [written]
                 outcome.rows[written.name] = stored.rows
                 outcome.column_lineage[written.name] = {c: [c] for c in changelog.data_columns(source)}
-        parent = changelog.plan_snapshot(source, computed.info.first_snapshot_id).parent_id
+        parent = changelog.parent_of(source, computed.info.first_snapshot_id)
         line_meta = {naming.SOURCE_UUID_METADATA: lifecycle.table_uuid(source)}
         if request.line is not None:
             line_meta["line"] = request.line

@@ -64,7 +64,7 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitt
                 for dataset in outcome.outputs:
                     outcome.rows[dataset.name] = sum(result.counts.values())
                     outcome.column_lineage[dataset.name] = lineage_columns
-        parent = changelog.plan_snapshot(source, info.first_snapshot_id).parent_id
+        parent = changelog.parent_of(source, info.first_snapshot_id)
         context.log.info(f"{target.name}: {'skipped (already applied)' if result.skipped else 'applied'} "
                          f"snapshots {info.first_snapshot_id}..{info.snapshot_id}: {result.counts}")
         checkpoint = result.checkpoint

@@ -119,6 +119,11 @@ def snapshot_or_raise(table: "Table", snapshot_id: int) -> "Snapshot":
     return snapshot
 
 
+def parent_of(table: "Table", snapshot_id: int) -> int | None:
+    """A snapshot's parent from the table metadata alone (no manifest is read, unlike :func:`plan_snapshot`)."""
+    return snapshot_or_raise(table, snapshot_id).parent_snapshot_id
+
+
 def _partition_key(partition: "Record | None") -> tuple:
     if partition is None:
         return ()

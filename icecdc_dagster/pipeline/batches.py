@@ -115,7 +115,7 @@ def compute_batch(spark: "SparkSession", catalog_name: str, table: "Table", requ
     elif first == last:
         change_set, kind = changelog.changes(spark, catalog_name, table, last, request.identifier_columns), "cdc"
     else:
-        parent = changelog.plan_snapshot(table, first).parent_id
+        parent = changelog.parent_of(table, first)
         change_set, kind = changelog.changes(spark, catalog_name, table, (parent, last),
                                              request.identifier_columns, net=True), "net"
     if change_set is None:
