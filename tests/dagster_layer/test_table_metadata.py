@@ -120,25 +120,33 @@ def test_the_ui_reads_column_schema_lineage_and_row_counts_through_graphql(
 
 
 class CatalogCalls:
-    """Counts the catalog round trips of pyiceberg's SQL catalog (the real one, called through)."""
+    """The tables the catalog database is asked about, seen by SQLAlchemy's own statement events
+    (nothing of the catalog is replaced: every statement runs as it would)."""
 
-    def __init__(self, monkeypatch):
-        from pyiceberg.catalog.sql import SqlCatalog
-
+    def __init__(self, catalog_name: str):
+        self.catalog_name = catalog_name
         self.names: list[str] = []
-        for method in ("load_table", "table_exists"):
-            original = getattr(SqlCatalog, method)
 
-            def counted(catalog, identifier, *args, _original=original, **kwargs):
-                self.names.append(identifier if isinstance(identifier, str) else ".".join(identifier))
-                return _original(catalog, identifier, *args, **kwargs)
-
-            monkeypatch.setattr(SqlCatalog, method, counted)
+    def _record(self, conn, cursor, statement, parameters, context, executemany):
+        if "iceberg_tables" in statement and statement.lstrip().upper().startswith("SELECT"):
+            values = list(parameters.values()) if isinstance(parameters, dict) else list(parameters or ())
+            # (catalog, namespace, table[, record type]): the namespace and table name the lookup asks for
+            parts = [v for v in values
+                     if isinstance(v, str) and v != self.catalog_name and v not in ("TABLE", "VIEW")]
+            if parts:
+                self.names.append(".".join(parts))
 
     def during(self, build):
+        from sqlalchemy import event
+        from sqlalchemy.engine import Engine
+
         self.names.clear()
-        result = build()
-        return result, list(self.names)
+        event.listen(Engine, "before_cursor_execute", self._record)
+        try:
+            result = build()
+        finally:
+            event.remove(Engine, "before_cursor_execute", self._record)
+        return result, sorted(set(self.names))
 
 
 def _value(metadata_value):
@@ -167,7 +175,7 @@ def test_definitions_carry_store_and_replica_table_metadata_without_a_catalog_ca
     config = load_config(write_pipeline(tmp_path / "p.yaml", catalog_settings, [{
         "table_name": "db.shelf", "identifier_columns": ["id"],
         "sinks": [{"iceberg": {"table_name": "db.shelf_copy"}}]}]))
-    calls = CatalogCalls(monkeypatch)
+    calls = CatalogCalls(catalog_settings.name)
 
     defs, loaded = calls.during(lambda: build_definitions(config))
     assert loaded == ["db.shelf"]                                    # the source, for the load checks
