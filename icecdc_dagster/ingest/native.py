@@ -112,17 +112,9 @@ def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _image_struct(columns: Sequence[TargetColumn], typed: bool) -> T.StructType:
-    fields = []
-    for c in columns:
-        if not typed or isinstance(c.dtype, (T.DateType, T.TimestampType, T.TimestampNTZType)):
-            dtype: T.DataType = T.StringType()  # dates and timestamps: converted from the text by the rules below
-        elif isinstance(c.dtype, T.FloatType):
-            dtype = T.DoubleType()
-        else:
-            dtype = c.dtype
-        fields.append(T.StructField(c.name, dtype, True))
-    return T.StructType(fields)
+def _image_struct(columns: Sequence[TargetColumn]) -> T.StructType:
+    """The typed read of the columns whose JSON text is not enough (decimal, binary)."""
+    return T.StructType([T.StructField(c.name, c.dtype, True) for c in columns])
 
 
 def _envelope(image: T.StructType) -> T.StructType:
@@ -213,13 +205,12 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
     typed_columns = [c for c in columns if isinstance(c.dtype, (T.DecimalType, T.BinaryType))]
     parses = [F.from_json(raw, envelope, JSON_OPTIONS).alias("_n_env")]
     if typed_columns:
-        parses.append(F.from_json(raw, _envelope(_image_struct(typed_columns, typed=True)), JSON_OPTIONS)
+        parses.append(F.from_json(raw, _envelope(_image_struct(typed_columns)), JSON_OPTIONS)
                       .alias(_TYPED))
     frame = lines.select("file_index", "source_file", "source_offset", "raw", *parses)
     op = op_map[F.lower(F.col("_n_env.op"))]
     image = F.when(op == F.lit(DELETE), F.col("_n_env.before")).otherwise(F.col("_n_env.after"))
     frame = frame.select("*", op.alias(_OP_TEXT), image.alias("_n_map"))
-    side = F.when(F.col(_OP_TEXT) == F.lit(DELETE), F.lit("before")).otherwise(F.lit("after"))
     deleting = F.col(_OP_TEXT) == F.lit(DELETE)
     values: list[Column] = []
     oks: list[Column] = []
@@ -227,7 +218,7 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
     reasons: list[tuple[Column, str]] = []
     for c in columns:
         q = _quote(c.name)
-        typed = (F.when(side == "before", F.col(f"{_TYPED}.before.{q}")).otherwise(F.col(f"{_TYPED}.after.{q}"))
+        typed = (F.when(deleting, F.col(f"{_TYPED}.before.{q}")).otherwise(F.col(f"{_TYPED}.after.{q}"))
                  if c in typed_columns else F.lit(None))
         value, ok = _native_value(c, typed, F.col("_n_map")[F.lit(c.name)], _exact_decimal(c, raw), utc_session)
         is_key = c.name in keys
