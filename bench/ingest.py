@@ -12,8 +12,12 @@ Also measured in the same run:
   shape and layout (ids in order, 64 MB files, 8 MB row groups: what lets the key range skip data):
   target_scale_ratio = big / small (cost follows the batch, not the table).
 
+``--envelope schema`` writes every line as Kafka Connect's JsonConverter does with ``schemas.enable=true``
+(Debezium's default there): ``{"schema": <the envelope's Connect schema, ~1.5 KB>, "payload": {...}}``.
+``--scale-rows 0`` skips the target-size part.
+
     PYTHONPATH=. .venv/bin/python bench/ingest.py [--events N] [--files F] [--pyiceberg-cap-s S]
-                                                  [--scale-rows N] [--scale-events N]
+                                                  [--scale-rows N] [--scale-events N] [--envelope plain|schema]
 """
 
 import argparse
@@ -39,9 +43,40 @@ ARROW_SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("
                           pa.field("qty", pa.int64())])
 
 
-def generate(landing: Path, events: int, keys: int, files: int, seed: int = 7):
+def _connect_value(name: str) -> dict:
+    return {"type": "struct", "optional": True, "name": f"dbserver1.inventory.{name}.Value", "fields": [
+        {"type": "int64", "optional": False, "field": "id"}, {"type": "string", "optional": True, "field": "region"},
+        {"type": "string", "optional": True, "field": "name"}, {"type": "double", "optional": True, "field": "amount"},
+        {"type": "int64", "optional": True, "field": "qty"}]}
+
+
+# The envelope schema Debezium's PostgreSQL connector writes through JsonConverter (schemas.enable=true).
+CONNECT_ENVELOPE = {"type": "struct", "optional": False, "name": "dbserver1.inventory.t.Envelope", "version": 1,
+                    "fields": [{**_connect_value("t"), "field": "before"}, {**_connect_value("t"), "field": "after"},
+                               {"type": "struct", "optional": False, "name": "io.debezium.connector.postgresql.Source",
+                                "field": "source", "fields": [
+                                    {"type": "string", "optional": False, "field": "version"},
+                                    {"type": "string", "optional": False, "field": "connector"},
+                                    {"type": "string", "optional": False, "field": "name"},
+                                    {"type": "int64", "optional": False, "field": "ts_ms"},
+                                    {"type": "string", "optional": True, "name": "io.debezium.data.Enum",
+                                     "version": 1, "parameters": {"allowed": "true,last,false,incremental"},
+                                     "default": "false", "field": "snapshot"},
+                                    {"type": "string", "optional": False, "field": "db"},
+                                    {"type": "string", "optional": False, "field": "schema"},
+                                    {"type": "string", "optional": False, "field": "table"},
+                                    {"type": "int64", "optional": True, "field": "txId"},
+                                    {"type": "int64", "optional": True, "field": "lsn"}]},
+                               {"type": "string", "optional": False, "field": "op"},
+                               {"type": "int64", "optional": True, "field": "ts_ms"}]}
+
+
+def generate(landing: Path, events: int, keys: int, files: int, seed: int = 7, envelope: str = "plain"):
     """Write the landing files; return per file (upsert rows by key, deleted keys) as the batches pyiceberg gets."""
     rng = random.Random(seed)
+
+    def line(doc: dict) -> str:
+        return json.dumps({"schema": CONNECT_ENVELOPE, "payload": doc} if envelope == "schema" else doc)
     creates = min(keys, int(events * 0.2))
     deletes = int(events * 0.1)
     kinds = ["u"] * (events - creates - deletes) + ["d"] * deletes
@@ -61,7 +96,7 @@ def generate(landing: Path, events: int, keys: int, files: int, seed: int = 7):
                 row = {"id": key, "region": REGIONS[key % 4], "name": f"n{key}", "amount": 1.0, "qty": 1}
                 state[key] = row
                 live.append(key)
-                lines.append(json.dumps({"op": "c", "before": None, "after": row, "source": {"table": "t"}}))
+                lines.append(line({"op": "c", "before": None, "after": row, "source": {"table": "t"}}))
                 upserts[key] = row
                 deleted.discard(key)
             elif kind == "u":
@@ -69,7 +104,7 @@ def generate(landing: Path, events: int, keys: int, files: int, seed: int = 7):
                 row = {**state[key], "amount": round(rng.random() * 100, 2), "qty": rng.randint(1, 50),
                        "name": f"n{key}-{rng.randint(0, 9)}"}
                 state[key] = row
-                lines.append(json.dumps({"op": "u", "before": None, "after": row, "source": {"table": "t"}}))
+                lines.append(line({"op": "u", "before": None, "after": row, "source": {"table": "t"}}))
                 upserts[key] = row
             else:
                 idx = rng.randrange(len(live))
@@ -78,7 +113,7 @@ def generate(landing: Path, events: int, keys: int, files: int, seed: int = 7):
                 live.pop()
                 row = state.pop(key)
                 dead.add(key)
-                lines.append(json.dumps({"op": "d", "before": row, "after": None, "source": {"table": "t"}}))
+                lines.append(line({"op": "d", "before": row, "after": None, "source": {"table": "t"}}))
                 upserts.pop(key, None)
                 deleted.add(key)
         (landing / f"events-{f:04d}.json").write_text("\n".join(lines) + "\n")
@@ -101,7 +136,7 @@ def jvm_peak_mb(spark) -> float:
     return float("nan")
 
 
-def time_floor(spark, landing: Path) -> float:
+def time_floor(spark, landing: Path, envelope: str = "plain") -> float:
     """Spark's own JSON reader over the landing files + a plain append of the rows, file by file."""
     spark.sql("CREATE TABLE bench.db.floor (id bigint, region string, name string, amount double, qty bigint) "
               "USING iceberg PARTITIONED BY (region) TBLPROPERTIES ('format-version'='2')")
@@ -109,6 +144,9 @@ def time_floor(spark, landing: Path) -> float:
     started = time.perf_counter()
     for path in sorted(landing.iterdir()):
         events = spark.read.schema(f"op string, before {image}, after {image}").json(str(path))
+        if envelope == "schema":
+            events = (spark.read.schema(f"payload struct<op: string, before: {image}, after: {image}>")
+                      .json(str(path)).select("payload.*"))
         (events.selectExpr("coalesce(after, before) AS r").select("r.*")
          .sortWithinPartitions("region").writeTo("bench.db.floor").append())
     return time.perf_counter() - started
@@ -174,6 +212,7 @@ def main() -> None:
     parser.add_argument("--scale-events", type=int, default=10_000)
     parser.add_argument("--scale-small-rows", type=int, default=1_000_000)
     parser.add_argument("--scale-rows", type=int, default=100_000_000)
+    parser.add_argument("--envelope", choices=("plain", "schema"), default="plain")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="icecdc-bench-ingest-"))
     os.environ.setdefault("ICECDC_CACHE_DIR", str(Path(tempfile.gettempdir()) / "icecdc-cache"))
@@ -181,7 +220,7 @@ def main() -> None:
         landing = work / "landing"
         landing.mkdir()
         t0 = time.perf_counter()
-        batches, final = generate(landing, args.events, args.keys, args.files)
+        batches, final = generate(landing, args.events, args.keys, args.files, envelope=args.envelope)
         print(f"generated {args.events} events in {args.files} files over {args.keys} keys "
               f"({sum(f.stat().st_size for f in landing.iterdir()) / 1e6:.0f} MB) in {time.perf_counter() - t0:.1f}s")
         cs = CatalogSettings(name="bench", uri=f"sqlite:///{work}/catalog.db", warehouse=f"file://{work}/warehouse")
@@ -206,11 +245,13 @@ def main() -> None:
         print(f"ours: {args.events} events in {ours:.1f}s = {args.events / ours:,.0f} events/s; "
               f"final rows {got} (matches the generator); peak driver memory {driver_mb:,.0f} MB (JVM + Python)")
 
-        floor = time_floor(spark, landing)
+        floor = time_floor(spark, landing, args.envelope)
         print(f"floor (Spark JSON read + plain append, per file): {floor:.1f}s; ours / floor = {ours / floor:.2f}")
 
-        small = time_scale(spark, catalog, work, args.scale_small_rows, args.scale_events)
-        big = time_scale(spark, catalog, work, args.scale_rows, args.scale_events)
+        small = big = float("nan")
+        if args.scale_rows:
+            small = time_scale(spark, catalog, work, args.scale_small_rows, args.scale_events)
+            big = time_scale(spark, catalog, work, args.scale_rows, args.scale_events)
         print(f"one batch of {args.scale_events:,} events: {small:.1f}s into {args.scale_small_rows:,} rows, "
               f"{big:.1f}s into {args.scale_rows:,} rows")
 

@@ -51,9 +51,12 @@ def map_op(op: Any) -> str:
     return mapped
 
 
+JSON_DECODER = json.JSONDecoder(parse_float=Decimal)
+
+
 def loads(text: str) -> Any:
     """JSON with exact numbers: fractions become ``Decimal`` (a 38-digit decimal survives)."""
-    return json.loads(text, parse_float=Decimal)
+    return JSON_DECODER.decode(text)
 
 
 def _integer(value: Any) -> int:

@@ -19,10 +19,13 @@ Why each guard exists (Spark's JSON reader is more lenient than Python's ``json`
 - a string column cannot tell ``"5"`` from ``5`` in Spark: numeric-looking text goes the Python way.
 """
 
+import datetime as dt
+import itertools
 import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -30,7 +33,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from icecdc_dagster.ingest import landing
+from icecdc_dagster.ingest import debezium, landing
+from icecdc_dagster.ingest import schema_inference as si
 from icecdc_dagster.ingest.debezium import _OPS, DELETE, INSERT
 
 if TYPE_CHECKING:
@@ -108,17 +112,159 @@ def _line_batch(file_index: int, uri: str, offsets: list[int], raws: list[bytes]
                                        pa.array(offsets, pa.int64()), text], schema=_LINE_ARROW)
 
 
+# --- Lines with a Connect schema block (JsonConverter ``schemas.enable=true``) -------------------------
+# A batch's lines mostly share one schema block (one per topic and schema version). The driver reads the
+# blocks of a few sample lines, decides per field how the Python rules would decode it, and the lines that
+# start with exactly that block's text are decoded natively; a line with any other block is routed.
+
+_PAYLOAD_KEY = '"payload"'
+_SCHEMA_KEY = '"schema"'
+_JSON_WS = " \t\r\n"
+_SCHEMA_OPENING = re.compile(r'^[ \t\r\n]*\{[ \t\r\n]*"schema"[ \t\r\n]*:[ \t\r\n]*')
+_SAMPLE_BYTES = 1 << 16
+_SAMPLE_LINES = 4
+MAX_BRANCHES = 8
+# Text of a number token or literal as Spark renders it into a string (Java's double rendering included):
+# such a text cannot tell a JSON string from a non-string token, so a decoder that needs a string routes it.
+_NOT_A_STRING_TOKEN = r"^(-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?|true|false|NaN|-?Infinity)$|^[{\[]"
+_OFFSET_TS = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"
+# Python's datetime range (year 1..9999): epoch values outside it are dead letters by the Python rules.
+_MIN_MICROS = (dt.datetime(1, 1, 1) - dt.datetime(1970, 1, 1)) // dt.timedelta(microseconds=1)
+_MAX_MICROS = (dt.datetime(9999, 12, 31, 23, 59, 59, 999999) - dt.datetime(1970, 1, 1)) // dt.timedelta(microseconds=1)
+_MIN_DAYS = (dt.date(1, 1, 1) - dt.date(1970, 1, 1)).days
+_MAX_DAYS = (dt.date(9999, 12, 31) - dt.date(1970, 1, 1)).days
+
+
+class Decoding(Enum):
+    """How the Python rules (:func:`debezium.decode`) turn a field's JSON value into a Python value."""
+
+    IDENTITY = "identity"            # no schema, or a primitive without a logical decoding: the value as is
+    BASE64 = "base64"                # Connect bytes
+    DECIMAL = "decimal"              # Connect Decimal as bytes: base64 of the big-endian unscaled value
+    EPOCH_DAYS = "epoch_days"        # Date
+    EPOCH_MILLIS = "epoch_millis"    # Timestamp
+    EPOCH_MICROS = "epoch_micros"    # MicroTimestamp
+    EPOCH_NANOS = "epoch_nanos"      # NanoTimestamp
+    ZONED = "zoned"                  # ZonedTimestamp: ISO-8601 with an offset
+    ISO = "iso"                      # IsoTimestamp: ISO-8601, naive meaning UTC
+    OTHER = "other"                  # anything else (times of day, UUIDs, structs...): the Python rules decide
+
+
+@dataclass(frozen=True)
+class FieldDecoding:
+    kind: Decoding
+    scale: int = 0
+
+
+@dataclass(frozen=True)
+class SchemaBranch:
+    """Lines whose text starts with ``prefix`` + ``"payload"``: the same schema block, decoded per side.
+
+    A side is None when its schema makes the Python rules dead-letter every such line (an unknown type)
+    or cannot be read here: those lines are routed.
+    """
+
+    prefix: str
+    before: dict[str, FieldDecoding] | None
+    after: dict[str, FieldDecoding] | None
+
+
+_EPOCHS = {"io.debezium.time.Timestamp": Decoding.EPOCH_MILLIS,
+           "org.apache.kafka.connect.data.Timestamp": Decoding.EPOCH_MILLIS,
+           "io.debezium.time.MicroTimestamp": Decoding.EPOCH_MICROS,
+           "io.debezium.time.NanoTimestamp": Decoding.EPOCH_NANOS,
+           "io.debezium.time.IsoTimestamp": Decoding.ISO, si.ZONED_TIMESTAMP: Decoding.ZONED}
+# Logical names the Python rules decode in a way not reproduced natively (they take the Python rules).
+_PYTHON_DECODED = {si.VARIABLE_SCALE_DECIMAL, "io.debezium.time.IsoDate", "io.debezium.time.Time",
+                   "org.apache.kafka.connect.data.Time", "io.debezium.time.MicroTime", "io.debezium.time.NanoTime",
+                   "io.debezium.time.ZonedTime", "io.debezium.time.IsoTime", "io.debezium.data.Uuid"}
+
+
+def field_decoding(schema: Any) -> FieldDecoding:
+    """The decoding :func:`debezium.decode` applies to a value with this field schema (mirrors its dispatch)."""
+    if not schema:
+        return FieldDecoding(Decoding.IDENTITY)
+    name, kind = schema.get("name"), schema.get("type")
+    if name in si.LOGICAL_TYPES:
+        if name == si.DECIMAL:
+            if kind != "bytes":
+                return FieldDecoding(Decoding.OTHER)
+            try:
+                return FieldDecoding(Decoding.DECIMAL, int((schema.get("parameters") or {}).get("scale", 0)))
+            except (AttributeError, TypeError, ValueError, ArithmeticError):
+                return FieldDecoding(Decoding.OTHER)
+        if name in si.DATE_NAMES:
+            return FieldDecoding(Decoding.EPOCH_DAYS)
+        if name in _EPOCHS:
+            return FieldDecoding(_EPOCHS[name])
+        if name in _PYTHON_DECODED:
+            return FieldDecoding(Decoding.OTHER)
+    if kind == "bytes":
+        return FieldDecoding(Decoding.BASE64)
+    if kind in si.CONNECT_CONTAINERS or not isinstance(kind, str):
+        return FieldDecoding(Decoding.OTHER)
+    return FieldDecoding(Decoding.IDENTITY)
+
+
+def _side_decodings(schema: dict, side: str) -> dict[str, FieldDecoding] | None:
+    """Field decodings of one image side, as ``debezium.parse_line`` reads them; None when the Python rules
+    would dead-letter (or fail on) every line with this side, so they must decide."""
+    try:
+        image_schema = next((f for f in schema.get("fields", []) if f.get("field") == side), None)
+        if not image_schema:
+            return {}
+        fields = {f["field"]: f for f in image_schema.get("fields", [])}
+        for name, f in fields.items():
+            si.type_of_connect(f, name)
+        return {name: field_decoding(f) for name, f in fields.items()}
+    except Exception:  # any failure of the Python rules' own reading: they decide, line by line
+        return None
+
+
+def schema_branch(line: str) -> SchemaBranch | None:
+    """The branch of a line written ``{"schema": {...}, "payload": ...}``; None for any other line."""
+    if _PAYLOAD_KEY not in line:
+        return None
+    prefix = line.split(_PAYLOAD_KEY, 1)[0]
+    opening = _SCHEMA_OPENING.match(prefix)
+    if opening is None:
+        return None
+    try:
+        schema, end = debezium.JSON_DECODER.raw_decode(prefix, opening.end())
+    except ValueError:
+        return None  # "payload" inside the block, or no valid block: not a branch
+    if not isinstance(schema, dict) or prefix[end:].strip(_JSON_WS) != ",":
+        return None
+    return SchemaBranch(prefix, _side_decodings(schema, "before"), _side_decodings(schema, "after"))
+
+
+def sample_branches(files: Sequence[landing.LandingFile]) -> list[SchemaBranch]:
+    """Schema branches of the first lines of each file (a block that appears only later is routed)."""
+    branches: dict[str, SchemaBranch] = {}
+    for f in files:
+        for _, raw in itertools.islice(landing.read_line_bytes(f.uri, 0, min(f.size, _SAMPLE_BYTES)), _SAMPLE_LINES):
+            branch = schema_branch(raw.decode("utf-8", errors="replace"))
+            if branch is not None and branch.prefix not in branches and len(branches) < MAX_BRANCHES:
+                branches[branch.prefix] = branch
+    return list(branches.values())
+
+
 def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _image_struct(columns: Sequence[TargetColumn]) -> T.StructType:
-    """The typed read of the columns whose JSON text is not enough (decimal, binary)."""
-    return T.StructType([T.StructField(c.name, c.dtype, True) for c in columns])
+def _image_struct(columns: Sequence[TargetColumn], types: dict[str, T.DataType] | None = None) -> T.StructType:
+    """The typed read of the columns whose JSON text is not enough (decimal, binary; and for schema-block
+    lines the epoch numbers of date/timestamp columns: only a typed read tells a number from a string)."""
+    return T.StructType([T.StructField(c.name, (types or {}).get(c.name, c.dtype), True) for c in columns])
 
 
-def _envelope(image: T.StructType) -> T.StructType:
-    return T.StructType([T.StructField("before", image), T.StructField("after", image)])
+def _envelope(image: T.StructType, payload_image: T.StructType | None) -> T.StructType:
+    fields = [T.StructField("before", image), T.StructField("after", image)]
+    if payload_image is not None:
+        fields.append(T.StructField("payload", T.StructType([T.StructField("before", payload_image),
+                                                             T.StructField("after", payload_image)])))
+    return T.StructType(fields)
 
 
 def _exact_decimal(c: TargetColumn, raw: Column) -> Column | None:
@@ -173,8 +319,7 @@ def _native_value(c: TargetColumn, typed: Column, text: Column, exact_decimal: C
         iso = text.rlike(_ISO_TS) if utc_session else (text.rlike(_ISO_TS) & ~text.rlike(_ISO_TS_NAIVE))
         instant = (F.when(iso, text.cast("timestamp"))
                    .when(text.rlike(_EPOCH_MILLIS), F.timestamp_millis(text.cast("long"))))
-        value = instant.cast("timestamp_ntz") if isinstance(dtype, T.TimestampNTZType) else instant
-        ok = value.isNotNull()
+        value, ok = _as_column_time(dtype, instant, utc_session)
     elif isinstance(dtype, T.BinaryType):
         value = F.when(text.rlike(_BASE64), F.unbase64(text))
         ok = typed.isNotNull() & value.isNotNull()  # typed: the token is a JSON string
@@ -185,62 +330,182 @@ def _native_value(c: TargetColumn, typed: Column, text: Column, exact_decimal: C
     return F.when(text.isNotNull(), value), text.isNull() | ok
 
 
+def _as_column_time(dtype: T.DataType, instant: Column, utc_session: bool) -> tuple[Column, Column]:
+    """(value, ok) of an instant for a timestamp column. The Python rules give a timestamp_ntz column the
+    UTC wall clock, which Spark's cast to timestamp_ntz gives only in a UTC session."""
+    if isinstance(dtype, T.TimestampNTZType):
+        return instant.cast("timestamp_ntz"), instant.isNotNull() & F.lit(utc_session)
+    return instant, instant.isNotNull()
+
+
+def _decoded_value(c: TargetColumn, decoding: FieldDecoding, typed: Column, text: Column,
+                   exact_decimal: Column | None, utc_session: bool) -> tuple[Column, Column]:
+    """(value, ok) of a schema-block field decoded by :func:`debezium.decode` and coerced to the column.
+
+    ``typed`` is the payload's typed read (decimal/binary as declared, epoch numbers of date/timestamp
+    columns as int/long). Only the natural pairs are native (a Decimal into a decimal column, an epoch
+    into a timestamp...); any other pair, and any value whose decoding would fail, drop digits or
+    leave the Python datetime range, takes the Python rules (ok is false unless the field is absent).
+    """
+    kind, dtype = decoding.kind, c.dtype
+    if kind is Decoding.IDENTITY or (kind is Decoding.BASE64 and isinstance(dtype, T.BinaryType)):
+        return _native_value(c, typed, text, exact_decimal, utc_session)
+    value: Column | None = None
+    ok: Column = F.lit(False)
+    timestamp = isinstance(dtype, (T.TimestampType, T.TimestampNTZType))
+    if kind is Decoding.DECIMAL and isinstance(dtype, T.DecimalType):
+        value, ok = _bytes_decimal(text, decoding.scale, dtype)
+    elif kind is Decoding.EPOCH_DAYS and isinstance(dtype, T.DateType):
+        ok = typed.between(_MIN_DAYS, _MAX_DAYS)
+        value = F.date_add(F.lit(dt.date(1970, 1, 1)), typed)
+    elif kind in (Decoding.EPOCH_MILLIS, Decoding.EPOCH_MICROS, Decoding.EPOCH_NANOS) and timestamp:
+        per_micro = {Decoding.EPOCH_MILLIS: None, Decoding.EPOCH_MICROS: 1, Decoding.EPOCH_NANOS: 1000}[kind]
+        if per_micro is None:
+            in_range = typed.between(-(-_MIN_MICROS // 1000), _MAX_MICROS // 1000)
+            instant = F.when(in_range, F.timestamp_millis(typed))
+        else:  # nanos: exact only without digits below the microsecond (decimal division: no double)
+            micros = typed if per_micro == 1 else F.when(
+                typed % per_micro == 0, (typed.cast(T.DecimalType(20, 0)) / per_micro).cast("long"))
+            instant = F.when(micros.between(_MIN_MICROS, _MAX_MICROS), F.timestamp_micros(micros))
+        value, ok = _as_column_time(dtype, instant, utc_session)
+    elif kind in (Decoding.ZONED, Decoding.ISO) and timestamp:
+        iso = text.rlike(_ISO_TS) if kind is Decoding.ISO and utc_session else text.rlike(_OFFSET_TS)
+        value, ok = _as_column_time(dtype, F.when(iso, text.cast("timestamp")), utc_session)
+    # a null check (an absent typed value) is "not provable": the line is routed, never dropped
+    return (F.when(text.isNotNull(), value if value is not None else F.lit(None)),
+            text.isNull() | F.coalesce(ok, F.lit(False)))
+
+
+def _bytes_decimal(text: Column, scale: int, dtype: T.DecimalType) -> tuple[Column, Column]:
+    """A Connect Decimal (base64 of the big-endian two's-complement unscaled value, ``scale`` from the schema)
+    into ``dtype``: native up to 8 bytes, and only when exact (``coercion._decimal``: no fraction digit
+    beyond the column's scale, the integer digits fit its precision)."""
+    unscaled_bytes = F.unbase64(text)
+    digits = F.hex(unscaled_bytes)
+    negative = digits.substr(1, 1).isin(*"89ABCDEF")
+    unscaled_text = F.conv(F.when(negative, F.lpad(digits, 16, "F")).otherwise(F.lpad(digits, 16, "0")), 16, -10)
+    unscaled = unscaled_text.cast("long")
+    ok = (text.rlike(_BASE64) & ~text.rlike(_NOT_A_STRING_TOKEN) & (F.length(unscaled_bytes) <= 8)
+          & unscaled.isNotNull())
+    magnitude_digits = dtype.precision - dtype.scale + scale  # |value| < 10^(P-S)  <=>  |unscaled| < 10^this
+    if magnitude_digits < 19:
+        ok = ok & (unscaled > -(10 ** magnitude_digits)) & (unscaled < 10 ** magnitude_digits)
+    dropped = scale - dtype.scale  # fraction digits beyond the column's scale must all be zero
+    if dropped >= 19:
+        ok = ok & (unscaled == 0)
+    elif dropped > 0:
+        ok = ok & (unscaled % (10 ** dropped) == 0)
+    return F.concat(unscaled_text, F.lit(f"E{-scale}")).cast(dtype), ok
+
+
 def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequence[str], known: Sequence[str],
-                 utc_session: bool, order_file_shift: int) -> DataFrame:
+                 utc_session: bool, order_file_shift: int, branches: Sequence[SchemaBranch] = ()) -> DataFrame:
     """``lines`` typed natively, each with the flag :data:`FAST` (the native row is the Python rules' row).
 
     Rows carry the table's columns plus op, order, reason (null or a key/required-null reason),
     raw, source position and notes (``ignored_fields``), as the Python rules would produce them.
+    ``branches``: schema blocks (:func:`sample_branches`) whose lines are decoded natively too.
     """
     from icecdc_dagster.ingest import pipeline as p  # the column names the pipeline shares with the Python rules
 
     raw = F.col("raw")
     image_map = T.MapType(T.StringType(), T.StringType())
-    envelope = T.StructType([T.StructField("schema", T.StringType()), T.StructField("payload", T.StringType()),
+    payload = T.StructType([T.StructField("op", T.StringType()), T.StructField("before", image_map),
+                            T.StructField("after", image_map)])
+    envelope = T.StructType([T.StructField("schema", T.StringType()), T.StructField("payload", payload),
                              T.StructField("op", T.StringType()), T.StructField("before", image_map),
                              T.StructField("after", image_map)])
     op_map = F.create_map(*[x for k, v in _OPS.items() for x in (F.lit(k), F.lit(v))])
     # One JSON read gives the op, the wrappers and every field's text; a second, typed read only for the
-    # columns whose text is not enough (decimals, binary).
+    # columns whose text is not enough (decimals, binary; epoch numbers of schema-block lines).
     typed_columns = [c for c in columns if isinstance(c.dtype, (T.DecimalType, T.BinaryType))]
+    epoch_types: dict[str, T.DataType] = {}
+    if branches:
+        epoch_types = {c.name: T.IntegerType() if isinstance(c.dtype, T.DateType) else T.LongType()
+                       for c in columns if isinstance(c.dtype, (T.DateType, T.TimestampType, T.TimestampNTZType))}
+    payload_typed = [c for c in columns if c in typed_columns or c.name in epoch_types]
     parses = [F.from_json(raw, envelope, JSON_OPTIONS).alias("_n_env")]
-    if typed_columns:
-        parses.append(F.from_json(raw, _envelope(_image_struct(typed_columns)), JSON_OPTIONS)
-                      .alias(_TYPED))
+    if typed_columns or payload_typed:
+        parses.append(F.from_json(raw, _envelope(_image_struct(typed_columns),
+                                                 _image_struct(payload_typed, epoch_types) if branches else None),
+                                  JSON_OPTIONS).alias(_TYPED))
     frame = lines.select("file_index", "source_file", "source_offset", "raw", *parses)
-    op = op_map[F.lower(F.col("_n_env.op"))]
-    image = F.when(op == F.lit(DELETE), F.col("_n_env.before")).otherwise(F.col("_n_env.after"))
-    frame = frame.select("*", op.alias(_OP_TEXT), image.alias("_n_map"))
+    branch_index: Column = F.lit(-1)
+    for i, b in reversed(list(enumerate(branches))):
+        branch_index = F.when(raw.startswith(b.prefix + _PAYLOAD_KEY), F.lit(i)).otherwise(branch_index)
+    frame = frame.select("*", branch_index.alias("_n_branch"))
+    plain = F.col("_n_branch") == -1
+    op = op_map[F.lower(F.when(plain, F.col("_n_env.op")).otherwise(F.col("_n_env.payload.op")))]
+    before = F.when(plain, F.col("_n_env.before")).otherwise(F.col("_n_env.payload.before"))
+    after = F.when(plain, F.col("_n_env.after")).otherwise(F.col("_n_env.payload.after"))
+    frame = frame.select("*", op.alias(_OP_TEXT), F.when(op == F.lit(DELETE), before).otherwise(after).alias("_n_map"))
     deleting = F.col(_OP_TEXT) == F.lit(DELETE)
+    image = F.col("_n_map")
+    # (condition, side decodings) of each way a line can be read: plain, or branch i's before/after side
+    arms: list[tuple[Column, dict[str, FieldDecoding] | None]] = [(plain, {})]
+    for i, b in enumerate(branches):
+        arms += [((F.col("_n_branch") == i) & deleting, b.before), ((F.col("_n_branch") == i) & ~deleting, b.after)]
+
+    def typed_of(c: TargetColumn, source: str) -> Column:
+        q = _quote(c.name)
+        return F.when(deleting, F.col(f"{_TYPED}.{source}before.{q}")).otherwise(F.col(f"{_TYPED}.{source}after.{q}"))
+
     values: list[Column] = []
     oks: list[Column] = []
     reason: Column = F.lit(None).cast("string")
     reasons: list[tuple[Column, str]] = []
     for c in columns:
-        q = _quote(c.name)
-        typed = (F.when(deleting, F.col(f"{_TYPED}.before.{q}")).otherwise(F.col(f"{_TYPED}.after.{q}"))
-                 if c in typed_columns else F.lit(None))
-        value, ok = _native_value(c, typed, F.col("_n_map")[F.lit(c.name)], _exact_decimal(c, raw), utc_session)
         is_key = c.name in keys
+        text = image[F.lit(c.name)]
+        exact = _exact_decimal(c, raw)
+        value: Column = F.lit(None)
+        ok: Column = F.lit(False)
+        for arm, (condition, decodings) in reversed(list(enumerate(arms))):
+            if decodings is None:
+                continue  # the Python rules decide every line of this side (ok stays false)
+            source = "" if arm == 0 else "payload."
+            typed = typed_of(c, source) if (c in typed_columns if arm == 0 else c in payload_typed) else F.lit(None)
+            decoding = decodings.get(c.name, FieldDecoding(Decoding.IDENTITY))
+            arm_value, arm_ok = _decoded_value(c, decoding, typed, text, exact, utc_session)
+            if not is_key and decoding.kind is Decoding.IDENTITY:
+                arm_ok = deleting | arm_ok  # a delete matches on its key only (an identity value cannot fail)
+            value = F.when(condition, arm_value).otherwise(value)
+            ok = F.when(condition, arm_ok).otherwise(ok)
         if not is_key:
             value = F.when(~deleting, value)  # a delete matches on its key only
-            ok = deleting | ok
         values.append(value.cast(c.dtype).alias(c.name))
         oks.append(ok)
         needed = F.lit(True) if is_key else (~deleting if not c.nullable else F.lit(False))
         reasons.append((needed & value.isNull(), f"{'key' if is_key else 'required'} column {c.name} is null or "
                                                  "missing"))
-    for condition, text in reversed(reasons):  # the first column in schema order names the reason
-        reason = F.when(condition, F.lit(text)).otherwise(reason)
+    for condition, message in reversed(reasons):  # the first column in schema order names the reason
+        reason = F.when(condition, F.lit(message)).otherwise(reason)
     if not keys:
         reason = F.coalesce(reason, F.when(deleting, F.lit("delete on a table without identifier columns "
                                                            "(append only)")))
-    keys_seen = F.map_keys(F.col("_n_map"))
-    fast = (F.col(_OP_TEXT).isNotNull() & F.col("_n_env.payload").isNull() & F.col("_n_env.schema").isNull()
-            & ~raw.contains('"payload"') & ~raw.rlike(r"\}\s*\{")
-            & F.col("_n_map").isNotNull() & (F.size(keys_seen) == F.size(F.array_distinct(keys_seen))))
+    keys_seen = F.map_keys(image)
+    well_formed = (F.col(_OP_TEXT).isNotNull() & ~raw.rlike(r"\}\s*\{") & image.isNotNull()
+                   & (F.size(keys_seen) == F.size(F.array_distinct(keys_seen))))
+    shape = plain & F.col("_n_env.payload").isNull() & F.col("_n_env.schema").isNull() & ~raw.contains(_PAYLOAD_KEY)
+    target_names = {c.name for c in columns}
+    for i, b in enumerate(branches):
+        # exactly one "schema" and one "payload" key (a second one would win in both readers, but is not
+        # worth proving), and no schema-decoded field outside the table (its decoding could fail)
+        start = len(b.prefix)
+        sides: Column = F.lit(False)
+        for side, decodings in ((deleting, b.before), (~deleting, b.after)):
+            if decodings is None:
+                continue
+            others = [name for name, d in decodings.items()
+                      if name not in target_names and d.kind is not Decoding.IDENTITY]
+            sides = sides | (side & _all_null(image, others))
+        shape = shape | ((F.col("_n_branch") == i) & (F.locate(_SCHEMA_KEY, raw, start + 1) == 0)
+                         & (F.locate(_PAYLOAD_KEY, raw, start + len(_PAYLOAD_KEY) + 1) == 0)
+                         & F.col("_n_env.payload").isNotNull() & sides)
+    fast = well_formed & shape
     for ok in oks:
         fast = fast & ok
+    fast = F.coalesce(fast, F.lit(False))  # never null: a null flag would drop the line from both sides
     tombstone = F.trim(raw).isin("", "null")  # Python's rule: a blank line or JSON null
     fast = tombstone | fast
     reason = F.when(~tombstone, reason)
@@ -259,6 +524,13 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
         F.when(reason.isNull() & (ignored > 0), F.create_map(F.lit(p.IGNORED_FIELDS), ignored))
         .otherwise(empty_notes).alias(p.NOTES),
         F.lit(None).cast("map<string,string>").alias(p.WIDEN), "file_index", fast.alias(FAST))
+
+
+def _all_null(image: Column, names: Sequence[str]) -> Column:
+    condition: Column = F.lit(True)
+    for name in names:
+        condition = condition & image[F.lit(name)].isNull()
+    return condition
 
 
 def split(classified: DataFrame) -> tuple[DataFrame, DataFrame]:

@@ -488,7 +488,8 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, desc
     known = [f.name for f in fields]
     lines = native.lines_frame(spark, described)
     classified = native.coerce_lines(lines, native.columns_of(T.StructType(fields)), keys, known,
-                                     native.utc(spark), ORDER_FILE_SHIFT).persist(StorageLevel.MEMORY_AND_DISK)
+                                     native.utc(spark), ORDER_FILE_SHIFT, native.sample_branches(described)
+                                     ).persist(StorageLevel.MEMORY_AND_DISK)
     fast, routed = native.split(classified)
     columns = [(f.name, f.dataType.json(), f.nullable) for f in fields]
     slow = spark.createDataFrame(routed.rdd.mapPartitions(_python_partition(columns, keys, set(known), False)),

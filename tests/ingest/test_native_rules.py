@@ -10,6 +10,7 @@ applied to every line (values, op, order, dead-letter reason, counted rules). A 
 also route the plain lines natively (the point of it), which the second test checks.
 """
 
+import base64
 import json
 import random
 import uuid
@@ -99,12 +100,15 @@ def _offsets(raws: list[str]) -> list[int]:
     return out
 
 
-def _compare(spark, tmp_path, raws: list[str], schema: T.StructType = SCHEMA) -> tuple[int, int]:
+def _compare(spark, tmp_path, raws: list[str], schema: T.StructType = SCHEMA,
+             branches: list[native.SchemaBranch] | None = None) -> tuple[int, int]:
     path = tmp_path / f"{uuid.uuid4().hex}.json"
     path.write_text("\n".join(raws) + "\n")
     uri = str(path)
+    if branches is None:  # every schema block of the lines becomes a branch (a batch samples a few lines per file)
+        branches = list({b.prefix: b for b in map(native.schema_branch, raws) if b is not None}.values())
     classified = native.coerce_lines(native.lines_frame(spark, landing.describe([uri])), native.columns_of(schema),
-                                     KEYS, schema.names, native.utc(spark), ORDER_FILE_SHIFT).persist()
+                                     KEYS, schema.names, native.utc(spark), ORDER_FILE_SHIFT, branches).persist()
     try:
         fast, routed = native.split(classified)
         columns = [(f.name, f.dataType.json(), f.nullable) for f in schema.fields]
@@ -166,3 +170,155 @@ def test_odd_column_names_and_exact_key_names(spark, tmp_path):
             '{"op": "d", "before": {"id": 4, "a.b": "gone"}}']
     fast, routed = _compare(spark, tmp_path, raws, schema)
     assert fast >= 2 and routed >= 1
+
+
+# --- Lines with a Connect schema block (JsonConverter schemas.enable=true), as Debezium writes them ------
+
+DECIMAL = "org.apache.kafka.connect.data.Decimal"
+
+
+def _decimal_schema(scale: str) -> dict:
+    return {"type": "bytes", "optional": True, "name": DECIMAL, "version": 1,
+            "parameters": {"scale": scale, "connect.decimal.precision": "10"}}
+
+
+# Field schemas a producer writes (and some it should not): every logical type the Python rules decode.
+field_schemas = st.sampled_from([
+    None, {"type": "int64"}, {"type": "int32", "optional": False}, {"type": "string"}, {"type": "double"},
+    {"type": "boolean"}, {"type": "bytes"}, {"type": "float"},
+    _decimal_schema("2"), _decimal_schema("0"), _decimal_schema("3"), _decimal_schema("6"), _decimal_schema("8"),
+    _decimal_schema(" 2"), {"type": "string", "name": DECIMAL, "parameters": {"scale": "2"}},
+    {"type": "int32", "name": "io.debezium.time.Date"}, {"type": "int32", "name": "org.apache.kafka.connect.data.Date"},
+    {"type": "int64", "name": "io.debezium.time.Timestamp"}, {"type": "int64", "name": "io.debezium.time.MicroTimestamp"},
+    {"type": "int64", "name": "io.debezium.time.NanoTimestamp"},
+    {"type": "string", "name": "io.debezium.time.ZonedTimestamp"},
+    {"type": "string", "name": "io.debezium.time.IsoTimestamp"}, {"type": "int64", "name": "io.debezium.time.MicroTime"},
+    {"type": "string", "name": "io.debezium.data.Uuid"}, {"type": "bytes", "name": "io.debezium.data.Bits"},
+    {"type": "string", "name": "io.debezium.data.Json"}, {"type": "int32", "name": "io.debezium.time.Year"},
+    {"type": "struct", "fields": [{"type": "int32", "field": "x"}]}, {"type": "int128"}])
+
+
+def _base64_of(n: int) -> str:
+    """A Connect Decimal's unscaled value as JsonConverter writes it (minimal two's-complement bytes)."""
+    return '"' + base64.b64encode(n.to_bytes((n.bit_length() + 8) // 8, "big", signed=True)).decode() + '"'
+
+
+schema_tokens = st.one_of(
+    tokens,
+    st.integers(-(10 ** 20), 10 ** 20).map(_base64_of),                      # Connect Decimal unscaled values
+    st.sampled_from([0, 1, -1, 1234, -1234, 120000, 99999999, 10**10, 2**63 - 1, -(2**63)]).map(_base64_of),
+    st.just('""'),                                                             # no bytes: unscaled 0
+    st.sampled_from(["19000", "-719162", "-719163", "2932896", "2932897", "1700000000123", "1700000000123456",
+                     "1700000000123456000", "1700000000123456789", "-62135596800000", "-62135596800001",
+                     "253402300799999", "253402300800000", "9223372036854775807", '"1700000000123"', "1.5e3"]),
+    st.sampled_from(['"2024-02-29T12:34:56Z"', '"2024-02-29T12:34:56.123456+02:00"', '"2024-02-29 12:34:56-05:00"',
+                     '"2024-02-29T12:34:56"', '"2024-02-29T12:34:56.123456789Z"', '"2024-02-30T12:00:00Z"',
+                     '"0001-01-01T00:00:00Z"', '"9999-12-31T23:59:59.999999-01:00"']))
+
+
+@st.composite
+def schema_blocks(draw: st.DrawFn) -> dict:
+    names = [f.name for f in SCHEMA.fields] + ["extra", "when"]
+
+    def image() -> dict:
+        picked = draw(st.dictionaries(st.sampled_from(names), field_schemas, max_size=len(names)))
+        return {"type": "struct", "optional": True, "name": "srv.db.t.Value",
+                "fields": [{**f, "field": n} for n, f in picked.items() if f is not None]}
+    after = image()
+    before = after if draw(st.booleans()) else image()
+    sides = [{**before, "field": "before"}, {**after, "field": "after"}]
+    if draw(st.integers(0, 5)) == 0:
+        sides = sides[1:]  # no "before" schema: a delete's image is read as is
+    return {"type": "struct", "name": "srv.db.t.Envelope", "optional": False,
+            "fields": [*sides, {"type": "string", "optional": False, "field": "op"},
+                       {"type": "int64", "optional": True, "field": "ts_ms"}]}
+
+
+@st.composite
+def schema_lines(draw: st.DrawFn, blocks: list[str]) -> str:
+    block = draw(st.sampled_from(blocks))
+    names = [f.name for f in SCHEMA.fields] + ["extra", "when"]
+    image = {"id": draw(st.sampled_from(["1", "2", "3", '"4"', "null"])), "req": '"r"',
+             **draw(st.dictionaries(st.sampled_from(names), schema_tokens, max_size=8))}
+    body = ", ".join(f'"{k}": {v}' for k, v in image.items())
+    op = draw(st.sampled_from(['"c"', '"r"', '"u"', '"d"', '"x"', "null"]))
+    side = "before" if op == '"d"' else "after"
+    other = "after" if side == "before" else "before"
+    payload = f'{{"{other}": null, "{side}": {{{body}}}, "source": {{"table": "t"}}, "op": {op}, "ts_ms": 1}}'
+    shape = draw(st.integers(0, 11))
+    if shape == 0:
+        return f'{{"schema": {block}, "payload": {payload}, "schema": null}}'  # a second schema key
+    if shape == 1:
+        return f'{{"schema": {block}, "payload": {payload}, "payload": null}}'  # the last payload wins: tombstone
+    if shape == 2:
+        return f'{{"schema": null, "payload": {payload}}}'
+    if shape == 3:
+        return f'{{"schema": {block}, "payload": null}}'
+    if shape == 4:
+        return f'{{"payload": {payload}, "schema": {block}}}'
+    return f'{{"schema": {block}, "payload": {payload}}}'
+
+
+@st.composite
+def schema_batches(draw: st.DrawFn) -> list[str]:
+    blocks = [json.dumps(b, separators=draw(st.sampled_from([(",", ":"), (", ", ": ")])))
+              for b in draw(st.lists(schema_blocks(), min_size=1, max_size=2))]
+    return draw(st.lists(schema_lines(blocks), min_size=1, max_size=40))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(schema_batches())
+def test_schema_block_lines_equal_the_python_rules(spark, tmp_path, raws):
+    _compare(spark, tmp_path, raws)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(schema_batches())
+def test_schema_block_lines_equal_the_python_rules_deep(spark, tmp_path, raws):
+    _compare(spark, tmp_path, raws)
+
+
+def test_debezium_schema_block_lines_take_the_native_path(spark, tmp_path):
+    """Lines as Debezium's JsonConverter writes them (schemas.enable=true; Decimal as bytes, Date as days,
+    MicroTimestamp, ZonedTimestamp, bytes): decoded natively, equal to the Python rules; a line with a block
+    not sampled, or a value that would lose digits, is routed."""
+    value = {"type": "struct", "optional": True, "name": "dbserver1.inventory.t.Value", "fields": [
+        {"type": "int64", "optional": False, "field": "id"}, {"type": "string", "optional": True, "field": "s"},
+        {"type": "double", "optional": True, "field": "d"}, {**_decimal_schema("2"), "field": "dec"},
+        {**_decimal_schema("4"), "field": "big"}, {"type": "boolean", "optional": True, "field": "b"},
+        {"type": "int32", "optional": True, "name": "io.debezium.time.Date", "version": 1, "field": "day"},
+        {"type": "string", "optional": True, "name": "io.debezium.time.ZonedTimestamp", "version": 1, "field": "ts"},
+        {"type": "int64", "optional": True, "name": "io.debezium.time.MicroTimestamp", "version": 1, "field": "ntz"},
+        {"type": "bytes", "optional": True, "field": "bin"}, {"type": "int32", "optional": True, "field": "i"},
+        {"type": "string", "optional": False, "field": "req"}]}
+    envelope = {"type": "struct", "optional": False, "name": "dbserver1.inventory.t.Envelope", "version": 1, "fields": [
+        {**value, "field": "before"}, {**value, "field": "after"},
+        {"type": "struct", "optional": False, "name": "io.debezium.connector.postgresql.Source", "field": "source",
+         "fields": [{"type": "string", "optional": False, "field": "table"}]},
+        {"type": "string", "optional": False, "field": "op"}, {"type": "int64", "optional": True, "field": "ts_ms"}]}
+    rng = random.Random(7)
+
+    def row(i: int) -> dict:
+        return {"id": i, "s": f"name {i}", "d": rng.random() * 100, "dec": json.loads(_base64_of(rng.randint(-10**8, 10**8))),
+                "big": json.loads(_base64_of(rng.randint(-10**15, 10**15))), "b": rng.random() < 0.5, "day": 19000 + i,
+                "ts": "2024-03-01T10:00:00.5+02:00", "ntz": 1700000000000000 + i, "bin": "aGk=", "i": i, "req": "r"}
+    plain = []
+    for i in range(200):
+        op = rng.choice("crud")
+        before, after = (row(i), None) if op == "d" else (None if op in "cr" else row(i), row(i))
+        plain.append(json.dumps({"schema": envelope, "payload": {"before": before, "after": after, "op": op,
+                                                                 "source": {"table": "t"}, "ts_ms": 1}}))
+    changed = {**envelope, "name": "dbserver1.inventory.t.Envelope2"}
+    odd = [json.dumps({"schema": changed, "payload": {"after": row(500), "op": "c"}}),       # a block not sampled
+           json.dumps({"schema": envelope, "payload": {"after": {**row(501), "dec": json.loads(_base64_of(2**70))},
+                                                       "op": "c"}}),                          # more than 8 bytes
+           json.dumps({"schema": envelope, "payload": {"after": {**row(502), "ntz": "1700000000000000"},
+                                                       "op": "c"}})]                          # an epoch as a string
+    path = tmp_path / "lines.json"
+    path.write_text("\n".join(plain + odd) + "\n")
+    branches = native.sample_branches(landing.describe([str(path)]))
+    assert [b.prefix for b in branches] == [plain[0].split('"payload"', 1)[0]]
+    assert branches[0].after is not None and branches[0].after["dec"] == native.FieldDecoding(native.Decoding.DECIMAL, 2)
+    fast, routed = _compare(spark, tmp_path, plain + odd, branches=branches)
+    assert (fast, routed) == (len(plain), len(odd))
