@@ -424,16 +424,23 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
         epoch_types = {c.name: T.IntegerType() if isinstance(c.dtype, T.DateType) else T.LongType()
                        for c in columns if isinstance(c.dtype, (T.DateType, T.TimestampType, T.TimestampNTZType))}
     payload_typed = [c for c in columns if c in typed_columns or c.name in epoch_types]
-    parses = [F.from_json(raw, envelope, JSON_OPTIONS).alias("_n_env")]
-    if typed_columns or payload_typed:
-        parses.append(F.from_json(raw, _envelope(_image_struct(typed_columns),
-                                                 _image_struct(payload_typed, epoch_types) if branches else None),
-                                  JSON_OPTIONS).alias(_TYPED))
-    frame = lines.select("file_index", "source_file", "source_offset", "raw", *parses)
     branch_index: Column = F.lit(-1)
     for i, b in reversed(list(enumerate(branches))):
         branch_index = F.when(raw.startswith(b.prefix + _PAYLOAD_KEY), F.lit(i)).otherwise(branch_index)
-    frame = frame.select("*", branch_index.alias("_n_branch"))
+    # A branch line is parsed without its schema block (most of its bytes): "{" + the text after the block.
+    parsed_text: Column = raw
+    for i, b in reversed(list(enumerate(branches))):
+        parsed_text = F.when(F.col("_n_branch") == i,
+                             F.concat(F.lit("{"), F.substring(raw, len(b.prefix) + 1, 1 << 30))).otherwise(parsed_text)
+    frame = lines.select("file_index", "source_file", "source_offset", "raw", branch_index.alias("_n_branch"))
+    frame = frame.select("*", parsed_text.alias("_n_text"))
+    text_of_line = F.col("_n_text")
+    parses = [F.from_json(text_of_line, envelope, JSON_OPTIONS).alias("_n_env")]
+    if typed_columns or payload_typed:
+        parses.append(F.from_json(text_of_line, _envelope(_image_struct(typed_columns),
+                                                          _image_struct(payload_typed, epoch_types) if branches
+                                                          else None), JSON_OPTIONS).alias(_TYPED))
+    frame = frame.select("*", *parses)
     plain = F.col("_n_branch") == -1
     op = op_map[F.lower(F.when(plain, F.col("_n_env.op")).otherwise(F.col("_n_env.payload.op")))]
     before = F.when(plain, F.col("_n_env.before")).otherwise(F.col("_n_env.payload.before"))
@@ -457,7 +464,7 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
     for c in columns:
         is_key = c.name in keys
         text = image[F.lit(c.name)]
-        exact = _exact_decimal(c, raw)
+        exact = _exact_decimal(c, text_of_line)
         value: Column = F.lit(None)
         ok: Column = F.lit(False)
         for arm, (condition, decodings) in reversed(list(enumerate(arms))):
@@ -484,7 +491,7 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
         reason = F.coalesce(reason, F.when(deleting, F.lit("delete on a table without identifier columns "
                                                            "(append only)")))
     keys_seen = F.map_keys(image)
-    well_formed = (F.col(_OP_TEXT).isNotNull() & ~raw.rlike(r"\}\s*\{") & image.isNotNull()
+    well_formed = (F.col(_OP_TEXT).isNotNull() & ~text_of_line.rlike(r"\}\s*\{") & image.isNotNull()
                    & (F.size(keys_seen) == F.size(F.array_distinct(keys_seen))))
     shape = plain & F.col("_n_env.payload").isNull() & F.col("_n_env.schema").isNull() & ~raw.contains(_PAYLOAD_KEY)
     target_names = {c.name for c in columns}
