@@ -45,6 +45,7 @@ PROFILE_ENV = "ICECDC_RUN_PROFILE"  # icecdc_dagster.launcher.PROFILE_ENV (not i
                                     # also measures revisions without it)
 
 TABLE = "db.events"
+IDLE_MEASURE_S = 20.0
 SINK_KEY = ["replica", "replica", "events"]
 
 
@@ -213,7 +214,14 @@ def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlit
             wait_applied(instance, bootstrap, 900, sink_keys[name])
         print(f"[many] {tables} exports applied in {time.time() - started:.1f}s", flush=True)
         time.sleep(2 * interval)  # the last export's run ends, idle ticks settle
-        cpu_before, since = process_cpu(process.pid), time.time()
+        idle_before, since = process_cpu(process.pid), time.time()
+        time.sleep(IDLE_MEASURE_S)  # nothing committed: what the control plane costs at rest
+        idle = process_cpu(process.pid)
+        span = time.time() - since
+        print(f"[many] idle ({tables} tables, nothing to do, {span:.0f}s): " + ", ".join(
+            f"{name} {(idle[name] - idle_before.get(name, 0.0)) / span:.2f}" for name in sorted(idle))
+            + f" cores; total {(sum(idle.values()) - sum(idle_before.values())) / span:.2f} cores", flush=True)
+        cpu_before, since = idle, time.time()
         for round_ in range(rounds):
             committed = {}
             for name in names:
@@ -230,7 +238,7 @@ def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlit
             commits.update(dict(committed.values()))
         span = time.time() - since
         cpu_after = process_cpu(process.pid)
-        breakdown(instance, commits, profile)
+        breakdown(instance, commits, profile, workers)
         cpu = {name: cpu_after.get(name, 0.0) - cpu_before.get(name, 0.0) for name in cpu_after}
         runs = len(commits)
         print(f"[many] CPU over the rounds ({span:.1f}s wall, {runs} runs): " + ", ".join(
@@ -261,14 +269,27 @@ def process_cpu(session: int) -> dict[str, float]:
         if int(fields[3]) != session:  # field 6 of stat: the session id
             continue
         kind = ("jvm" if "java" in cmdline.split(" ", 1)[0] else
-                "daemon" if "dagster-daemon" in cmdline or " daemon" in cmdline else
-                "webserver" if "webserver" in cmdline else
-                "code server" if "grpc" in cmdline or "code-server" in cmdline else "other")
+                "daemon" if "dagster._daemon" in cmdline else  # sensors' bookkeeping, run queue, the lanes
+                "webserver" if "dagster_webserver" in cmdline else
+                "code server" if " api grpc" in cmdline else  # evaluates the sensors
+                "other")
         totals[kind] = totals.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / tick
     return totals
 
 
-def breakdown(instance, commits: dict[str, float], profile: Path) -> None:  # noqa: ANN001
+def idle_lane_seconds(spans: list[tuple[float, float, float]], workers: int) -> float:
+    """Lane-seconds no run executed while a created run waited to start (dequeue and launch latency)."""
+    times = sorted({t for span in spans for t in span})
+    idle = 0.0
+    for a, b in zip(times, times[1:], strict=False):
+        mid = (a + b) / 2
+        running = sum(1 for _, started, ended in spans if started <= mid < ended)
+        waiting = sum(1 for created, started, _ in spans if created <= mid < started)
+        idle += min(max(workers - running, 0), waiting) * (b - a)
+    return idle
+
+
+def breakdown(instance, commits: dict[str, float], profile: Path, workers: int) -> None:  # noqa: ANN001
     """Medians over the rounds' runs: sensor (commit -> run created), queue (created -> started), run
     (started -> ended), each step, framework (run minus steps); the launcher's profile per run."""
     import json
@@ -281,6 +302,7 @@ def breakdown(instance, commits: dict[str, float], profile: Path) -> None:  # no
             record = json.loads(line)
             profiled[record["run_id"]] = record
     parts: dict[str, list[float]] = {}
+    spans: list[tuple[float, float, float]] = []  # created, started, ended
     for key, committed in commits.items():
         records = instance.get_run_records(RunsFilter(tags={"dagster/partition": key}), limit=1)
         if not records or records[0].start_time is None or records[0].end_time is None:
@@ -289,6 +311,7 @@ def breakdown(instance, commits: dict[str, float], profile: Path) -> None:  # no
         created = record.create_timestamp.timestamp()
         values = {"sensor": created - committed, "queue": record.start_time - created,
                   "run": record.end_time - record.start_time}
+        spans.append((created, record.start_time, record.end_time))
         starts: dict[str, float] = {}
         steps = 0.0
         for event in instance.all_logs(record.dagster_run.run_id, of_type={
@@ -307,6 +330,8 @@ def breakdown(instance, commits: dict[str, float], profile: Path) -> None:  # no
                 values[name] = extra[name]
         for name, value in values.items():
             parts.setdefault(name, []).append(value)
+    print(f"[many] lanes idle while runs waited: {idle_lane_seconds(spans, workers):.1f} lane-s over {len(spans)} runs",
+          flush=True)
     print("[many] medians per run: " + ", ".join(
         f"{name} {statistics.median(v):.2f}" for name, v in parts.items()), flush=True)
 

@@ -539,7 +539,8 @@ class _RunProfile:
     def finish(self) -> None:
         import json
 
-        record: dict[str, Any] = {"run_id": self.run_id, "wall_s": round(time.monotonic() - self.wall, 3),
+        record: dict[str, Any] = {"run_id": self.run_id, "lane": threading.current_thread().name,
+                                  "ended": time.time(), "wall_s": round(time.monotonic() - self.wall, 3),
                                   "thread_cpu_s": round(time.thread_time() - self.cpu, 3)}
         context = _spark_context_or_none()
         if context is not None:
