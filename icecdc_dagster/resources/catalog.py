@@ -1,5 +1,6 @@
 """The Iceberg catalog (pyiceberg SQL catalog, shared with Spark's JDBC catalog)."""
 
+import threading
 from typing import TYPE_CHECKING
 
 from dagster import ConfigurableResource
@@ -35,8 +36,45 @@ class IcebergCatalogResource(ConfigurableResource):
 
     def load(self) -> "Catalog":
         if self._catalog is None:
-            self._catalog = self.settings().load_pyiceberg()
+            self._catalog = shared_catalog(self.settings())
         return self._catalog
 
     def load_table(self, table_name: str) -> "Table":
         return self.load().load_table(table_name)
+
+    def metadata_location(self, table_name: str) -> str | None:
+        """The table's current metadata file as the catalog database records it: one indexed query,
+        no metadata file read (what an idle sensor tick compares). None when the table is not found
+        or the catalog is not a SQL catalog (then load the table)."""
+        catalog = self.load()
+        from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+
+        if not isinstance(catalog, SqlCatalog):
+            return None
+        from sqlalchemy import select
+        from sqlalchemy.orm import Session
+
+        namespace = catalog.namespace_to_string(catalog.namespace_from(table_name))
+        with Session(catalog.engine) as session:
+            return session.scalar(select(IcebergTables.metadata_location).where(
+                IcebergTables.catalog_name == catalog.name, IcebergTables.table_namespace == namespace,
+                IcebergTables.table_name == catalog.table_name_from(table_name)))
+
+
+_CATALOGS: dict[tuple, "Catalog"] = {}
+_CATALOGS_LOCK = threading.Lock()
+
+
+def shared_catalog(settings: CatalogSettings) -> "Catalog":
+    """One pyiceberg catalog (one SQLAlchemy engine and its pool) per catalog configuration and process.
+
+    Dagster builds resources per run and per sensor tick: 20 tables ticking at PT5S created 4 catalogs
+    (engines) a second, each checking the catalog tables. The catalog holds no table state (every
+    ``load_table`` reads the catalog), so sharing it changes no result.
+    """
+    key = (settings.type, settings.name, settings.uri, settings.warehouse, tuple(sorted(settings.properties.items())))
+    with _CATALOGS_LOCK:
+        catalog = _CATALOGS.get(key)
+        if catalog is None:
+            catalog = _CATALOGS[key] = settings.load_pyiceberg()
+        return catalog

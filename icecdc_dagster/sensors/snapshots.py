@@ -163,11 +163,13 @@ UNCHANGED_SKIP = "all snapshots are applied (table and line unchanged since the 
 NOT_IDLE = "{}"  # a cursor that marks nothing (Dagster keeps the previous cursor when a result has none)
 
 
-def idle_fingerprint(instance: "DagsterInstance", table: TableConfig, source_table: "Table") -> str:
+def idle_fingerprint(instance: "DagsterInstance", table: TableConfig, source_table: "Table | str") -> str:
     """What an idle line's next tick compares: the table's metadata file (every commit, rollback,
     expiry or property change writes a new one) and the line's newest partition key (a resync adds
-    one). One catalog read the tick does anyway and one indexed query."""
-    return f"{source_table.metadata_location}|{line.newest_key(instance, table_line(table)) or ''}"
+    one). ``source_table``: the table, or its metadata location as the catalog records it (a SQL
+    catalog answers that with one query, without reading the metadata file); one indexed query."""
+    location = source_table if isinstance(source_table, str) else source_table.metadata_location
+    return f"{location}|{line.newest_key(instance, table_line(table)) or ''}"
 
 
 def idle_cursor(fingerprint: str, now: float | None = None) -> str:
@@ -205,8 +207,14 @@ def build_snapshot_sensor(table: TableConfig, config_path: str | None = None) ->
     def _sensor(context: SensorEvaluationContext) -> SensorResult | SkipReason:
         from pyiceberg.exceptions import NoSuchTableError
 
+        line.share_instance(context)
+        catalog = context.resources.catalog
+        if context.cursor:  # an idle mark to compare: the catalog's record first, the table only if it moved
+            location = catalog.metadata_location(table.table_name)
+            if location is not None and still_idle(context.cursor, idle_fingerprint(context.instance, table, location)):
+                return SensorResult(skip_reason=SkipReason(UNCHANGED_SKIP), cursor=context.cursor)
         try:
-            source = context.resources.catalog.load_table(table.table_name)
+            source = catalog.load_table(table.table_name)
         except NoSuchTableError:  # an ingest entry with auto_create has not created it yet
             return SkipReason(f"table {table.table_name} does not exist yet")
         fingerprint = idle_fingerprint(context.instance, table, source)
@@ -219,7 +227,7 @@ def build_snapshot_sensor(table: TableConfig, config_path: str | None = None) ->
         partitions = naming.partitions_def(table)
         add = [partitions.build_add_request(new_keys)] if new_keys else []
         # Record the source's new state on its observable asset (data version = snapshot id).
-        events = source_observations(table, context.resources.catalog.name, source, new_keys)
+        events = source_observations(table, catalog.name, source, new_keys)
         busy = line.held_elsewhere(context.instance, table_line(table)) if isinstance(planned, NextRun) else None
         if isinstance(planned, NextRun) and busy is None:
             return SensorResult(run_requests=[run_request(table, planned)], dynamic_partitions_requests=add,
