@@ -9,6 +9,7 @@ from typing import Any
 from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDefinition, AssetCheckSeverity, asset_check
 
 from icecdc_dagster.assets import naming
+from icecdc_dagster.checks.run import run_id_of
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.pipeline import lifecycle
 from icecdc_dagster.sensors.snapshots import ancestry_window, diagnose, table_line
@@ -27,7 +28,7 @@ def build_lifecycle_check(table: TableConfig, config_path: str | None) -> AssetC
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
-            source = context.resources.catalog.load_table(table.table_name)
+            source = context.resources.catalog.source_table(run_id_of(context), table.table_name)
         except NoSuchTableError:
             return AssetCheckResult(passed=False, severity=AssetCheckSeverity.WARN,
                                     metadata={"problem": f"table {table.table_name} does not exist (dropped, or "

@@ -42,6 +42,23 @@ class IcebergCatalogResource(ConfigurableResource):
     def load_table(self, table_name: str) -> "Table":
         return self.load().load_table(table_name)
 
+    def source_table(self, run_id: str | None, table_name: str) -> "Table":
+        """A table the run reads, loaded once per run: its steps and checks share the first load
+        instead of one catalog load (and metadata file parse) each. A table the run writes is
+        loaded fresh with :meth:`load_table`; so is every table outside a run (``run_id`` None)."""
+        if run_id is None:
+            return self.load_table(table_name)
+        key = (run_id, self.name, self.uri, table_name)
+        with _RUN_TABLES_LOCK:
+            table = _RUN_TABLES.get(key)
+        if table is None:
+            table = self.load_table(table_name)
+            with _RUN_TABLES_LOCK:
+                _RUN_TABLES[key] = table
+                while len(_RUN_TABLES) > _RUN_TABLES_KEPT:  # oldest first (insertion order)
+                    del _RUN_TABLES[next(iter(_RUN_TABLES))]
+        return table
+
     def metadata_location(self, table_name: str) -> str | None:
         """The table's current metadata file as the catalog database records it: one indexed query,
         no metadata file read (what an idle sensor tick compares). None when the table is not found
@@ -61,6 +78,9 @@ class IcebergCatalogResource(ConfigurableResource):
                 IcebergTables.table_name == catalog.table_name_from(table_name)))
 
 
+_RUN_TABLES: dict[tuple[str, str, str, str], "Table"] = {}
+_RUN_TABLES_LOCK = threading.Lock()
+_RUN_TABLES_KEPT = 256  # tables of the runs in flight (a run reads one source table)
 _CATALOGS: dict[tuple, "Catalog"] = {}
 _CATALOGS_LOCK = threading.Lock()
 
