@@ -237,7 +237,7 @@ def test_batch_runs_read_the_backlog_not_every_key(spark, catalog_settings, cata
 
 def test_code_server_ticks_share_one_instance_and_build_no_resources(spark, catalog_settings, catalog, instance,
                                                                     tmp_path):
-    """A tick as Dagster's code server evaluates it (an instance ref, the definitions' resources):
+    """A tick as Dagster's code server evaluates it (an instance ref, the resources the sensor requires):
     no resource is built for it and every tick uses this process's one instance for the ref, not a new
     instance (and its storage checks) per tick. The ticks decide as before: idle, then a new snapshot."""
     from dagster import build_sensor_context
@@ -261,7 +261,9 @@ def test_code_server_ticks_share_one_instance_and_build_no_resources(spark, cata
     contexts = []
 
     def evaluate(cursor):  # noqa: ANN001, ANN202
-        context = build_sensor_context(instance_ref=instance.get_ref(), cursor=cursor, resources=defs.resources,
+        # As the code server builds it: an instance ref, and only the resources the sensor requires.
+        required = {k: v for k, v in (defs.resources or {}).items() if k in sensor.required_resource_keys}
+        context = build_sensor_context(instance_ref=instance.get_ref(), cursor=cursor, resources=required,
                                        definitions=defs)
         contexts.append(context)
         return sensor.evaluate_tick(context)
