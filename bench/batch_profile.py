@@ -142,8 +142,12 @@ def main() -> None:
             results.append(measured)
             print(" ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in measured.items()),
                   flush=True)
-    print("median: " + ", ".join(f"{k} {statistics.median(r[k] for r in results):.2f}" for k in results[0]))
-    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    median = {k: statistics.median(r[k] for r in results) for k in results[0]}
+    print("median: " + ", ".join(f"{k} {v:.2f}" for k, v in median.items()))
+    print(f"RESULT batch_run_s={median['run']:.2f} python_cpu_s={median['python_cpu']:.2f} "
+          f"jvm_cpu_s={median['jvm_cpu']:.2f} spark_jobs={median['spark_jobs']:.0f} "
+          f"catalog_loads={median['catalog_loads']:.0f} instance_writes={median['instance_writes']:.0f} "
+          f"load_average={os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
