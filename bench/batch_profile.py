@@ -43,9 +43,16 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--jobs", action="store_true", help="list the Spark jobs of the first measured batch")
+    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="icecdc-profile-"))
     catalog, config_path = setup_lake(root, 5)
+    if args.spark_conf:  # extra Spark settings for the pipeline, e.g. spark.sql.adaptive.enabled=false
+        import yaml
+
+        pipeline = yaml.safe_load(config_path.read_text())
+        pipeline["spark"]["conf"].update(dict(item.split("=", 1) for item in args.spark_conf))
+        config_path.write_text(yaml.safe_dump(pipeline))
     os.environ["DAGSTER_HOME"] = str(root / "home")
     (root / "home").mkdir()
     os.environ["ICECDC_CONFIG"] = str(config_path)
