@@ -29,6 +29,7 @@ Usage: python bench/freshness.py [--commits 20] [--interval 5] [--modes warm,def
 
 import argparse
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -40,7 +41,11 @@ from pathlib import Path
 import pyarrow as pa
 import yaml
 
+PROFILE_ENV = "ICECDC_RUN_PROFILE"  # icecdc_dagster.launcher.PROFILE_ENV (not imported: the bench
+                                    # also measures revisions without it)
+
 TABLE = "db.events"
+IDLE_MEASURE_S = 20.0
 SINK_KEY = ["replica", "replica", "events"]
 
 
@@ -196,15 +201,27 @@ def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlit
     catalog, config_path = setup_lake(root, interval, names)
     home = root / "dagster_home"
     write_home(home, "warm", workers, sqlite_synchronous)
+    profile = root / "runs.jsonl"
+    os.environ[PROFILE_ENV] = str(profile)  # the warm launcher's per-run profile (wall, lane CPU, Spark jobs)
     process, instance = start_dagster(root, home, config_path)
     sink_keys = {name: ("replica", "replica", name.split(".")[1]) for name in names}
     latencies: list[float] = []
+    commits: dict[str, float] = {}  # partition key -> commit time
     try:
         started = time.time()
         for name in names:
             bootstrap = str(catalog.load_table(name).current_snapshot().snapshot_id)
             wait_applied(instance, bootstrap, 900, sink_keys[name])
         print(f"[many] {tables} exports applied in {time.time() - started:.1f}s", flush=True)
+        time.sleep(2 * interval)  # the last export's run ends, idle ticks settle
+        idle_before, since = process_cpu(process.pid), time.time()
+        time.sleep(IDLE_MEASURE_S)  # nothing committed: what the control plane costs at rest
+        idle = process_cpu(process.pid)
+        span = time.time() - since
+        print(f"[many] idle ({tables} tables, nothing to do, {span:.0f}s): " + ", ".join(
+            f"{name} {(idle[name] - idle_before.get(name, 0.0)) / span:.2f}" for name in sorted(idle))
+            + f" cores; total {(sum(idle.values()) - sum(idle_before.values())) / span:.2f} cores", flush=True)
+        cpu_before, since = idle, time.time()
         for round_ in range(rounds):
             committed = {}
             for name in names:
@@ -218,11 +235,105 @@ def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlit
             latencies += round_latencies
             print(f"[many] round {round_ + 1}: {tables} tables, latency min {min(round_latencies):.1f}s "
                   f"median {statistics.median(round_latencies):.1f}s max {max(round_latencies):.1f}s", flush=True)
+            commits.update(dict(committed.values()))
+        span = time.time() - since
+        cpu_after = process_cpu(process.pid)
+        breakdown(instance, commits, profile, workers)
+        cpu = {name: cpu_after.get(name, 0.0) - cpu_before.get(name, 0.0) for name in cpu_after}
+        runs = len(commits)
+        print(f"[many] CPU over the rounds ({span:.1f}s wall, {runs} runs): " + ", ".join(
+            f"{name} {seconds:.1f}s ({seconds / runs:.2f}s/run)" for name, seconds in sorted(cpu.items())
+            if seconds >= 0.05) + f"; total {sum(cpu.values()) / runs:.2f} CPU-s/run, "
+            f"{sum(cpu.values()) / span:.2f} cores busy", flush=True)
     finally:
+        os.environ.pop(PROFILE_ENV, None)
         stop_dagster(process)
     latencies.sort()
     p95 = latencies[min(len(latencies) - 1, round(0.95 * (len(latencies) - 1)))]
     return {"p50": statistics.median(latencies), "p95": p95}
+
+
+def process_cpu(session: int) -> dict[str, float]:
+    """CPU seconds (user + system) of every process of ``dagster dev``'s session, by kind."""
+    tick = os.sysconf("SC_CLK_TCK")
+    totals: dict[str, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[3]) != session:  # field 6 of stat: the session id
+            continue
+        kind = ("jvm" if "java" in cmdline.split(" ", 1)[0] else
+                "daemon" if "dagster._daemon" in cmdline else  # sensors' bookkeeping, run queue, the lanes
+                "webserver" if "dagster_webserver" in cmdline else
+                "code server" if " api grpc" in cmdline else  # evaluates the sensors
+                "other")
+        totals[kind] = totals.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return totals
+
+
+def idle_lane_seconds(spans: list[tuple[float, float, float]], workers: int) -> float:
+    """Lane-seconds no run executed while a created run waited to start (dequeue and launch latency)."""
+    times = sorted({t for span in spans for t in span})
+    idle = 0.0
+    for a, b in zip(times, times[1:], strict=False):
+        mid = (a + b) / 2
+        running = sum(1 for _, started, ended in spans if started <= mid < ended)
+        waiting = sum(1 for created, started, _ in spans if created <= mid < started)
+        idle += min(max(workers - running, 0), waiting) * (b - a)
+    return idle
+
+
+def breakdown(instance, commits: dict[str, float], profile: Path, workers: int) -> None:  # noqa: ANN001
+    """Medians over the rounds' runs: sensor (commit -> run created), queue (created -> started), run
+    (started -> ended), each step, framework (run minus steps); the launcher's profile per run."""
+    import json
+
+    from dagster import DagsterEventType, RunsFilter
+
+    profiled = {}
+    if profile.exists():
+        for line in profile.read_text().splitlines():
+            record = json.loads(line)
+            profiled[record["run_id"]] = record
+    parts: dict[str, list[float]] = {}
+    spans: list[tuple[float, float, float]] = []  # created, started, ended
+    for key, committed in commits.items():
+        records = instance.get_run_records(RunsFilter(tags={"dagster/partition": key}), limit=1)
+        if not records or records[0].start_time is None or records[0].end_time is None:
+            continue
+        record = records[0]
+        created = record.create_timestamp.timestamp()
+        values = {"sensor": created - committed, "queue": record.start_time - created,
+                  "run": record.end_time - record.start_time}
+        spans.append((created, record.start_time, record.end_time))
+        starts: dict[str, float] = {}
+        steps = 0.0
+        for event in instance.all_logs(record.dagster_run.run_id, of_type={
+                DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS}):
+            step = event.step_key or ""
+            if event.dagster_event_type == DagsterEventType.STEP_START:
+                starts[step] = event.timestamp
+            elif step in starts:
+                kind = re.sub(r"events_\d+", "*", step)  # the same step of every table together
+                values[f"step {kind}"] = values.get(f"step {kind}", 0.0) + event.timestamp - starts[step]
+                steps += event.timestamp - starts[step]
+        values["framework"] = values["run"] - steps
+        extra = profiled.get(record.dagster_run.run_id, {})
+        for name in ("thread_cpu_s", "spark_jobs"):
+            if name in extra:
+                values[name] = extra[name]
+        for name, value in values.items():
+            parts.setdefault(name, []).append(value)
+    print(f"[many] lanes idle while runs waited: {idle_lane_seconds(spans, workers):.1f} lane-s over {len(spans)} runs",
+          flush=True)
+    print("[many] medians per run: " + ", ".join(
+        f"{name} {statistics.median(v):.2f}" for name, v in parts.items()), flush=True)
 
 
 def load() -> str:

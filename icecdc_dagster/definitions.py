@@ -151,6 +151,7 @@ def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Defi
     assets.extend(build_dead_letter_asset(entries, config.catalog.name, remembered)
                   for target, entries in entries_by_target.items() if target is not None)
     lineage = LineageEmitter.configured(config.lineage.namespace, config.lineage.transport, config.lineage.enabled)
+    resources = build_resources(config)
     for table in config.tables:
         source = sources.get(table.table_name)
         described = {k: v for k, v in table_metadata(config.catalog.name, source, table.identifier_columns).items()
@@ -167,7 +168,7 @@ def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Defi
         checks.append(build_lifecycle_check(table, config.source))
         assets.append(build_maintenance_asset(table, tuple(entries_by_target.get(table.table_name, ()))))
         schedules.append(build_maintenance_schedule(table))
-        sensors.append(build_snapshot_sensor(table, config.source))
+        sensors.append(build_snapshot_sensor(table, config.source, resources["catalog"]))
     from icecdc_dagster.checks.consistency import build_consistency_checks
 
     for table in config.tables:
@@ -175,7 +176,7 @@ def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Defi
     # One process per run keeps one warm SparkSession for every step of the batch; the executor
     # records the worker on the run and holds the line's lock (one writer per line, crash safe).
     return Definitions(assets=assets, asset_checks=checks, sensors=sensors, schedules=schedules,
-                       resources=build_resources(config),
+                       resources=resources,
                        executor=line_executor)
 
 

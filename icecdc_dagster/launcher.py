@@ -404,6 +404,7 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
         if run.status == DagsterRunStatus.CANCELING:
             instance.report_run_canceled(run, "terminated before it started")
             return
+        profile = _RunProfile.start(run_id)
         try:
             adopt_spark_session()
             if tag_spark_thread(run_id):
@@ -420,6 +421,9 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
             error = serializable_error_info_from_exc_info(sys.exc_info())
             self._finish_unfinished(run_id, error)
             return
+        finally:
+            if profile is not None:
+                profile.finish()
         self._finish_unfinished(run_id, None)
 
     def _finish_unfinished(self, run_id: str, error: "SerializableErrorInfo | None") -> None:
@@ -511,6 +515,47 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
             run = self._instance.get_run_by_id(run_id)
             if run is not None and not run.is_finished:
                 self._instance.report_run_failed(run, "icecdc warm launcher: shut down before the run started")
+
+
+PROFILE_ENV = "ICECDC_RUN_PROFILE"
+
+
+class _RunProfile:
+    """Opt-in (``$ICECDC_RUN_PROFILE`` = a file): one JSON line per run executed here - its wall
+    time, the Python CPU time of its worker thread and the Spark jobs of its job group. What
+    ``bench/freshness.py`` reads to split a run's cost; unset (default), nothing is measured."""
+
+    _write = threading.Lock()
+
+    def __init__(self, path: str, run_id: str) -> None:
+        self.path, self.run_id = path, run_id
+        self.wall, self.cpu = time.monotonic(), time.thread_time()
+
+    @classmethod
+    def start(cls, run_id: str) -> "_RunProfile | None":
+        path = os.environ.get(PROFILE_ENV)
+        return cls(path, run_id) if path else None
+
+    def finish(self) -> None:
+        import json
+
+        record: dict[str, Any] = {"run_id": self.run_id, "lane": threading.current_thread().name,
+                                  "ended": time.time(), "wall_s": round(time.monotonic() - self.wall, 3),
+                                  "thread_cpu_s": round(time.thread_time() - self.cpu, 3)}
+        context = _spark_context_or_none()
+        if context is not None:
+            try:
+                record["spark_jobs"] = len(context.statusTracker().getJobIdsForGroup(self.run_id))
+            except Exception:  # noqa: BLE001 - a measurement only
+                pass
+        with self._write, open(self.path, "a", encoding="utf-8") as out:
+            out.write(json.dumps(record) + "\n")
+
+
+def _spark_context_or_none() -> Any:
+    pyspark = sys.modules.get("pyspark")
+    context = getattr(getattr(pyspark, "SparkContext", None), "_active_spark_context", None)
+    return context if context is not None and context._jsc is not None else None
 
 
 def _worker_alive(run: DagsterRun) -> bool:

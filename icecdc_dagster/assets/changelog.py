@@ -104,7 +104,7 @@ def build_changelog_asset(table: TableConfig, lineage: LineageEmitter | None = N
                    catalog: IcebergCatalogResource) -> MaterializeResult:
         started = time.monotonic()
         session = spark.session(catalog)
-        source = catalog.load_table(table.table_name)
+        source = catalog.source_table(context.run_id, table.table_name)
         request = batch_request(context, table, source)
         store = ChangelogStore(session, catalog.name, table.table_name)
         with lineage_run(lineage, context, naming.changelog_key(table), table.table_name,

@@ -46,7 +46,7 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitt
         spark: SparkResource = context.resources.spark
         catalog: IcebergCatalogResource = context.resources.catalog
         session = spark.session(catalog)
-        source = catalog.load_table(table.table_name)
+        source = catalog.source_table(context.run_id, table.table_name)
         request = batch_request(context, table, source)
         info = batch_info(source, request)
         connection = getattr(context.resources, resource_key) if resource_key else None

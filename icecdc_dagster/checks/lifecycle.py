@@ -9,9 +9,10 @@ from typing import Any
 from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDefinition, AssetCheckSeverity, asset_check
 
 from icecdc_dagster.assets import naming
+from icecdc_dagster.checks.run import run_id_of
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.pipeline import lifecycle
-from icecdc_dagster.sensors.snapshots import diagnose
+from icecdc_dagster.sensors.snapshots import ancestry_window, diagnose, table_line
 
 
 def build_lifecycle_check(table: TableConfig, config_path: str | None) -> AssetChecksDefinition:
@@ -27,15 +28,21 @@ def build_lifecycle_check(table: TableConfig, config_path: str | None) -> AssetC
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
-            source = context.resources.catalog.load_table(table.table_name)
+            source = context.resources.catalog.source_table(run_id_of(context), table.table_name)
         except NoSuchTableError:
             return AssetCheckResult(passed=False, severity=AssetCheckSeverity.WARN,
                                     metadata={"problem": f"table {table.table_name} does not exist (dropped, or "
                                                          f"not created yet)"})
+        uuid = lifecycle.table_uuid(source)
+        if ancestry_window(context.instance, table_line(table), source) is not None:
+            # The line follows the table (what the sensor checks at every tick): its latest batches are
+            # in the table's ancestry, no resync is pending. Metadata and indexed queries only, whatever
+            # the history; the whole line is read and diagnosed only when this cannot tell.
+            return AssetCheckResult(passed=True, metadata={"table_uuid": uuid, "problem": "none"})
         known = list(context.instance.get_dynamic_partitions(naming.partitions_name(table)))
         problem = diagnose(context.instance, table, source, known, config_path)
         active = lifecycle.active_keys(known)
-        metadata: dict[str, Any] = {"table_uuid": lifecycle.table_uuid(source),
+        metadata: dict[str, Any] = {"table_uuid": uuid,
                     "line": lifecycle.line_token(known) or "original",
                     "superseded_partitions": len(known) - len(active)}
         if problem is None:

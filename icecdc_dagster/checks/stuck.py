@@ -5,6 +5,7 @@ import time
 from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDefinition, AssetCheckSeverity, asset_check
 
 from icecdc_dagster.assets import naming
+from icecdc_dagster.checks.run import run_id_of
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.pipeline import lifecycle
 from icecdc_dagster.sensors import line as lines
@@ -23,7 +24,7 @@ def build_stuck_check(table: TableConfig) -> AssetChecksDefinition:
         blocking=False,
     )
     def _check(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        source = context.resources.catalog.load_table(table.table_name)
+        source = context.resources.catalog.source_table(run_id_of(context), table.table_name)
         # Only what is still pending is read (the line's frontier), never the whole history; superseded
         # partitions (before the latest resync) never run again: only the active line counts.
         line = table_line(table)

@@ -1,5 +1,6 @@
 """The Iceberg catalog (pyiceberg SQL catalog, shared with Spark's JDBC catalog)."""
 
+import threading
 from typing import TYPE_CHECKING
 
 from dagster import ConfigurableResource
@@ -35,8 +36,65 @@ class IcebergCatalogResource(ConfigurableResource):
 
     def load(self) -> "Catalog":
         if self._catalog is None:
-            self._catalog = self.settings().load_pyiceberg()
+            self._catalog = shared_catalog(self.settings())
         return self._catalog
 
     def load_table(self, table_name: str) -> "Table":
         return self.load().load_table(table_name)
+
+    def source_table(self, run_id: str | None, table_name: str) -> "Table":
+        """A table the run reads, loaded once per run: its steps and checks share the first load
+        instead of one catalog load (and metadata file parse) each. A table the run writes is
+        loaded fresh with :meth:`load_table`; so is every table outside a run (``run_id`` None)."""
+        if run_id is None:
+            return self.load_table(table_name)
+        key = (run_id, self.name, self.uri, table_name)
+        with _RUN_TABLES_LOCK:
+            table = _RUN_TABLES.get(key)
+        if table is None:
+            table = self.load_table(table_name)
+            with _RUN_TABLES_LOCK:
+                _RUN_TABLES[key] = table
+                while len(_RUN_TABLES) > _RUN_TABLES_KEPT:  # oldest first (insertion order)
+                    del _RUN_TABLES[next(iter(_RUN_TABLES))]
+        return table
+
+    def metadata_location(self, table_name: str) -> str | None:
+        """The table's current metadata file as the catalog database records it: one indexed query,
+        no metadata file read (what an idle sensor tick compares). None when the table is not found
+        or the catalog is not a SQL catalog (then load the table)."""
+        catalog = self.load()
+        from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+
+        if not isinstance(catalog, SqlCatalog):
+            return None
+        from sqlalchemy import select
+        from sqlalchemy.orm import Session
+
+        namespace = catalog.namespace_to_string(catalog.namespace_from(table_name))
+        with Session(catalog.engine) as session:
+            return session.scalar(select(IcebergTables.metadata_location).where(
+                IcebergTables.catalog_name == catalog.name, IcebergTables.table_namespace == namespace,
+                IcebergTables.table_name == catalog.table_name_from(table_name)))
+
+
+_RUN_TABLES: dict[tuple[str, str, str, str], "Table"] = {}
+_RUN_TABLES_LOCK = threading.Lock()
+_RUN_TABLES_KEPT = 256  # tables of the runs in flight (a run reads one source table)
+_CATALOGS: dict[tuple, "Catalog"] = {}
+_CATALOGS_LOCK = threading.Lock()
+
+
+def shared_catalog(settings: CatalogSettings) -> "Catalog":
+    """One pyiceberg catalog (one SQLAlchemy engine and its pool) per catalog configuration and process.
+
+    Dagster builds resources per run and per sensor tick: 20 tables ticking at PT5S created 4 catalogs
+    (engines) a second, each checking the catalog tables. The catalog holds no table state (every
+    ``load_table`` reads the catalog), so sharing it changes no result.
+    """
+    key = (settings.type, settings.name, settings.uri, settings.warehouse, tuple(sorted(settings.properties.items())))
+    with _CATALOGS_LOCK:
+        catalog = _CATALOGS.get(key)
+        if catalog is None:
+            catalog = _CATALOGS[key] = settings.load_pyiceberg()
+        return catalog

@@ -44,6 +44,7 @@ def build_ingest_sensor(entry: IngestConfig) -> SensorDefinition:
         description=f"Adds each new landing file of {entry.landing} as a partition and ingests them in order.",
     )
     def _sensor(context: SensorEvaluationContext) -> SensorResult | SkipReason:
+        line.share_instance(context)
         new_keys, planned = evaluate(context.instance, entry)
         partitions = naming.ingest_partitions_def(entry)
         add = [partitions.build_add_request(new_keys)] if new_keys else []

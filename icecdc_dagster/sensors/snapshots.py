@@ -19,6 +19,7 @@ the latest resync bootstrap are superseded and never planned again.
 """
 
 import json
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,8 @@ from icecdc_dagster.sensors import line
 if TYPE_CHECKING:
     from dagster import DagsterInstance
     from pyiceberg.table import Table
+
+    from icecdc_dagster.resources import IcebergCatalogResource
 
 
 def discover_new_keys(table: "Table", newest_known: str | None) -> list[str]:
@@ -163,11 +166,13 @@ UNCHANGED_SKIP = "all snapshots are applied (table and line unchanged since the 
 NOT_IDLE = "{}"  # a cursor that marks nothing (Dagster keeps the previous cursor when a result has none)
 
 
-def idle_fingerprint(instance: "DagsterInstance", table: TableConfig, source_table: "Table") -> str:
+def idle_fingerprint(instance: "DagsterInstance", table: TableConfig, source_table: "Table | str") -> str:
     """What an idle line's next tick compares: the table's metadata file (every commit, rollback,
     expiry or property change writes a new one) and the line's newest partition key (a resync adds
-    one). One catalog read the tick does anyway and one indexed query."""
-    return f"{source_table.metadata_location}|{line.newest_key(instance, table_line(table)) or ''}"
+    one). ``source_table``: the table, or its metadata location as the catalog records it (a SQL
+    catalog answers that with one query, without reading the metadata file); one indexed query."""
+    location = source_table if isinstance(source_table, str) else source_table.metadata_location
+    return f"{location}|{line.newest_key(instance, table_line(table)) or ''}"
 
 
 def idle_cursor(fingerprint: str, now: float | None = None) -> str:
@@ -193,20 +198,51 @@ def still_idle(cursor: str | None, fingerprint: str, now: float | None = None) -
     return mark.get("idle") == fingerprint and 0 <= now - at < IDLE_RECHECK_S
 
 
-def build_snapshot_sensor(table: TableConfig, config_path: str | None = None) -> SensorDefinition:
+class ResolvedCatalog:
+    """The pipeline's catalog resource with its config resolved (``EnvVar`` secrets), once per process.
+
+    The sensor takes it from the definitions instead of declaring a resource: a tick with resources
+    makes Dagster's code server build a ``DagsterInstance`` from the instance ref for that tick alone
+    (see ``line.share_instance``), the largest cost of an idle tick.
+    """
+
+    def __init__(self, resource: "IcebergCatalogResource") -> None:
+        self._resource = resource
+        self._resolved: IcebergCatalogResource | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> "IcebergCatalogResource":
+        with self._lock:
+            if self._resolved is None:
+                self._resolved = self._resource.process_config_and_initialize()
+            return self._resolved
+
+
+def build_snapshot_sensor(table: TableConfig, config_path: str | None = None,
+                          catalog_resource: "IcebergCatalogResource | None" = None) -> SensorDefinition:
+    """``catalog_resource``: the definitions' catalog resource (None: the sensor declares the
+    ``catalog`` resource and Dagster builds it per tick)."""
+    resolved = ResolvedCatalog(catalog_resource) if catalog_resource is not None else None
+
     @sensor(
         name=naming.sensor_name(table),
         minimum_interval_seconds=line.minimum_interval(table.polling_interval_s),
         asset_selection=asset_keys(table),
         default_status=DefaultSensorStatus.RUNNING,
-        required_resource_keys={"catalog"},
+        required_resource_keys=set() if resolved is not None else {"catalog"},
         description=f"Adds each new snapshot of {table.table_name} as a partition and syncs them in order.",
     )
     def _sensor(context: SensorEvaluationContext) -> SensorResult | SkipReason:
         from pyiceberg.exceptions import NoSuchTableError
 
+        line.share_instance(context)
+        catalog = resolved.get() if resolved is not None else context.resources.catalog
+        if context.cursor:  # an idle mark to compare: the catalog's record first, the table only if it moved
+            location = catalog.metadata_location(table.table_name)
+            if location is not None and still_idle(context.cursor, idle_fingerprint(context.instance, table, location)):
+                return SensorResult(skip_reason=SkipReason(UNCHANGED_SKIP), cursor=context.cursor)
         try:
-            source = context.resources.catalog.load_table(table.table_name)
+            source = catalog.load_table(table.table_name)
         except NoSuchTableError:  # an ingest entry with auto_create has not created it yet
             return SkipReason(f"table {table.table_name} does not exist yet")
         fingerprint = idle_fingerprint(context.instance, table, source)
@@ -219,7 +255,7 @@ def build_snapshot_sensor(table: TableConfig, config_path: str | None = None) ->
         partitions = naming.partitions_def(table)
         add = [partitions.build_add_request(new_keys)] if new_keys else []
         # Record the source's new state on its observable asset (data version = snapshot id).
-        events = source_observations(table, context.resources.catalog.name, source, new_keys)
+        events = source_observations(table, catalog.name, source, new_keys)
         busy = line.held_elsewhere(context.instance, table_line(table)) if isinstance(planned, NextRun) else None
         if isinstance(planned, NextRun) and busy is None:
             return SensorResult(run_requests=[run_request(table, planned)], dynamic_partitions_requests=add,

@@ -233,3 +233,47 @@ def test_batch_runs_read_the_backlog_not_every_key(spark, catalog_settings, cata
     net, last = _metadata(instance, changelog_key, keys[1]), _metadata(instance, changelog_key, keys[2])
     assert (net["batch_kind"], net["count_insert"], net["is_export"]) == ("net", 2, False)
     assert (last["batch_kind"], last["count_insert"], last["is_export"]) == ("cdc", 1, False)
+
+
+def test_code_server_ticks_share_one_instance_and_build_no_resources(spark, catalog_settings, catalog, instance,
+                                                                    tmp_path):
+    """A tick as Dagster's code server evaluates it (an instance ref, the resources the sensor requires):
+    no resource is built for it and every tick uses this process's one instance for the ref, not a new
+    instance (and its storage checks) per tick. The ticks decide as before: idle, then a new snapshot."""
+    from dagster import build_sensor_context
+
+    from icecdc_dagster.assets import naming
+    from icecdc_dagster.sensors import line
+    from icecdc_dagster.sensors.snapshots import UNCHANGED_SKIP
+
+    name = catalog_settings.name
+    spark.sql(f"CREATE TABLE {name}.db.served (id BIGINT NOT NULL, v STRING) USING iceberg "
+              "TBLPROPERTIES ('format-version'='2')")
+    spark.sql(f"INSERT INTO {name}.db.served VALUES (1, 'a')")
+    config = load_config(write_pipeline(tmp_path / "p.yaml", catalog_settings, [
+        {"table_name": "db.served", "identifier_columns": ["id"]}]))
+    defs = build_definitions(config)
+    table = config.tables[0]
+    sensor = defs.get_sensor_def(naming.sensor_name(table))
+    assert not sensor.required_resource_keys
+    assert all(all(t.succeeded) for t in drain(defs, instance, table))
+
+    contexts = []
+
+    def evaluate(cursor):  # noqa: ANN001, ANN202
+        # As the code server builds it: an instance ref, and only the resources the sensor requires.
+        required = {k: v for k, v in (defs.resources or {}).items() if k in sensor.required_resource_keys}
+        context = build_sensor_context(instance_ref=instance.get_ref(), cursor=cursor, resources=required,
+                                       definitions=defs)
+        contexts.append(context)
+        return sensor.evaluate_tick(context)
+
+    full = evaluate(None)
+    assert full.skip_message == "all snapshots are applied"
+    assert evaluate(full.cursor).skip_message == UNCHANGED_SKIP
+    spark.sql(f"INSERT INTO {name}.db.served VALUES (2, 'b')")
+    changed = evaluate(full.cursor)
+    assert [r.partition_key for r in changed.run_requests] == [_snapshot_ids(catalog, "db.served")[-1]]
+    shared = {id(c.instance) for c in contexts}
+    assert len(shared) == 1 and contexts[0].instance is not instance  # one instance, built from the ref
+    assert contexts[0].instance in line._INSTANCES.values()  # noqa: SLF001 - the process's instance for the ref

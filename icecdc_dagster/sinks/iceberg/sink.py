@@ -74,7 +74,9 @@ class IcebergReplicaSink:
         past the snapshot it names (then the summaries say where the replica really is)."""
         if not table_exists(self.spark, self.catalog_name, self.target_table):
             return None
-        jtable = java_table(self.spark, self._target)
+        return self._checkpoint_of(java_table(self.spark, self._target))
+
+    def _checkpoint_of(self, jtable: Any) -> Checkpoint | None:
         last = last_batch(jtable)
         published, recorded = None, None
         if last is not None and SOURCE_SNAPSHOT_PROPERTY in last:
@@ -106,16 +108,19 @@ class IcebergReplicaSink:
 
     def apply(self, batch: BatchInfo, events: DataFrame) -> ApplyResult:
         exists = table_exists(self.spark, self.catalog_name, self.target_table)
-        checkpoint = self.read_checkpoint() if exists else None
+        # One load of the target serves the checkpoint and the identifier check.
+        jtarget = java_table(self.spark, self._target) if exists else None
+        checkpoint = self._checkpoint_of(jtarget) if jtarget is not None else None
         if decide(self.name, checkpoint, batch) is Decision.ALREADY_APPLIED:
             return ApplyResult(self.name, True, checkpoint)
         by_row_id = self.keyed_by_row_id()
         if by_row_id:
             events = self._with_source_row_id(batch, events)
-        if not exists:
+        if jtarget is None:
             copy_table(self.spark, self.catalog_name, self.source_table, self.target_table, self.identifier_columns,
                        key_column=(SOURCE_ROW_ID, SOURCE_ROW_ID_DOC) if by_row_id else None)
-        elif self.identifier_columns:
+        elif self.identifier_columns and \
+                set(jtarget.schema().identifierFieldNames()) != set(self.identifier_columns):
             set_identifier_fields(self.spark, self._target, self.identifier_columns)
         added = union_schema(self.spark, f"{self.catalog_name}.{self.source_table}", self._target)
         keys = self._keys()
