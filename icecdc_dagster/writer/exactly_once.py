@@ -154,6 +154,7 @@ class Published(Generic[T]):
     parent_summary: dict[str, str] | None
     format_version: int
     single_commit: bool                   # the write made exactly one snapshot on the branch
+    jtable: Any = None                    # the Java table, fresh after the publish
 
 
 def _stage(jtable: Any) -> None:
@@ -213,7 +214,7 @@ def staged_commit(spark: Any, table: str, properties: dict[str, str], write: Cal
     return Published(result, snapshot_id, None if parent is None else int(parent), dict(staged.summary()),
                      None if parent_snapshot is None else dict(parent_snapshot.summary()),
                      int(jtable.operations().current().formatVersion()),
-                     parent is not None and int(parent) == int(staged_from.snapshotId()))
+                     parent is not None and int(parent) == int(staged_from.snapshotId()), jtable)
 
 
 def _branch_head(jtable: Any, table: str) -> Any:

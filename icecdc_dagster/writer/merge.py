@@ -198,20 +198,23 @@ def records_delta(published: "Published[Any]") -> int | None:
     (``added-records`` / ``deleted-records``: whole files, so copy-on-write carry-over rows count on
     both sides) and position deletes added and removed. With L = data records - position-delete
     records = the live rows, a MERGE changes L by exactly (inserted keys - deleted keys), PROVIDED every
-    position-delete record the summary counts is one distinct live row. That holds when
+    position-delete record the commit adds or removes stands for one distinct live row. That holds when
 
-    * the staged-on snapshot has no delete file at all (``total-delete-files`` = 0; a table without a
-      snapshot): copy-on-write or merge-on-read, v2 or v3 — nothing older to rewrite, drop or merge; or
-    * v2 merge-on-read that removed no data file and no delete file: Spark writes one position delete per
-      matched live row (its scan already hides deleted rows) and, with the default partition delete
-      granularity, never folds older deletes into new files (file granularity rewrites them: removed
-      files, so not this case).
+    * the staged-on snapshot has no delete file at all (``total-delete-files`` = 0; or no snapshot):
+      copy-on-write or merge-on-read, v2 or v3 — nothing older to rewrite, drop or fold in; or
+    * v2 merge-on-read that removed no data file: Spark writes one position delete per matched live row
+      (its scan hides deleted rows). With file granularity (Spark's default) it also rewrites a touched
+      file's older file-scoped deletes into the new file and removes them: both sides of the summary,
+      net zero (Iceberg-written delete files never hold a position twice). The only other delete files a
+      commit removes are the ones no live data file can see any more (data sequence number below every
+      live data file's), dropped by any commit and counted as removed: ruled out by the staged-on
+      snapshot's manifest list (its delete files are no older than its oldest data file).
 
     Not exact, so None (the caller joins): v3 with live delete files (a deletion vector folds in older
-    v2 partition-scoped deletes that stay live, invisible in the summary), removed delete files (Iceberg
-    drops dangling delete files in any commit, and counts them), equality deletes, a copy-on-write rewrite
-    of files that had deletes (their deleted rows count in ``deleted-records``), summaries without
-    position-delete counts (manifest appends), more than one snapshot per write.
+    v2 partition-scoped deletes, which stay live: invisible in the summary), a possible drop of dangling
+    deletes, equality deletes, a copy-on-write rewrite of files that had deletes (their deleted rows count
+    in ``deleted-records``), summaries without position-delete counts (delete manifests appended whole),
+    more than one snapshot per write.
     """
     summary, parent = published.summary, published.parent_summary
 
@@ -223,11 +226,26 @@ def records_delta(published: "Published[Any]") -> int | None:
             n("removed-delete-files") and "removed-position-deletes" not in summary):
         return None  # Iceberg left the delete counts out (delete manifests appended whole)
     clean = published.parent_id is None or (parent is not None and parent.get("total-delete-files") == "0")
-    if not clean and not (published.format_version == 2 and not n("deleted-data-files")
-                          and not n("removed-delete-files")):
-        return None
+    if not clean:
+        if published.format_version != 2 or n("deleted-data-files"):
+            return None
+        if n("removed-delete-files") and not _no_dangling_deletes(published):
+            return None
     return (n("added-records") - n("deleted-records")
             - n("added-position-deletes") + n("removed-position-deletes"))
+
+
+def _no_dangling_deletes(published: "Published[Any]") -> bool:
+    """Whether the staged-on snapshot's delete files are all at least as new as its oldest live data file
+    (then no commit on it drops a delete file as dangling). Reads its manifest list only."""
+    jtable = published.jtable
+    parent = jtable.snapshot(published.parent_id)
+    io = jtable.io()
+    data = [int(m.minSequenceNumber()) for m in parent.dataManifests(io)]
+    deletes = [int(m.minSequenceNumber()) for m in parent.deleteManifests(io)]
+    if any(seq < 0 for seq in data + deletes):
+        return False  # a manifest without an assigned sequence number: cannot tell
+    return not deletes or (bool(data) and min(deletes) >= min(data))
 
 
 def batch_counts(spark: Any, table: str, effective: DataFrame, key_columns: Sequence[str],
