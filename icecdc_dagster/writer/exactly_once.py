@@ -17,6 +17,12 @@ summaries, so the publish also writes, in the SAME metadata commit (one Iceberg 
 fast-forward + property update), table properties that no expiry touches: the last batch's
 summary properties (``icecdc.last-batch``: a replica's checkpoint) and, for ingest targets, the
 ledger of every batch id (``icecdc.ledger``, compressed). Readers take the union of both.
+
+The ledger is kept in chunks so that a publish costs the same at the 100,000th batch as at the
+first: ``icecdc.ledger`` holds the newest entries (fewer than ``LEDGER_CHUNK_ENTRIES``); when it is
+full it becomes the sealed chunk ``icecdc.ledger.<n>``, never rewritten again (and decoded once per
+process). A publish re-encodes at most one chunk; every metadata commit still carries every chunk
+(~26 bytes per batch compressed, README "Exactly once").
 """
 
 import base64
@@ -27,6 +33,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
 from icecdc_dagster.errors import StagingBranchLostError
@@ -34,6 +41,8 @@ from icecdc_dagster.errors import StagingBranchLostError
 BATCH_ID_PROPERTY = "icecdc.batch-id"
 LAST_BATCH_PROPERTY = "icecdc.last-batch"  # table property: JSON of the last published batch's summary properties
 LEDGER_PROPERTY = "icecdc.ledger"          # table property: zlib+base64 JSON list of recorded batches' properties
+LEDGER_SEALED_PREFIX = LEDGER_PROPERTY + "."  # + n: sealed chunks of the ledger (oldest first), never rewritten
+LEDGER_CHUNK_ENTRIES = 1000
 TARGET_SNAPSHOT_KEY = "icecdc.target-snapshot-id"  # in LAST_BATCH_PROPERTY: the snapshot the batch published
 STAGING_BRANCH = "icecdc_stage"
 STAGING_MAX_REF_AGE_MS = 1  # expire_snapshots drops the staging ref (and its snapshot) whenever it runs
@@ -78,6 +87,39 @@ def encode_ledger(entries: list[dict[str, str]]) -> str:
     return base64.b64encode(zlib.compress(json.dumps(entries, separators=(",", ":")).encode("utf-8"), 9)).decode()
 
 
+@lru_cache(maxsize=1024)
+def _sealed_chunk(value: str) -> tuple[dict[str, str], ...]:
+    return tuple(decode_ledger(value))
+
+
+def _sealed_chunks(properties: dict[str, str]) -> list[tuple[int, str]]:
+    chunks = [(key[len(LEDGER_SEALED_PREFIX):], value) for key, value in properties.items()
+              if key.startswith(LEDGER_SEALED_PREFIX)]
+    return sorted((int(n), value) for n, value in chunks if n.isdigit())
+
+
+def ledger_entries(properties: dict[str, str]) -> list[dict[str, str]]:
+    """Every ledger entry of a table's properties, oldest first (sealed chunks, then the open one)."""
+    entries: list[dict[str, str]] = []
+    for _, value in _sealed_chunks(properties):
+        entries.extend(_sealed_chunk(value))
+    entries.extend(decode_ledger(properties.get(LEDGER_PROPERTY)))
+    return entries
+
+
+def ledger_update(properties: dict[str, str], entry: dict[str, str],
+                  chunk_entries: int = LEDGER_CHUNK_ENTRIES) -> dict[str, str]:
+    """The table properties to set so that the ledger also holds ``entry``: the open chunk re-encoded, or,
+    once it is full, sealed under the next number (and an empty open chunk)."""
+    open_chunk = decode_ledger(properties.get(LEDGER_PROPERTY))
+    open_chunk.append(entry)
+    if len(open_chunk) < chunk_entries:
+        return {LEDGER_PROPERTY: encode_ledger(open_chunk)}
+    sealed = _sealed_chunks(properties)
+    number = sealed[-1][0] + 1 if sealed else 0
+    return {f"{LEDGER_SEALED_PREFIX}{number}": encode_ledger(open_chunk), LEDGER_PROPERTY: encode_ledger([])}
+
+
 def last_batch(jtable: Any) -> dict[str, str] | None:
     """The summary properties of the last batch published to ``main`` (a table property: survives expiry)."""
     value = table_properties(jtable).get(LAST_BATCH_PROPERTY)
@@ -93,7 +135,7 @@ def recorded_summaries(spark: Any, table: str) -> Iterator[dict[str, str]]:
     stops there, and its cost is the few snapshots since the last batch, not the table's history
     (a table without a ledger is walked to its first snapshot)."""
     jtable = java_table(spark, table)
-    ledger = decode_ledger(table_properties(jtable).get(LEDGER_PROPERTY))
+    ledger = ledger_entries(table_properties(jtable))
     in_ledger = {entry[BATCH_ID_PROPERTY] for entry in ledger if BATCH_ID_PROPERTY in entry}
     for snap in main_ancestors(jtable):
         summary = dict(snap.summary())
@@ -236,9 +278,8 @@ def publish(jtable: Any, properties: dict[str, str], ledger: bool, table: str = 
     update = txn.updateProperties().set(LAST_BATCH_PROPERTY,
                                         json.dumps({**properties, TARGET_SNAPSHOT_KEY: str(staged)}, sort_keys=True))
     if ledger:
-        entries = decode_ledger(table_properties(jtable).get(LEDGER_PROPERTY))
-        entries.append(properties)
-        update = update.set(LEDGER_PROPERTY, encode_ledger(entries))
+        for key, value in ledger_update(table_properties(jtable), properties).items():
+            update = update.set(key, value)
     update.commit()
     txn.commitTransaction()
     return staged

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from icecdc_dagster.writer.exactly_once import STAGING_BRANCH, java_table
+from icecdc_dagster.writer.exactly_once import (LEDGER_PROPERTY, LEDGER_SEALED_PREFIX, STAGING_BRANCH, decode_ledger,
+                                                encode_ledger, java_table, ledger_entries, ledger_update)
 from icecdc_dagster.writer.merge import (COUNTED_BY_JOIN, COUNTED_BY_SUMMARY, COUNTED_BY_SUMMARY_AND_DELETES,
                                          OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN, write_batch)
 
@@ -172,3 +173,22 @@ def test_a_batch_is_two_metadata_commits(spark, catalog, catalog_settings, kind)
     before = _metadata_files(location)
     outcome = write_batch(spark, table, _frame(spark, [(6, OP_UPSERT, "z")], False), ("id",), "b9", ledger=True)
     assert outcome.counts == {"updated": 1} and _metadata_files(location) - before == 3
+
+
+def test_the_ledger_is_sealed_in_chunks_and_read_whole():
+    """A publish re-encodes the open chunk only; a full one is sealed under the next number and never
+    rewritten; readers see every entry in order (a ledger written before chunks is the open chunk)."""
+    props: dict[str, str] = {}
+    entries = [{"icecdc.batch-id": f"b{i}"} for i in range(7)]
+    for n, entry in enumerate(entries):
+        update = ledger_update(props, entry, chunk_entries=3)
+        sealed_now = [k for k in update if k.startswith(LEDGER_SEALED_PREFIX)]
+        assert sealed_now == ([f"{LEDGER_SEALED_PREFIX}{(n + 1) // 3 - 1}"] if (n + 1) % 3 == 0 else [])
+        assert all(props.get(k) is None for k in sealed_now)        # a sealed chunk is written once
+        props.update(update)
+        assert ledger_entries(props) == entries[:n + 1]
+    assert sorted(props) == [LEDGER_PROPERTY, f"{LEDGER_SEALED_PREFIX}0", f"{LEDGER_SEALED_PREFIX}1"]
+    legacy = {LEDGER_PROPERTY: encode_ledger(entries)}                 # one unchunked ledger of 7 entries
+    legacy.update(ledger_update(legacy, {"icecdc.batch-id": "b7"}, chunk_entries=3))
+    assert ledger_entries(legacy) == [*entries, {"icecdc.batch-id": "b7"}]
+    assert decode_ledger(legacy[LEDGER_PROPERTY]) == []
