@@ -41,6 +41,10 @@ class IngestError(IcecdcError):
     """Change events cannot be ingested into their Iceberg target (names the target and landing file)."""
 
 
+class StagingBranchLostError(IcecdcError):
+    """A table's staging branch vanished between a batch's write and its publish (nothing was published)."""
+
+
 class TargetTableMissingError(IngestError):
     """An ingestion target does not exist and ``auto_create`` is off."""
 

@@ -1,16 +1,28 @@
 """Exactly-once commits: the batch id lives in the snapshot summary, the write is staged on a branch.
 
-A batch is written to a private staging branch first (data files + a snapshot that
-``main`` does not see) and published by fast-forwarding ``main`` to it. A crash before
-the publish leaves a dangling branch whose files are orphans once the next attempt
-drops it; ``main`` never holds half a batch. The ledger is ``main``'s history: a batch
-whose id is in an ancestor's summary is skipped.
+A batch is written to the table's staging branch first (data files + a snapshot that ``main``
+does not see) and published by fast-forwarding ``main`` to it. A crash before the publish leaves
+the branch ahead of ``main``; the next attempt resets it to ``main`` (its files become orphans), so
+``main`` never holds half a batch. The ledger is ``main``'s history: a batch whose id is in an
+ancestor's summary is skipped.
+
+The staging branch is kept between batches (after a publish it points at ``main``'s snapshot), so
+a batch costs two metadata commits: the write to the branch and the publish. It is created (or reset
+to ``main``) only when missing or behind ``main`` (first batch, after a crash, after maintenance
+committed to ``main``). Its ``max-ref-age-ms`` is 1 ms: ``expire_snapshots`` drops the ref and its
+snapshot like any other, so a branch never pins old files; the next batch re-creates it.
 
 Maintenance of the table itself (``rewrite_data_files`` + ``expire_snapshots``) removes those
 summaries, so the publish also writes, in the SAME metadata commit (one Iceberg transaction:
 fast-forward + property update), table properties that no expiry touches: the last batch's
 summary properties (``icecdc.last-batch``: a replica's checkpoint) and, for ingest targets, the
 ledger of every batch id (``icecdc.ledger``, compressed). Readers take the union of both.
+
+The ledger is kept in chunks so that a publish costs the same at the 100,000th batch as at the
+first: ``icecdc.ledger`` holds the newest entries (fewer than ``LEDGER_CHUNK_ENTRIES``); when it is
+full it becomes the sealed chunk ``icecdc.ledger.<n>``, never rewritten again (and decoded once per
+process). A publish re-encodes at most one chunk; every metadata commit still carries every chunk
+(~26 bytes per batch compressed, README "Exactly once").
 """
 
 import base64
@@ -20,13 +32,20 @@ import signal
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Generic, TypeVar
+
+from icecdc_dagster.errors import StagingBranchLostError
 
 BATCH_ID_PROPERTY = "icecdc.batch-id"
 LAST_BATCH_PROPERTY = "icecdc.last-batch"  # table property: JSON of the last published batch's summary properties
 LEDGER_PROPERTY = "icecdc.ledger"          # table property: zlib+base64 JSON list of recorded batches' properties
+LEDGER_SEALED_PREFIX = LEDGER_PROPERTY + "."  # + n: sealed chunks of the ledger (oldest first), never rewritten
+LEDGER_CHUNK_ENTRIES = 1000
 TARGET_SNAPSHOT_KEY = "icecdc.target-snapshot-id"  # in LAST_BATCH_PROPERTY: the snapshot the batch published
 STAGING_BRANCH = "icecdc_stage"
+STAGING_MAX_REF_AGE_MS = 1  # expire_snapshots drops the staging ref (and its snapshot) whenever it runs
 FAULT_ENV = "ICECDC_FAULT"
 FAULT_KILL_BEFORE_PUBLISH = "kill-after-write-before-commit"
 FAULT_TABLE_ENV = "ICECDC_FAULT_TABLE"  # only fault on tables whose name ends with this
@@ -68,6 +87,39 @@ def encode_ledger(entries: list[dict[str, str]]) -> str:
     return base64.b64encode(zlib.compress(json.dumps(entries, separators=(",", ":")).encode("utf-8"), 9)).decode()
 
 
+@lru_cache(maxsize=1024)
+def _sealed_chunk(value: str) -> tuple[dict[str, str], ...]:
+    return tuple(decode_ledger(value))
+
+
+def _sealed_chunks(properties: dict[str, str]) -> list[tuple[int, str]]:
+    chunks = [(key[len(LEDGER_SEALED_PREFIX):], value) for key, value in properties.items()
+              if key.startswith(LEDGER_SEALED_PREFIX)]
+    return sorted((int(n), value) for n, value in chunks if n.isdigit())
+
+
+def ledger_entries(properties: dict[str, str]) -> list[dict[str, str]]:
+    """Every ledger entry of a table's properties, oldest first (sealed chunks, then the open one)."""
+    entries: list[dict[str, str]] = []
+    for _, value in _sealed_chunks(properties):
+        entries.extend(_sealed_chunk(value))
+    entries.extend(decode_ledger(properties.get(LEDGER_PROPERTY)))
+    return entries
+
+
+def ledger_update(properties: dict[str, str], entry: dict[str, str],
+                  chunk_entries: int = LEDGER_CHUNK_ENTRIES) -> dict[str, str]:
+    """The table properties to set so that the ledger also holds ``entry``: the open chunk re-encoded, or,
+    once it is full, sealed under the next number (and an empty open chunk)."""
+    open_chunk = decode_ledger(properties.get(LEDGER_PROPERTY))
+    open_chunk.append(entry)
+    if len(open_chunk) < chunk_entries:
+        return {LEDGER_PROPERTY: encode_ledger(open_chunk)}
+    sealed = _sealed_chunks(properties)
+    number = sealed[-1][0] + 1 if sealed else 0
+    return {f"{LEDGER_SEALED_PREFIX}{number}": encode_ledger(open_chunk), LEDGER_PROPERTY: encode_ledger([])}
+
+
 def last_batch(jtable: Any) -> dict[str, str] | None:
     """The summary properties of the last batch published to ``main`` (a table property: survives expiry)."""
     value = table_properties(jtable).get(LAST_BATCH_PROPERTY)
@@ -83,7 +135,7 @@ def recorded_summaries(spark: Any, table: str) -> Iterator[dict[str, str]]:
     stops there, and its cost is the few snapshots since the last batch, not the table's history
     (a table without a ledger is walked to its first snapshot)."""
     jtable = java_table(spark, table)
-    ledger = decode_ledger(table_properties(jtable).get(LEDGER_PROPERTY))
+    ledger = ledger_entries(table_properties(jtable))
     in_ledger = {entry[BATCH_ID_PROPERTY] for entry in ledger if BATCH_ID_PROPERTY in entry}
     for snap in main_ancestors(jtable):
         summary = dict(snap.summary())
@@ -133,49 +185,101 @@ def commit_properties(spark: Any, properties: dict[str, str]) -> Iterator[None]:
         local.remove()
 
 
-def staged_commit(spark: Any, table: str, properties: dict[str, str], write: Callable[[str], T],
-                  ledger: bool = False) -> tuple[T, int]:
-    """Run ``write(branch_table_name)`` on a fresh staging branch, then publish it to ``main``.
+@dataclass(frozen=True)
+class Published(Generic[T]):
+    """What :func:`staged_commit` published: the write's result and the batch's snapshot on ``main``."""
 
-    ``ledger``: also append the batch to the table's ledger property (ingest targets: every batch id
-    must stay known after expiry). Returns the write's result and the published snapshot id.
-    """
-    jtable = java_table(spark, table)
-    if jtable.refs().containsKey(STAGING_BRANCH):
-        # A previous attempt died before publishing: its files become orphans.
+    result: T
+    snapshot_id: int
+    parent_id: int | None                 # the snapshot the batch was staged on (what the write read)
+    summary: dict[str, str]               # the batch snapshot's summary
+    parent_summary: dict[str, str] | None
+    format_version: int
+    single_commit: bool                   # the write made exactly one snapshot on the branch
+    jtable: Any = None                    # the Java table, fresh after the publish
+
+
+def _stage(jtable: Any) -> None:
+    """Point the staging branch at ``main``'s current snapshot: no commit when it already does (every batch
+    after the first), one commit otherwise (first batch, a crashed attempt's leftover, maintenance on ``main``)."""
+    main = jtable.currentSnapshot()
+    main_id = None if main is None else int(main.snapshotId())
+    ref = jtable.refs().get(STAGING_BRANCH)
+    if ref is not None and main_id is not None and int(ref.snapshotId()) == main_id:
+        return
+    if ref is not None and main_id is None:
+        # A previous attempt on an empty table died before publishing: its files become orphans.
         jtable.manageSnapshots().removeBranch(STAGING_BRANCH).commit()
         jtable.refresh()
-    jtable.manageSnapshots().createBranch(STAGING_BRANCH).commit()
+        ref = None
+    if main_id is None:
+        jtable.manageSnapshots().createBranch(STAGING_BRANCH).commit()  # an empty table: an empty snapshot
+        jtable.refresh()
+        jtable.manageSnapshots().setMaxRefAgeMs(STAGING_BRANCH, STAGING_MAX_REF_AGE_MS).commit()
+    else:
+        ops = jtable.manageSnapshots()
+        # replace: a previous attempt died before publishing (its files become orphans), or main moved
+        ops = ops.replaceBranch(STAGING_BRANCH, main_id) if ref is not None else ops.createBranch(STAGING_BRANCH,
+                                                                                                   main_id)
+        ops.setMaxRefAgeMs(STAGING_BRANCH, STAGING_MAX_REF_AGE_MS).commit()
     jtable.refresh()
-    staged_from = jtable.snapshot(STAGING_BRANCH).snapshotId()
+
+
+def staged_commit(spark: Any, table: str, properties: dict[str, str], write: Callable[[str], T],
+                  ledger: bool = False) -> Published[T]:
+    """Run ``write(branch_table_name)`` on the staging branch (at ``main``'s snapshot), then publish it to ``main``.
+
+    ``ledger``: also append the batch to the table's ledger property (ingest targets: every batch id
+    must stay known after expiry). Returns the write's result and the published snapshot.
+    """
+    jtable = java_table(spark, table)
+    _stage(jtable)
+    staged_from = _branch_head(jtable, table)
     with commit_properties(spark, properties):
         result = write(f"{table}.branch_{STAGING_BRANCH}")
     jtable.refresh()
-    if jtable.snapshot(STAGING_BRANCH).snapshotId() == staged_from:
+    staged = _branch_head(jtable, table)
+    if staged.snapshotId() == staged_from.snapshotId():
         # Nothing to write (all events dead-lettered, cancelled or tombstones): still record the batch.
         append = jtable.newAppend().toBranch(STAGING_BRANCH)
         for key, value in properties.items():
             append = append.set(key, str(value))
         append.commit()
+        jtable.refresh()
+        staged = _branch_head(jtable, table)
     if os.environ.get(FAULT_ENV) == FAULT_KILL_BEFORE_PUBLISH and table.endswith(os.environ.get(FAULT_TABLE_ENV, "")):
         # Test hook: die with the batch's files written and its snapshot staged, before main sees it.
         os.kill(os.getpid(), signal.SIGKILL)
-    jtable.refresh()
-    publish(jtable, {k: str(v) for k, v in properties.items()}, ledger)
-    jtable.refresh()
-    return result, int(jtable.currentSnapshot().snapshotId())
+    snapshot_id = publish(jtable, {k: str(v) for k, v in properties.items()}, ledger, table)
+    parent = staged.parentId()
+    parent_snapshot = jtable.snapshot(parent) if parent is not None else None
+    return Published(result, snapshot_id, None if parent is None else int(parent), dict(staged.summary()),
+                     None if parent_snapshot is None else dict(parent_snapshot.summary()),
+                     int(jtable.operations().current().formatVersion()),
+                     parent is not None and int(parent) == int(staged_from.snapshotId()), jtable)
 
 
-def publish(jtable: Any, properties: dict[str, str], ledger: bool) -> None:
-    """Fast-forward ``main`` to the staged batch and record it in table properties: one metadata commit."""
-    staged = int(jtable.snapshot(STAGING_BRANCH).snapshotId())
+def _branch_head(jtable: Any, table: str) -> Any:
+    snap = jtable.snapshot(STAGING_BRANCH)
+    if snap is None:
+        raise StagingBranchLostError(f"{table}: the staging branch {STAGING_BRANCH} disappeared during the batch "
+                                     "(expire_snapshots ran on the table while it was written?); nothing was "
+                                     "published: run the batch again")
+    return snap
+
+
+def publish(jtable: Any, properties: dict[str, str], ledger: bool, table: str = "") -> int:
+    """Fast-forward ``main`` to the staged batch and record it in table properties: one metadata commit.
+    The staging branch stays where it is (at ``main``'s new snapshot), ready for the next batch.
+    Returns the published snapshot id."""
+    staged = int(_branch_head(jtable, table or str(jtable.name())).snapshotId())
     txn = jtable.newTransaction()
-    txn.manageSnapshots().fastForwardBranch("main", STAGING_BRANCH).removeBranch(STAGING_BRANCH).commit()
+    txn.manageSnapshots().fastForwardBranch("main", STAGING_BRANCH).commit()
     update = txn.updateProperties().set(LAST_BATCH_PROPERTY,
                                         json.dumps({**properties, TARGET_SNAPSHOT_KEY: str(staged)}, sort_keys=True))
     if ledger:
-        entries = decode_ledger(table_properties(jtable).get(LEDGER_PROPERTY))
-        entries.append(properties)
-        update = update.set(LEDGER_PROPERTY, encode_ledger(entries))
+        for key, value in ledger_update(table_properties(jtable), properties).items():
+            update = update.set(key, value)
     update.commit()
     txn.commitTransaction()
+    return staged

@@ -151,7 +151,8 @@ class IcebergReplicaSink:
         outcome = write_batch(self.spark, self._target, rows, keys, batch_id, properties,
                               replace_all=batch.resyncs_target)
         return ApplyResult(self.name, outcome.skipped, batch.checkpoint, outcome.counts,
-                           {"target_snapshot_id": outcome.snapshot_id, "added_columns": added})
+                           {"target_snapshot_id": outcome.snapshot_id, "added_columns": added,
+                            "counted_by": outcome.counted_by})
 
     def _with_source_row_id(self, batch: BatchInfo, events: DataFrame) -> DataFrame:
         if ROW_ID not in events.columns:
