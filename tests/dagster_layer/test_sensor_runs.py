@@ -30,6 +30,21 @@ def _metadata(instance, key, partition):
     return {k: getattr(v, "value", v) for k, v in records[0].asset_materialization.metadata.items()}
 
 
+def _one_table(spark, catalog_settings, tmp_path, table_name: str):  # noqa: ANN001, ANN202
+    """A keyed v2 table with one row, and the definitions of a pipeline syncing it: (defs, table, sensor)."""
+    from icecdc_dagster.assets import naming
+
+    name = catalog_settings.name
+    spark.sql(f"CREATE TABLE {name}.db.{table_name} (id BIGINT NOT NULL, v STRING) USING iceberg "
+              "TBLPROPERTIES ('format-version'='2')")
+    spark.sql(f"INSERT INTO {name}.db.{table_name} VALUES (1, 'a')")
+    config = load_config(write_pipeline(tmp_path / "p.yaml", catalog_settings, [
+        {"table_name": f"db.{table_name}", "identifier_columns": ["id"]}]))
+    defs = build_definitions(config)
+    table = config.tables[0]
+    return defs, table, defs.get_sensor_def(naming.sensor_name(table))
+
+
 def test_sensor_requests_every_snapshot_in_commit_order(spark, catalog_settings, catalog, instance, tmp_path):
     name = catalog_settings.name
     t = f"{name}.db.items"
@@ -160,14 +175,7 @@ def test_idle_line_skips_its_queries_until_the_table_or_the_line_changes(spark, 
                                                   idle_fingerprint)
 
     name = catalog_settings.name
-    spark.sql(f"CREATE TABLE {name}.db.quiet (id BIGINT NOT NULL, v STRING) USING iceberg "
-              "TBLPROPERTIES ('format-version'='2')")
-    spark.sql(f"INSERT INTO {name}.db.quiet VALUES (1, 'a')")
-    config = load_config(write_pipeline(tmp_path / "p.yaml", catalog_settings, [
-        {"table_name": "db.quiet", "identifier_columns": ["id"]}]))
-    defs = build_definitions(config)
-    table = config.tables[0]
-    sensor = defs.get_sensor_def(naming.sensor_name(table))
+    defs, table, sensor = _one_table(spark, catalog_settings, tmp_path, "quiet")
 
     def evaluate(cursor):  # noqa: ANN001, ANN202
         context = build_sensor_context(instance=instance, instance_ref=instance.get_ref(), cursor=cursor,
@@ -242,19 +250,11 @@ def test_code_server_ticks_share_one_instance_and_build_no_resources(spark, cata
     instance (and its storage checks) per tick. The ticks decide as before: idle, then a new snapshot."""
     from dagster import build_sensor_context
 
-    from icecdc_dagster.assets import naming
     from icecdc_dagster.sensors import line
     from icecdc_dagster.sensors.snapshots import UNCHANGED_SKIP
 
     name = catalog_settings.name
-    spark.sql(f"CREATE TABLE {name}.db.served (id BIGINT NOT NULL, v STRING) USING iceberg "
-              "TBLPROPERTIES ('format-version'='2')")
-    spark.sql(f"INSERT INTO {name}.db.served VALUES (1, 'a')")
-    config = load_config(write_pipeline(tmp_path / "p.yaml", catalog_settings, [
-        {"table_name": "db.served", "identifier_columns": ["id"]}]))
-    defs = build_definitions(config)
-    table = config.tables[0]
-    sensor = defs.get_sensor_def(naming.sensor_name(table))
+    defs, table, sensor = _one_table(spark, catalog_settings, tmp_path, "served")
     assert not sensor.required_resource_keys
     assert all(all(t.succeeded) for t in drain(defs, instance, table))
 

@@ -245,18 +245,12 @@ def schema_lines(draw: st.DrawFn, blocks: list[str]) -> str:
     side = "before" if op == '"d"' else "after"
     other = "after" if side == "before" else "before"
     payload = f'{{"{other}": null, "{side}": {{{body}}}, "source": {{"table": "t"}}, "op": {op}, "ts_ms": 1}}'
+    odd_shapes = [f'{{"schema": {block}, "payload": {payload}, "schema": null}}',   # a second schema key
+                  f'{{"schema": {block}, "payload": {payload}, "payload": null}}',  # the last payload wins
+                  f'{{"schema": null, "payload": {payload}}}', f'{{"schema": {block}, "payload": null}}',
+                  f'{{"payload": {payload}, "schema": {block}}}']
     shape = draw(st.integers(0, 11))
-    if shape == 0:
-        return f'{{"schema": {block}, "payload": {payload}, "schema": null}}'  # a second schema key
-    if shape == 1:
-        return f'{{"schema": {block}, "payload": {payload}, "payload": null}}'  # the last payload wins: tombstone
-    if shape == 2:
-        return f'{{"schema": null, "payload": {payload}}}'
-    if shape == 3:
-        return f'{{"schema": {block}, "payload": null}}'
-    if shape == 4:
-        return f'{{"payload": {payload}, "schema": {block}}}'
-    return f'{{"schema": {block}, "payload": {payload}}}'
+    return odd_shapes[shape] if shape < len(odd_shapes) else f'{{"schema": {block}, "payload": {payload}}}'
 
 
 @st.composite
