@@ -424,12 +424,11 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
         epoch_types = {c.name: T.IntegerType() if isinstance(c.dtype, T.DateType) else T.LongType()
                        for c in columns if isinstance(c.dtype, (T.DateType, T.TimestampType, T.TimestampNTZType))}
     payload_typed = [c for c in columns if c in typed_columns or c.name in epoch_types]
-    branch_index: Column = F.lit(-1)
-    for i, b in reversed(list(enumerate(branches))):
-        branch_index = F.when(raw.startswith(b.prefix + _PAYLOAD_KEY), F.lit(i)).otherwise(branch_index)
     # A branch line is parsed without its schema block (most of its bytes): "{" + the text after the block.
+    branch_index: Column = F.lit(-1)
     parsed_text: Column = raw
     for i, b in reversed(list(enumerate(branches))):
+        branch_index = F.when(raw.startswith(b.prefix + _PAYLOAD_KEY), F.lit(i)).otherwise(branch_index)
         parsed_text = F.when(F.col("_n_branch") == i,
                              F.concat(F.lit("{"), F.substring(raw, len(b.prefix) + 1, 1 << 30))).otherwise(parsed_text)
     frame = lines.select("file_index", "source_file", "source_offset", "raw", branch_index.alias("_n_branch"))
