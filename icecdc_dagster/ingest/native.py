@@ -35,7 +35,7 @@ from pyspark.sql import types as T
 
 from icecdc_dagster.ingest import debezium, landing
 from icecdc_dagster.ingest import schema_inference as si
-from icecdc_dagster.ingest.debezium import _OPS, DELETE, INSERT
+from icecdc_dagster.ingest.debezium import _OPS, DELETE, INSERT, Logical
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -136,18 +136,20 @@ _MAX_DAYS = (dt.date(9999, 12, 31) - dt.date(1970, 1, 1)).days
 
 
 class Decoding(Enum):
-    """How the Python rules (:func:`debezium.decode`) turn a field's JSON value into a Python value."""
+    """How the Python rules (:func:`debezium.decode`) turn a field's JSON value into a Python value, as far as
+    the native reader tells them apart: a logical decoding by its native twin (:func:`_decoded_value`)."""
 
-    IDENTITY = "identity"            # no schema, or a primitive without a logical decoding: the value as is
-    BASE64 = "base64"                # Connect bytes
-    DECIMAL = "decimal"              # Connect Decimal as bytes: base64 of the big-endian unscaled value
-    EPOCH_DAYS = "epoch_days"        # Date
-    EPOCH_MILLIS = "epoch_millis"    # Timestamp
-    EPOCH_MICROS = "epoch_micros"    # MicroTimestamp
-    EPOCH_NANOS = "epoch_nanos"      # NanoTimestamp
-    ZONED = "zoned"                  # ZonedTimestamp: ISO-8601 with an offset
-    ISO = "iso"                      # IsoTimestamp: ISO-8601, naive meaning UTC
-    OTHER = "other"                  # anything else (times of day, UUIDs, structs...): the Python rules decide
+    IDENTITY = "identity"                # no schema, or a primitive without a logical decoding: the value as is
+    BASE64 = "base64"                    # Connect bytes
+    OTHER = "other"                      # anything else (times of day, UUIDs, structs...): the Python rules decide
+    # The twins of the logical decodings marked ``native`` in :data:`debezium.LOGICAL_DECODINGS` (found by value).
+    DECIMAL = Logical.DECIMAL            # Connect Decimal as bytes: base64 of the big-endian unscaled value
+    EPOCH_DAYS = Logical.EPOCH_DAYS      # Date
+    EPOCH_MILLIS = Logical.EPOCH_MILLIS  # Timestamp
+    EPOCH_MICROS = Logical.EPOCH_MICROS  # MicroTimestamp
+    EPOCH_NANOS = Logical.EPOCH_NANOS    # NanoTimestamp
+    ZONED = Logical.ZONED                # ZonedTimestamp: ISO-8601 with an offset
+    ISO = Logical.ISO                    # IsoTimestamp: ISO-8601, naive meaning UTC
 
 
 @dataclass(frozen=True)
@@ -169,41 +171,34 @@ class SchemaBranch:
     after: dict[str, FieldDecoding] | None
 
 
-_EPOCHS = {"io.debezium.time.Timestamp": Decoding.EPOCH_MILLIS,
-           "org.apache.kafka.connect.data.Timestamp": Decoding.EPOCH_MILLIS,
-           "io.debezium.time.MicroTimestamp": Decoding.EPOCH_MICROS,
-           "io.debezium.time.NanoTimestamp": Decoding.EPOCH_NANOS,
-           "io.debezium.time.IsoTimestamp": Decoding.ISO, si.ZONED_TIMESTAMP: Decoding.ZONED}
-# Logical names the Python rules decode in a way not reproduced natively (they take the Python rules).
-_PYTHON_DECODED = {si.VARIABLE_SCALE_DECIMAL, "io.debezium.time.IsoDate", "io.debezium.time.Time",
-                   "org.apache.kafka.connect.data.Time", "io.debezium.time.MicroTime", "io.debezium.time.NanoTime",
-                   "io.debezium.time.ZonedTime", "io.debezium.time.IsoTime", "io.debezium.data.Uuid"}
-
-
 def field_decoding(schema: Any) -> FieldDecoding:
-    """The decoding :func:`debezium.decode` applies to a value with this field schema (mirrors its dispatch)."""
+    """The decoding :func:`debezium.decode` applies to a value with this field schema: a logical type's by the
+    shared table :data:`debezium.LOGICAL_DECODINGS` (OTHER without a native twin), else by its physical type."""
     if not schema:
         return FieldDecoding(Decoding.IDENTITY)
     name, kind = schema.get("name"), schema.get("type")
-    if name in si.LOGICAL_TYPES:
-        if name == si.DECIMAL:
-            if kind != "bytes":
-                return FieldDecoding(Decoding.OTHER)
-            try:
-                return FieldDecoding(Decoding.DECIMAL, int((schema.get("parameters") or {}).get("scale", 0)))
-            except (AttributeError, TypeError, ValueError, ArithmeticError):
-                return FieldDecoding(Decoding.OTHER)
-        if name in si.DATE_NAMES:
-            return FieldDecoding(Decoding.EPOCH_DAYS)
-        if name in _EPOCHS:
-            return FieldDecoding(_EPOCHS[name])
-        if name in _PYTHON_DECODED:
+    logical = debezium.logical_decoding(name)
+    if logical is not None:
+        if not logical.native:
             return FieldDecoding(Decoding.OTHER)
+        if logical.kind is Logical.DECIMAL:
+            return _bytes_decimal_decoding(kind, schema.get("parameters"))
+        return FieldDecoding(Decoding(logical.kind))
     if kind == "bytes":
         return FieldDecoding(Decoding.BASE64)
     if kind in si.CONNECT_CONTAINERS or not isinstance(kind, str):
         return FieldDecoding(Decoding.OTHER)
     return FieldDecoding(Decoding.IDENTITY)
+
+
+def _bytes_decimal_decoding(kind: Any, parameters: Any) -> FieldDecoding:
+    """A Connect Decimal is native only as bytes with a readable scale (a number or numeric string: Python rules)."""
+    if kind != "bytes":
+        return FieldDecoding(Decoding.OTHER)
+    try:
+        return FieldDecoding(Decoding.DECIMAL, int((parameters or {}).get("scale", 0)))
+    except (AttributeError, TypeError, ValueError, ArithmeticError):
+        return FieldDecoding(Decoding.OTHER)
 
 
 def _side_decodings(schema: dict, side: str) -> dict[str, FieldDecoding] | None:
@@ -233,8 +228,8 @@ def schema_branch(line: str) -> SchemaBranch | None:
         schema, end = debezium.JSON_DECODER.raw_decode(prefix, opening.end())
     except ValueError:
         return None  # "payload" inside the block, or no valid block: not a branch
-    if not isinstance(schema, dict) or prefix[end:].strip(_JSON_WS) != ",":
-        return None
+    if debezium.schema_problem(schema) is not None or prefix[end:].strip(_JSON_WS) != ",":
+        return None  # not a branch: such lines take the Python rules (a malformed block: a dead letter)
     return SchemaBranch(prefix, _side_decodings(schema, "before"), _side_decodings(schema, "after"))
 
 
@@ -380,13 +375,15 @@ def _bytes_decimal(text: Column, scale: int, dtype: T.DecimalType) -> tuple[Colu
     """A Connect Decimal (base64 of the big-endian two's-complement unscaled value, ``scale`` from the schema)
     into ``dtype``: native up to 8 bytes, and only when exact (``coercion._decimal``: no fraction digit
     beyond the column's scale, the integer digits fit its precision)."""
-    unscaled_bytes = F.unbase64(text)
+    # Spark's unbase64 fails the task on text that is not base64 (a number, a bad string): decode only
+    # what the pattern accepts; anything else is null here and routed to the Python rules.
+    well_formed = text.rlike(_BASE64) & ~text.rlike(_NOT_A_STRING_TOKEN)
+    unscaled_bytes = F.unbase64(F.when(well_formed, text))
     digits = F.hex(unscaled_bytes)
     negative = digits.substr(1, 1).isin(*"89ABCDEF")
     unscaled_text = F.conv(F.when(negative, F.lpad(digits, 16, "F")).otherwise(F.lpad(digits, 16, "0")), 16, -10)
     unscaled = unscaled_text.cast("long")
-    ok = (text.rlike(_BASE64) & ~text.rlike(_NOT_A_STRING_TOKEN) & (F.length(unscaled_bytes) <= 8)
-          & unscaled.isNotNull())
+    ok = well_formed & (F.length(unscaled_bytes) <= 8) & unscaled.isNotNull()
     magnitude_digits = dtype.precision - dtype.scale + scale  # |value| < 10^(P-S)  <=>  |unscaled| < 10^this
     if magnitude_digits < 19:
         ok = ok & (unscaled > -(10 ** magnitude_digits)) & (unscaled < 10 ** magnitude_digits)
@@ -409,6 +406,49 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
     from icecdc_dagster.ingest import pipeline as p  # the column names the pipeline shares with the Python rules
 
     raw = F.col("raw")
+    frame, typed_columns, payload_typed = _parsed_lines(lines, columns, branches)
+    deleting = F.col(_OP_TEXT) == F.lit(DELETE)
+    image = F.col("_n_map")
+    arms = [_plain_arm(typed_columns)]
+    for i, b in enumerate(branches):
+        arms += _branch_arms(i, b, deleting, payload_typed)
+    values: list[Column] = []
+    fast = _well_formed(image) & _shape(branches, columns, image, deleting)
+    for c in columns:
+        value, ok = _column_value(c, arms, image[F.lit(c.name)], deleting, c.name in keys, utc_session)
+        values.append(value)
+        fast = fast & ok
+    fast = F.coalesce(fast, F.lit(False))  # never null: a null flag would drop the line from both sides
+    tombstone = F.trim(raw).isin("", "null")  # Python's rule: a blank line or JSON null
+    fast = tombstone | fast
+    reason = F.when(~tombstone, _null_reason(columns, values, keys, deleting))
+    known_keys = F.array(*[F.lit(k) for k in known]) if known else F.array().cast("array<string>")
+    ignored = F.size(F.array_except(F.map_keys(image), known_keys)).cast("long")
+    ops_out = F.when(tombstone, F.lit(p.TOMBSTONE)).when(F.col(_OP_TEXT) == F.lit(INSERT), F.lit(p.OP_INSERT)).when(
+        deleting, F.lit(p.OP_DELETE)).otherwise(F.lit(p.OP_UPSERT))
+    empty_notes = F.create_map().cast("map<string,bigint>")
+    return frame.select(
+        *[F.when(reason.isNull(), v.cast(c.dtype).alias(c.name)).alias(c.name)
+          for v, c in zip(values, columns, strict=True)],
+        ops_out.alias(p.OP_COLUMN),
+        (F.col("file_index") * F.lit(order_file_shift) + F.col("source_offset")).alias(p.ORDER_COLUMN),
+        # the raw line is kept only where it is needed: dead letters and the Python rules (a smaller cache)
+        reason.alias(p.REASON), F.when(reason.isNotNull() | ~fast, raw).alias(p.RAW),
+        F.col("source_file").alias(p.SOURCE_FILE), F.col("source_offset").alias(p.SOURCE_OFFSET),
+        F.when(reason.isNull() & (ignored > 0), F.create_map(F.lit(p.IGNORED_FIELDS), ignored))
+        .otherwise(empty_notes).alias(p.NOTES),
+        F.lit(None).cast("map<string,string>").alias(p.WIDEN), "file_index", fast.alias(FAST))
+
+
+def _parsed_lines(lines: DataFrame, columns: Sequence[TargetColumn], branches: Sequence[SchemaBranch]
+                  ) -> tuple[DataFrame, list[TargetColumn], list[TargetColumn]]:
+    """``lines`` + each one's branch (-1: plain), parsed text, JSON reads, op and image (a map of field texts).
+
+    One JSON read gives the op, the wrappers and every field's text; a second, typed read only for the
+    columns whose text is not enough: returned, those of plain lines (decimals, binary) and those of
+    schema-block lines (the same, and the epoch numbers of date/timestamp columns).
+    """
+    raw = F.col("raw")
     image_map = T.MapType(T.StringType(), T.StringType())
     payload = T.StructType([T.StructField("op", T.StringType()), T.StructField("before", image_map),
                             T.StructField("after", image_map)])
@@ -416,8 +456,6 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
                              T.StructField("op", T.StringType()), T.StructField("before", image_map),
                              T.StructField("after", image_map)])
     op_map = F.create_map(*[x for k, v in _OPS.items() for x in (F.lit(k), F.lit(v))])
-    # One JSON read gives the op, the wrappers and every field's text; a second, typed read only for the
-    # columns whose text is not enough (decimals, binary; epoch numbers of schema-block lines).
     typed_columns = [c for c in columns if isinstance(c.dtype, (T.DecimalType, T.BinaryType))]
     epoch_types: dict[str, T.DataType] = {}
     if branches:
@@ -445,42 +483,69 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
     before = F.when(plain, F.col("_n_env.before")).otherwise(F.col("_n_env.payload.before"))
     after = F.when(plain, F.col("_n_env.after")).otherwise(F.col("_n_env.payload.after"))
     frame = frame.select("*", op.alias(_OP_TEXT), F.when(op == F.lit(DELETE), before).otherwise(after).alias("_n_map"))
-    deleting = F.col(_OP_TEXT) == F.lit(DELETE)
-    image = F.col("_n_map")
-    # (condition, side decodings) of each way a line can be read: plain, or branch i's before/after side
-    arms: list[tuple[Column, dict[str, FieldDecoding] | None]] = [(plain, {})]
-    for i, b in enumerate(branches):
-        arms += [((F.col("_n_branch") == i) & deleting, b.before), ((F.col("_n_branch") == i) & ~deleting, b.after)]
+    return frame, typed_columns, payload_typed
 
-    def typed_of(c: TargetColumn, source: str) -> Column:
-        q = _quote(c.name)
-        return F.when(deleting, F.col(f"{_TYPED}.{source}before.{q}")).otherwise(F.col(f"{_TYPED}.{source}after.{q}"))
 
-    values: list[Column] = []
-    oks: list[Column] = []
+@dataclass(frozen=True, eq=False)  # Columns do not compare as values
+class _Arm:
+    """One way a line is read: where ``condition`` holds, each field decoded as ``decodings`` says (None: the
+    Python rules decide every such line), the typed read of the ``typed`` columns found under ``typed_at``."""
+
+    condition: Column
+    decodings: dict[str, FieldDecoding] | None
+    typed_at: str
+    typed: Sequence[TargetColumn]
+
+
+def _plain_arm(typed_columns: Sequence[TargetColumn]) -> _Arm:
+    """A line without a schema block: every field as it is (no decoding), typed reads at the top level."""
+    return _Arm(F.col("_n_branch") == -1, {}, "", typed_columns)
+
+
+def _branch_arms(i: int, branch: SchemaBranch, deleting: Column, payload_typed: Sequence[TargetColumn]
+                 ) -> list[_Arm]:
+    """A line of branch ``i``: a delete reads its before side, any other op its after side, each decoded as that
+    side's schema says (``debezium.parse_line`` does the same); typed reads inside the payload."""
+    on_branch = F.col("_n_branch") == i
+    return [_Arm(on_branch & deleting, branch.before, "payload.", payload_typed),
+            _Arm(on_branch & ~deleting, branch.after, "payload.", payload_typed)]
+
+
+def _column_value(c: TargetColumn, arms: Sequence[_Arm], text: Column, deleting: Column, is_key: bool,
+                  utc_session: bool) -> tuple[Column, Column]:
+    """(value, ok) of one column: the value of the arm the line is read by, and whether it provably equals the
+    Python rules' value. ``text``: the field's JSON text in the line's image."""
+    exact = _exact_decimal(c, F.col("_n_text"))
+    value: Column = F.lit(None)
+    ok: Column = F.lit(False)
+    for arm in reversed(arms):
+        if arm.decodings is None:
+            continue  # the Python rules decide every line of this side (ok stays false)
+        typed = _typed_read(c, arm.typed_at, deleting) if c in arm.typed else F.lit(None)
+        decoding = arm.decodings.get(c.name, FieldDecoding(Decoding.IDENTITY))
+        arm_value, arm_ok = _decoded_value(c, decoding, typed, text, exact, utc_session)
+        if not is_key and decoding.kind is Decoding.IDENTITY:
+            arm_ok = deleting | arm_ok  # a delete matches on its key only (an identity value cannot fail)
+        value = F.when(arm.condition, arm_value).otherwise(value)
+        ok = F.when(arm.condition, arm_ok).otherwise(ok)
+    if not is_key:
+        value = F.when(~deleting, value)  # a delete matches on its key only
+    return value, ok
+
+
+def _typed_read(c: TargetColumn, typed_at: str, deleting: Column) -> Column:
+    q = _quote(c.name)
+    return F.when(deleting, F.col(f"{_TYPED}.{typed_at}before.{q}")).otherwise(F.col(f"{_TYPED}.{typed_at}after.{q}"))
+
+
+def _null_reason(columns: Sequence[TargetColumn], values: Sequence[Column], keys: Sequence[str],
+                 deleting: Column) -> Column:
+    """The dead-letter reason the Python rules give a row by its values: a null key or required column (the
+    first in schema order), or a delete on a table without keys; null when there is none."""
     reason: Column = F.lit(None).cast("string")
     reasons: list[tuple[Column, str]] = []
-    for c in columns:
+    for c, value in zip(columns, values, strict=True):
         is_key = c.name in keys
-        text = image[F.lit(c.name)]
-        exact = _exact_decimal(c, text_of_line)
-        value: Column = F.lit(None)
-        ok: Column = F.lit(False)
-        for arm, (condition, decodings) in reversed(list(enumerate(arms))):
-            if decodings is None:
-                continue  # the Python rules decide every line of this side (ok stays false)
-            source = "" if arm == 0 else "payload."
-            typed = typed_of(c, source) if (c in typed_columns if arm == 0 else c in payload_typed) else F.lit(None)
-            decoding = decodings.get(c.name, FieldDecoding(Decoding.IDENTITY))
-            arm_value, arm_ok = _decoded_value(c, decoding, typed, text, exact, utc_session)
-            if not is_key and decoding.kind is Decoding.IDENTITY:
-                arm_ok = deleting | arm_ok  # a delete matches on its key only (an identity value cannot fail)
-            value = F.when(condition, arm_value).otherwise(value)
-            ok = F.when(condition, arm_ok).otherwise(ok)
-        if not is_key:
-            value = F.when(~deleting, value)  # a delete matches on its key only
-        values.append(value.cast(c.dtype).alias(c.name))
-        oks.append(ok)
         needed = F.lit(True) if is_key else (~deleting if not c.nullable else F.lit(False))
         reasons.append((needed & value.isNull(), f"{'key' if is_key else 'required'} column {c.name} is null or "
                                                  "missing"))
@@ -489,47 +554,43 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
     if not keys:
         reason = F.coalesce(reason, F.when(deleting, F.lit("delete on a table without identifier columns "
                                                            "(append only)")))
+    return reason
+
+
+def _well_formed(image: Column) -> Column:
+    """What the native reading needs to mirror the Python rules: a known op, one JSON object (Spark ignores
+    text after ``}{``), an image, no duplicate key."""
     keys_seen = F.map_keys(image)
-    well_formed = (F.col(_OP_TEXT).isNotNull() & ~text_of_line.rlike(r"\}\s*\{") & image.isNotNull()
-                   & (F.size(keys_seen) == F.size(F.array_distinct(keys_seen))))
-    shape = plain & F.col("_n_env.payload").isNull() & F.col("_n_env.schema").isNull() & ~raw.contains(_PAYLOAD_KEY)
+    return (F.col(_OP_TEXT).isNotNull() & ~F.col("_n_text").rlike(r"\}\s*\{") & image.isNotNull()
+            & (F.size(keys_seen) == F.size(F.array_distinct(keys_seen))))
+
+
+def _shape(branches: Sequence[SchemaBranch], columns: Sequence[TargetColumn], image: Column,
+           deleting: Column) -> Column:
+    """The line is plain (no wrapper, no schema key) or written exactly as one of ``branches``."""
+    raw = F.col("raw")
+    shape = ((F.col("_n_branch") == -1) & F.col("_n_env.payload").isNull() & F.col("_n_env.schema").isNull()
+             & ~raw.contains(_PAYLOAD_KEY))
     target_names = {c.name for c in columns}
     for i, b in enumerate(branches):
-        # exactly one "schema" and one "payload" key (a second one would win in both readers, but is not
-        # worth proving), and no schema-decoded field outside the table (its decoding could fail)
-        start = len(b.prefix)
-        sides: Column = F.lit(False)
-        for side, decodings in ((deleting, b.before), (~deleting, b.after)):
-            if decodings is None:
-                continue
-            others = [name for name, d in decodings.items()
-                      if name not in target_names and d.kind is not Decoding.IDENTITY]
-            sides = sides | (side & _all_null(image, others))
-        shape = shape | ((F.col("_n_branch") == i) & (F.locate(_SCHEMA_KEY, raw, start + 1) == 0)
-                         & (F.locate(_PAYLOAD_KEY, raw, start + len(_PAYLOAD_KEY) + 1) == 0)
-                         & F.col("_n_env.payload").isNotNull() & sides)
-    fast = well_formed & shape
-    for ok in oks:
-        fast = fast & ok
-    fast = F.coalesce(fast, F.lit(False))  # never null: a null flag would drop the line from both sides
-    tombstone = F.trim(raw).isin("", "null")  # Python's rule: a blank line or JSON null
-    fast = tombstone | fast
-    reason = F.when(~tombstone, reason)
-    known_keys = F.array(*[F.lit(k) for k in known]) if known else F.array().cast("array<string>")
-    ignored = F.size(F.array_except(keys_seen, known_keys)).cast("long")
-    ops_out = F.when(tombstone, F.lit(p.TOMBSTONE)).when(F.col(_OP_TEXT) == F.lit(INSERT), F.lit(p.OP_INSERT)).when(
-        deleting, F.lit(p.OP_DELETE)).otherwise(F.lit(p.OP_UPSERT))
-    empty_notes = F.create_map().cast("map<string,bigint>")
-    return frame.select(
-        *[F.when(reason.isNull(), v).alias(c.name) for v, c in zip(values, columns, strict=True)],
-        ops_out.alias(p.OP_COLUMN),
-        (F.col("file_index") * F.lit(order_file_shift) + F.col("source_offset")).alias(p.ORDER_COLUMN),
-        # the raw line is kept only where it is needed: dead letters and the Python rules (a smaller cache)
-        reason.alias(p.REASON), F.when(reason.isNotNull() | ~fast, raw).alias(p.RAW),
-        F.col("source_file").alias(p.SOURCE_FILE), F.col("source_offset").alias(p.SOURCE_OFFSET),
-        F.when(reason.isNull() & (ignored > 0), F.create_map(F.lit(p.IGNORED_FIELDS), ignored))
-        .otherwise(empty_notes).alias(p.NOTES),
-        F.lit(None).cast("map<string,string>").alias(p.WIDEN), "file_index", fast.alias(FAST))
+        shape = shape | _branch_shape(i, b, target_names, image, deleting)
+    return shape
+
+
+def _branch_shape(i: int, branch: SchemaBranch, target_names: set[str], image: Column, deleting: Column) -> Column:
+    """A line of branch ``i`` with exactly one "schema" and one "payload" key (a second one would win in both
+    readers, but is not worth proving), and no schema-decoded field outside the table (its decoding could fail)."""
+    raw = F.col("raw")
+    start = len(branch.prefix)
+    sides: Column = F.lit(False)
+    for side, decodings in ((deleting, branch.before), (~deleting, branch.after)):
+        if decodings is None:
+            continue
+        others = [name for name, d in decodings.items() if name not in target_names and d.kind is not Decoding.IDENTITY]
+        sides = sides | (side & _all_null(image, others))
+    return ((F.col("_n_branch") == i) & (F.locate(_SCHEMA_KEY, raw, start + 1) == 0)
+            & (F.locate(_PAYLOAD_KEY, raw, start + len(_PAYLOAD_KEY) + 1) == 0)
+            & F.col("_n_env.payload").isNotNull() & sides)
 
 
 def _all_null(image: Column, names: Sequence[str]) -> Column:

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from icecdc_dagster.ingest import landing, native
+from icecdc_dagster.ingest import debezium, landing, native
+from icecdc_dagster.ingest import schema_inference as si
 from icecdc_dagster.ingest.pipeline import (NOTES, ORDER_FILE_SHIFT, PYTHON_RULES, RAW, REASON, SOURCE_OFFSET, WIDEN,
                                             _python_partition, _rows_schema)
 
@@ -198,6 +199,18 @@ field_schemas = st.sampled_from([
     {"type": "struct", "fields": [{"type": "int32", "field": "x"}]}, {"type": "int128"}])
 
 
+
+def test_one_table_of_logical_decodings():
+    """``debezium.LOGICAL_DECODINGS`` is what both sides dispatch on: each entry has an Iceberg type, and the
+    native reader has a twin exactly for the entries marked native (a missing twin would route silently)."""
+    assert set(debezium.LOGICAL_DECODINGS) <= set(si.LOGICAL_TYPES)
+    for name, entry in debezium.LOGICAL_DECODINGS.items():
+        physical = "bytes" if entry.kind is debezium.Logical.DECIMAL else "int64"
+        kind = native.field_decoding({"type": physical, "name": name}).kind
+        assert (kind is not native.Decoding.OTHER) == entry.native, name
+        if entry.native:
+            assert kind.value is entry.kind, name
+
 def _base64_of(n: int) -> str:
     """A Connect Decimal's unscaled value as JsonConverter writes it (minimal two's-complement bytes)."""
     return '"' + base64.b64encode(n.to_bytes((n.bit_length() + 8) // 8, "big", signed=True)).decode() + '"'
@@ -308,7 +321,9 @@ def test_debezium_schema_block_lines_take_the_native_path(spark, tmp_path):
            json.dumps({"schema": envelope, "payload": {"after": {**row(501), "dec": json.loads(_base64_of(2**70))},
                                                        "op": "c"}}),                          # more than 8 bytes
            json.dumps({"schema": envelope, "payload": {"after": {**row(502), "ntz": "1700000000000000"},
-                                                       "op": "c"}})]                          # an epoch as a string
+                                                       "op": "c"}}),                          # an epoch as a string
+           json.dumps({"schema": envelope, "payload": {"after": {**row(503), "dec": 0}, "op": "c"}}),  # not base64
+           json.dumps({"schema": envelope, "payload": {"after": {**row(504), "dec": "abc"}, "op": "c"}})]
     path = tmp_path / "lines.json"
     path.write_text("\n".join(plain + odd) + "\n")
     branches = native.sample_branches(landing.describe([str(path)]))
@@ -316,3 +331,20 @@ def test_debezium_schema_block_lines_take_the_native_path(spark, tmp_path):
     assert branches[0].after is not None and branches[0].after["dec"] == native.FieldDecoding(native.Decoding.DECIMAL, 2)
     fast, routed = _compare(spark, tmp_path, plain + odd, branches=branches)
     assert (fast, routed) == (len(plain), len(odd))
+
+
+def test_a_malformed_schema_block_is_not_a_branch_and_its_lines_dead_letter(spark, tmp_path):
+    """A block the rules cannot read (here a field name that is a list) first in the file: sampling it must not
+    fail the batch; its lines take the Python rules and become dead letters, the well-formed lines stay native."""
+    good = {"type": "struct", "fields": [{"field": "after", "type": "struct", "fields": [
+        {"type": "int64", "optional": False, "field": "id"}, {"type": "string", "optional": False, "field": "req"}]}]}
+    bad = {"type": "struct", "fields": [{"field": "after", "type": "struct", "fields": [
+        {"type": "int64", "optional": False, "field": ["id"]}]}]}
+    lines = [json.dumps({"schema": bad, "payload": {"op": "c", "after": {"id": 1, "req": "r"}}})]
+    lines += [json.dumps({"schema": good, "payload": {"op": "c", "after": {"id": i, "req": "r"}}}) for i in range(2, 6)]
+    assert native.schema_branch(lines[0]) is None and native.schema_branch(lines[1]) is not None
+    path = tmp_path / "lines.json"
+    path.write_text("\n".join(lines) + "\n")
+    branches = native.sample_branches(landing.describe([str(path)]))
+    assert [b.prefix for b in branches] == [lines[1].split('"payload"', 1)[0]]
+    assert _compare(spark, tmp_path, lines, branches=branches) == (4, 1)
