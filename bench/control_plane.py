@@ -9,6 +9,9 @@ expired, as in production) and its 3 newest are new. We time ``sensors.snapshots
 planning that asked Dagster for the status of every known partition (``legacy_plan`` below,
 measured at 1k and 10k only: at 100k it takes minutes). Landing-file lines use
 ``sensors.line.pending_keys`` (walks the known keys back to the frontier): timed as ``walk_*``.
+``icecdc status`` of the table (``status.table_status``: the table, its window, an aggregate count of
+its partitions, its one sink's checkpoint - at the last synced snapshot - read from an osmem
+OpenSearch clone) is timed as ``status_*``.
 
 Seeding 200k materialisations through ``report_runless_asset_event`` costs ~40 ms each here, so
 the events are written in batches with the event log storage's own insert statement (the same
@@ -23,20 +26,25 @@ import argparse
 import os
 import tempfile
 import time
+import warnings
 
 import pyarrow as pa
-from dagster import AssetKey, AssetMaterialization, DagsterInstance, DynamicPartitionsDefinition
+import yaml
+from dagster import AssetKey, AssetMaterialization, DagsterInstance
 from dagster._core.events import DagsterEvent, DagsterEventType, StepMaterializationData
 from dagster._core.events.log import EventLogEntry
 from dagster._core.instance.utils import RUNLESS_JOB_NAME, RUNLESS_RUN_ID
 
+from osmem_server import OsmemServer
 from pyiceberg.catalog.sql import SqlCatalog
 
+from icecdc_dagster.config import load_config
+from icecdc_dagster.definitions import build_definitions
 from icecdc_dagster.pipeline.ordering import KeyStatus, NextRun, plan_next_run
 from icecdc_dagster.sensors import line as lines
-from icecdc_dagster.sensors.snapshots import evaluate_window
+from icecdc_dagster.sensors.snapshots import evaluate_window, table_line
+from icecdc_dagster.status import table_status
 
-ASSETS = (AssetKey(["changelog", "db", "orders"]), AssetKey(["replica", "db", "orders_copy"]))
 NEW_KEYS = 3
 
 
@@ -50,10 +58,37 @@ def materialization(asset: AssetKey, key: str) -> EventLogEntry:
 def source_table(root: str):  # noqa: ANN201 - pyiceberg Table
     catalog = SqlCatalog("bench", uri=f"sqlite:///{root}/catalog.db", warehouse=f"file://{root}/warehouse")
     catalog.create_namespace("db")
-    table = catalog.create_table("db.orders", schema=pa.schema([pa.field("id", pa.int64())]))
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False)])
+    table = catalog.create_table("db.orders", schema=schema)
     for i in range(2 + NEW_KEYS):
-        table.append(pa.table({"id": [i]}))
+        table.append(pa.table({"id": [i]}, schema=schema))
     return table
+
+
+def pipeline(root: str, opensearch_url: str):  # noqa: ANN201 - (TableConfig, Definitions)
+    """The table's pipeline: its changelog and one OpenSearch sink (two assets per partition)."""
+    path = os.path.join(root, "pipeline.yaml")
+    with open(path, "w") as out:
+        yaml.safe_dump({"catalog": {"name": "bench", "uri": f"sqlite:///{root}/catalog.db",
+                                    "warehouse": f"file://{root}/warehouse"},
+                        "tables": [{"table_name": "db.orders", "identifier_columns": ["id"],
+                                    "sinks": [{"opensearch": {"hosts": [opensearch_url], "index": "orders"}}]}]},
+                       out)
+    config = load_config(path)
+    return config.tables[0], build_definitions(config)
+
+
+def checkpoint_sink(opensearch_url: str, sink_name: str, snapshot_id: str) -> None:
+    """The sink's checkpoint at the last synced snapshot, where its last batch leaves it (in the
+    index's ``_meta``: ``sinks/opensearch/checkpoint.py``)."""
+    from opensearchpy import OpenSearch
+
+    client = OpenSearch(hosts=[opensearch_url])
+    if not client.indices.exists(index="orders"):
+        client.indices.create(index="orders")
+    client.indices.put_mapping(index="orders", body={"_meta": {"icecdc": {"checkpoints": {sink_name: {
+        "snapshot_id": snapshot_id, "sequence_number": "2", "table": "db.orders"}}}}})
+    client.close()
 
 
 def seed(instance: DagsterInstance, line: lines.Line, synced: int, real_ids: list[str] | None = None) -> list[str]:
@@ -93,17 +128,18 @@ def timed(fn, repeat: int) -> float:  # noqa: ANN001
     return min(samples)  # the least disturbed run: the machine is shared, the cost is not
 
 
-def measure(synced: int, legacy: bool, repeat: int) -> tuple[float, float, float | None]:
-    """(tick, walk, legacy) seconds (fastest of the repeats) with ``synced`` synced keys."""
+def measure(synced: int, legacy: bool, repeat: int, opensearch_url: str) -> tuple[float, float, float | None, float]:
+    """(tick, walk, legacy, status) seconds (fastest of the repeats) with ``synced`` synced keys."""
     with tempfile.TemporaryDirectory() as home:
         os.makedirs(os.path.join(home, "dagster"))
         instance = DagsterInstance.local_temp(os.path.join(home, "dagster"))
         table = source_table(home)
-        line = lines.Line("db.orders", DynamicPartitionsDefinition(name="snapshots__db_orders"), ASSETS,
-                          max_keys_per_run=10, max_retries=3)
+        config, defs = pipeline(home, opensearch_url)
+        line = table_line(config)
         started = time.perf_counter()
         new_keys = seed(instance, line, synced, [str(s.snapshot_id) for s in table.snapshots()])
-        print(f"  seeded {synced:,} synced keys x {len(ASSETS)} assets in {time.perf_counter() - started:.1f} s")
+        print(f"  seeded {synced:,} synced keys x {len(line.asset_keys)} assets "
+              f"in {time.perf_counter() - started:.1f} s")
         discovered, planned = evaluate_window(instance, line, table)
         assert discovered == new_keys and isinstance(planned, NextRun) and list(planned.keys) == new_keys, planned
         assert lines.plan(instance, line, new_keys) == planned       # the walk agrees
@@ -113,8 +149,17 @@ def measure(synced: int, legacy: bool, repeat: int) -> tuple[float, float, float
         if legacy:
             assert legacy_plan(instance, line, new_keys) == planned
             peer = timed(lambda: legacy_plan(instance, line, new_keys), 3)
+        checkpoint_sink(opensearch_url, config.sinks[0].name, str(table.snapshots()[-NEW_KEYS - 1].snapshot_id))
+        status = table_status(defs, instance, config)
+        (sink,) = status.sinks
+        assert (status.known_partitions, status.unapplied_partitions) == (synced, NEW_KEYS), status
+        assert (sink.pending_snapshots, sink.error) == (NEW_KEYS, None), status
+        shown = timed(lambda: table_status(defs, instance, config), repeat)
+        # The one part of status that grows with the history: the database counts the line's keys.
+        counted = timed(lambda: lines.key_count(instance, line), repeat)
+        print(f"  status {shown:.3f} s, of which the aggregate partition count {counted:.4f} s")
         instance.dispose()
-        return tick, walk, peer
+        return tick, walk, peer, shown
 
 
 def main() -> None:
@@ -122,16 +167,29 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=15)
     args = parser.parse_args()
-    tick_1k, walk_1k, legacy_1k = measure(1_000, legacy=True, repeat=args.repeat)
-    print(f"1k synced:   tick {tick_1k:.3f} s, walk {walk_1k:.3f} s (previous planning {legacy_1k:.3f} s)")
-    tick_10k, walk_10k, legacy_10k = measure(10_000, legacy=True, repeat=args.repeat)
-    print(f"10k synced:  tick {tick_10k:.3f} s, walk {walk_10k:.3f} s (previous planning {legacy_10k:.3f} s)")
-    tick_big, walk_big, _ = measure(args.big, legacy=False, repeat=args.repeat)
-    print(f"{args.big // 1000}k synced: tick {tick_big:.3f} s, walk {walk_big:.3f} s")
+    warnings.filterwarnings("ignore", message=".*is currently in (beta|preview).*")  # as the CLI does
+    server = OsmemServer.start()
+    try:
+        with server.clone() as clone:
+            tick_1k, walk_1k, legacy_1k, status_1k = measure(1_000, legacy=True, repeat=args.repeat,
+                                                             opensearch_url=clone.url)
+            print(f"1k synced:   tick {tick_1k:.3f} s, walk {walk_1k:.3f} s, status {status_1k:.3f} s "
+                  f"(previous planning {legacy_1k:.3f} s)")
+            tick_10k, walk_10k, legacy_10k, status_10k = measure(10_000, legacy=True, repeat=args.repeat,
+                                                                 opensearch_url=clone.url)
+            print(f"10k synced:  tick {tick_10k:.3f} s, walk {walk_10k:.3f} s, status {status_10k:.3f} s "
+                  f"(previous planning {legacy_10k:.3f} s)")
+            tick_big, walk_big, _, status_big = measure(args.big, legacy=False, repeat=args.repeat,
+                                                        opensearch_url=clone.url)
+            print(f"{args.big // 1000}k synced: tick {tick_big:.3f} s, walk {walk_big:.3f} s, "
+                  f"status {status_big:.3f} s")
+    finally:
+        server.close()
     big = f"{args.big // 1000}k"
     print(f"RESULT tick_1k_s={tick_1k:.3f} tick_{big}_s={tick_big:.3f} tick_ratio={tick_big / tick_1k:.2f} "
           f"walk_1k_s={walk_1k:.3f} walk_{big}_s={walk_big:.3f} walk_ratio={walk_big / walk_1k:.2f} "
-          f"legacy_1k_s={legacy_1k:.3f} legacy_10k_s={legacy_10k:.3f} ratio_10k={tick_10k / legacy_10k:.3f}")
+          f"legacy_1k_s={legacy_1k:.3f} legacy_10k_s={legacy_10k:.3f} ratio_10k={tick_10k / legacy_10k:.3f} "
+          f"status_1k_s={status_1k:.3f} status_{big}_s={status_big:.3f} status_ratio={status_big / status_1k:.2f}")
 
 
 if __name__ == "__main__":

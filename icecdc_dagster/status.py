@@ -13,10 +13,13 @@ from icecdc_dagster.pipeline import lifecycle
 from icecdc_dagster.pipeline.maintenance import retention_warning
 from icecdc_dagster.pipeline.ordering import KeyStatus
 from icecdc_dagster.pipeline.sinks import open_configured_sink
-from icecdc_dagster.sensors.snapshots import diagnose, discover_new_keys, key_statuses
+from icecdc_dagster.sensors import line as lines
+from icecdc_dagster.sensors.snapshots import TableWindow, diagnose, discover_new_keys, table_line, table_window
 from icecdc_dagster.definitions import resource
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from icecdc_dagster.batch import Checkpoint
     from pyiceberg.table import Table
 
@@ -75,23 +78,40 @@ class IngestStatus:
 
 
 def ingest_status(instance: DagsterInstance, entry: IngestConfig) -> IngestStatus:
-    """Landing files known or new, and which of them are not ingested or failed (Dagster's view)."""
+    """Landing files known or new, and which of them are not ingested or failed (Dagster's view).
+
+    Reads what the sensor reads: the known files after the line's frontier (newest first, a page at a
+    time) and the listed files not known yet; files before the frontier are ingested (in order).
+    """
     from icecdc_dagster.pipeline.ingest import landing_keys
-    from icecdc_dagster.sensors import line
-    from icecdc_dagster.sensors.ingest import ingest_line
+    from icecdc_dagster.sensors.ingest import ingest_line, unknown_keys
 
     files = landing_keys(entry)
-    known = list(instance.get_dynamic_partitions(ingest_line(entry).partitions_name))
-    statuses = line.key_statuses(instance, ingest_line(entry), known)
-    keys = known + [f for f in files if f not in set(known)]
+    entry_line = ingest_line(entry)
+    waiting = lines.pending_keys(instance, entry_line)
+    keys = waiting + unknown_keys(instance, entry_line, files)
+    statuses = lines.pending_statuses(instance, entry_line, waiting)
     return IngestStatus(entry.name, entry.landing, len(files),
                         [k for k in keys if statuses.get(k) is not KeyStatus.DONE],
-                        [k for k in known if statuses.get(k) is KeyStatus.FAILED])
+                        [k for k in waiting if statuses.get(k) is KeyStatus.FAILED])
+
+
+@dataclass(frozen=True)
+class _LineKeys:
+    """What a sink that cannot continue from a checkpoint of this line has before it: every key of
+    the active line and the new snapshots (how many, and the first: read only for a sink without one)."""
+    count: int
+    first: "Callable[[], str | None]"
 
 
 def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfig,
                  config_path: str | None = None) -> TableStatus:
-    """Never raises for a table that changed under its line: the problem is reported with its fix."""
+    """Never raises for a table that changed under its line: the problem is reported with its fix.
+
+    Reads what the sensor reads: when the line follows the table, the snapshots after the line's
+    latest materialisations (``sensors.snapshots.table_window``) and aggregate counts of its keys,
+    whatever the history; otherwise the whole line once, and its diagnosis.
+    """
     from pyiceberg.exceptions import NoSuchTableError
 
     catalog = resource(defs, "catalog")
@@ -100,17 +120,25 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
     except NoSuchTableError:  # created later by an ingest entry
         return TableStatus(table.table_name, None, 0, 0, [])
     current = source.current_snapshot()
-    known = list(instance.get_dynamic_partitions(naming.partitions_name(table)))
-    active = lifecycle.active_keys(known)
-    problem = diagnose(instance, table, source, known, config_path)
-    keys = active + ([] if problem else discover_new_keys(source, active[-1] if active else None))
-    statuses = key_statuses(instance, table, active)
-    status = TableStatus(
-        table.table_name, current.snapshot_id if current else None, len(known),
-        sum(1 for k in keys if statuses.get(k) is not KeyStatus.DONE),
-        [k for k in active if statuses.get(k) is KeyStatus.FAILED],
-        problem=problem.message if problem else None, line=lifecycle.line_token(known),
-        superseded_partitions=len(known) - len(active))
+    current_id = current.snapshot_id if current else None
+    table_line_ = table_line(table)
+    window = table_window(instance, table_line_, source)
+    if window is not None:
+        status, line_keys = _window_status(instance, table, table_line_, source, current_id, window, config_path)
+    else:  # the line does not simply follow the table: read the whole line once and diagnose it
+        known = list(instance.get_dynamic_partitions(naming.partitions_name(table)))
+        active = lifecycle.active_keys(known)
+        done = lines.done_in_every_asset(instance, table_line_, active)
+        problem = diagnose(instance, table, source, known, config_path, done)
+        keys = active + ([] if problem else discover_new_keys(source, active[-1] if active else None))
+        statuses = lines.pending_statuses(instance, table_line_, keys, done)
+        status = TableStatus(
+            table.table_name, current_id, len(known),
+            sum(1 for k in keys if statuses.get(k) is not KeyStatus.DONE),
+            [k for k in active if statuses.get(k) is KeyStatus.FAILED],
+            problem=problem.message if problem else None, line=lifecycle.line_token(known),
+            superseded_partitions=len(known) - len(active))
+        line_keys = _LineKeys(len(keys), lambda: keys[0] if keys else None)
     spark = None
     needed: list[int] = []  # checkpoints of sinks that still have snapshots to apply
     for sink in table.sinks:
@@ -122,9 +150,9 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
                                           connection=resource(defs, key) if key else None)
             checkpoint = target.read_checkpoint()
         except Exception as exc:  # noqa: BLE001 - status reports, it does not fail
-            status.sinks.append(SinkStatus(sink.name, None, len(keys), None, error=str(exc)[:200]))
+            status.sinks.append(SinkStatus(sink.name, None, line_keys.count, None, error=str(exc)[:200]))
             continue
-        status.sinks.append(_sink_status(source, table, sink.name, checkpoint, keys, status.line, config_path))
+        status.sinks.append(_sink_status(source, table, sink.name, checkpoint, line_keys, status.line, config_path))
         if checkpoint is not None and status.sinks[-1].error is None and status.sinks[-1].pending_snapshots:
             needed.append(checkpoint.snapshot_id)
     # The retention guard: the table's own expiry settings must not expire what the slowest sink needs.
@@ -135,25 +163,49 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
     return status
 
 
-def _sink_status(source: "Table", table: TableConfig, name: str, checkpoint: "Checkpoint | None", keys: list[str],
-                 line: str | None,
-                 config_path: str | None) -> SinkStatus:
+def _window_status(instance: DagsterInstance, table: TableConfig, table_line_: lines.Line, source: "Table",
+                   current_id: int | None, window: TableWindow,
+                   config_path: str | None) -> tuple[TableStatus, _LineKeys]:
+    """Status of a line that follows its table, from its window: every key before the window is done
+    in every asset (the line runs in order); the partition counts are aggregate queries."""
+    done = lines.done_in_every_asset(instance, table_line_, window.keys)
+    partitions = instance.get_existing_dynamic_partitions(table_line_.partitions_name, window.keys)
+    waiting = [k for k in window.keys if k not in done]
+    statuses = lines.pending_statuses(instance, table_line_, [k for k in waiting if k in partitions], done)
+    # The next known batch may need what expiry removed (its snapshot, the parent its diff reads).
+    first = next((k for k in waiting if k in partitions), None)
+    problem = lifecycle.pending_problem(source, table.table_name, first, config_path) if first else None
+    if problem:  # as when the whole line is diagnosed: the new snapshots wait for the recovery
+        waiting = [k for k in waiting if k in partitions]
+    known = lines.key_count(instance, table_line_)
+    superseded = lines.key_count(instance, table_line_, before=window.line) if window.line else 0
+    new = 0 if problem else sum(1 for k in window.keys if k not in partitions)
+    status = TableStatus(table.table_name, current_id, known, len(waiting),
+                         [k for k in waiting if statuses.get(k) is KeyStatus.FAILED],
+                         problem=problem.message if problem else None, line=window.line,
+                         superseded_partitions=superseded)
+    return status, _LineKeys(known - superseded + new, lambda: window.line or lines.oldest_key(instance, table_line_))
+
+
+def _sink_status(source: "Table", table: TableConfig, name: str, checkpoint: "Checkpoint | None",
+                 line_keys: _LineKeys, line: str | None, config_path: str | None) -> SinkStatus:
     """Pending snapshots and lag of one sink; a checkpoint the table no longer continues from is named."""
     at = checkpoint.snapshot_id if checkpoint else None
     if checkpoint is not None and checkpoint.line != line:
-        return SinkStatus(name, at, len(keys), None, error=(
+        return SinkStatus(name, at, line_keys.count, None, error=(
             f"the sink is on line {checkpoint.line or 'original'}, the table's line is {line or 'original'}: "
             f"it waits for the line's bootstrap export"))
-    if checkpoint is None:
-        pending = [lifecycle.snapshot_id_of(k) for k in keys]
+    if checkpoint is None:  # every key of the line
+        pending, first = line_keys.count, (line_keys.first() if line_keys.count else None)
     else:
         problem = lifecycle.checkpoint_problem(source, table.table_name, checkpoint.snapshot_id, config_path,
                                                f"the checkpoint of {name}")
         if problem is not None:
-            return SinkStatus(name, at, len(keys), None, error=problem.message)
-        pending = [p.snapshot_id for p in changelog.snapshots_after(source, checkpoint.snapshot_id)]
+            return SinkStatus(name, at, line_keys.count, None, error=problem.message)
+        after = changelog.ancestry_ids(source, checkpoint.snapshot_id)
+        pending, first = len(after), (str(after[0]) if after else None)
     lag = None
-    snapshot = source.metadata.snapshot_by_id(pending[0]) if pending else None
+    snapshot = source.metadata.snapshot_by_id(lifecycle.snapshot_id_of(first)) if pending and first else None
     if snapshot is not None:
         lag = time.time() - snapshot.timestamp_ms / 1000
-    return SinkStatus(name, at, len(pending), lag)
+    return SinkStatus(name, at, pending, lag)

@@ -3,6 +3,7 @@ run's job code origin (this module), executed in the launcher's worker thread.""
 
 import os
 import socket
+import sys
 import threading
 import time
 
@@ -11,7 +12,7 @@ from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, in_proc
 from dagster._core.test_utils import instance_for_test
 
 from icecdc_dagster.assets import naming
-from icecdc_dagster.launcher import HOST_TAG, PID_TAG, SESSION_TAG, WarmRunLauncher
+from icecdc_dagster.launcher import DEFAULT_SWITCH_INTERVAL_MS, HOST_TAG, PID_TAG, SESSION_TAG, WarmRunLauncher
 from icecdc_dagster.lease.executor import line_executor
 from icecdc_dagster.lease.holder import ROLE_TAG, Holder
 from icecdc_dagster.lease.line_lock import LineLock
@@ -224,9 +225,19 @@ def test_orphan_whose_pid_was_reused_is_failed(instance):  # noqa: ANN001
 @pytest.fixture
 def two_lane_instance():  # noqa: ANN201
     overrides = {"run_launcher": {**LAUNCHER["run_launcher"], "config": {"workers": 2}}}
+    interval = sys.getswitchinterval()
     with instance_for_test(overrides=overrides) as instance:
         assert instance.run_launcher.workers == 2
         yield instance
+    sys.setswitchinterval(interval)
+
+
+def test_lanes_take_the_gil_back_within_the_configured_interval(two_lane_instance):  # noqa: ANN001
+    """Lanes wait on the JVM through py4j and must get the GIL back quickly (see DEFAULT_SWITCH_INTERVAL_MS);
+    one lane leaves the process's interval alone."""
+    assert launch(two_lane_instance, ok_job)
+    two_lane_instance.run_launcher.join(timeout=30)
+    assert sys.getswitchinterval() == pytest.approx(DEFAULT_SWITCH_INTERVAL_MS / 1000)
 
 
 def test_two_lanes_execute_two_runs_at_once_and_cancel_one_alone(two_lane_instance):  # noqa: ANN001

@@ -16,7 +16,8 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from enum import Enum
+from typing import Any, assert_never
 
 from icecdc_dagster.ingest import schema_inference as si
 
@@ -116,43 +117,105 @@ def _decimal(value: Any, kind: str | None, params: dict) -> Decimal:
     raise ValueError("not a decimal")
 
 
-def _logical(name: str, value: Any, kind: str | None, params: dict, notes: Counter) -> Any:
-    """Decode a known logical type; ``NotImplemented`` when ``name`` has no special decoding."""
-    if name == si.DECIMAL:
-        return _decimal(value, kind, params)
-    if name == si.VARIABLE_SCALE_DECIMAL:
-        return _scaled(_unscaled(value["value"]), _integer(value["scale"]))
-    if name in si.DATE_NAMES:
-        return EPOCH_DATE + dt.timedelta(days=_integer(value))
-    if name == "io.debezium.time.IsoDate":
-        return dt.date.fromisoformat(value.strip().rstrip("Zz"))
-    if name in ("io.debezium.time.Time", "org.apache.kafka.connect.data.Time"):
-        return _time_string(_integer(value) * 10**6, 6)
-    if name == "io.debezium.time.MicroTime":
-        return _time_string(_integer(value) * 1000, 6)
-    if name == "io.debezium.time.NanoTime":
-        return _time_string(_integer(value), 9)
-    if name in ("io.debezium.time.ZonedTime", "io.debezium.time.IsoTime"):
-        if not isinstance(value, str) or not _TIME_OF_DAY.match(value.strip()):
-            raise ValueError("not an ISO-8601 time")
-        return value.strip()
-    if name in ("io.debezium.time.Timestamp", "org.apache.kafka.connect.data.Timestamp"):
-        return _from_epoch(value, 1000, notes)
-    if name == "io.debezium.time.MicroTimestamp":
-        return _from_epoch(value, 10**6, notes)
-    if name == "io.debezium.time.NanoTimestamp":
-        return _from_epoch(value, 10**9, notes)
-    if name == "io.debezium.time.IsoTimestamp":
-        parsed = parse_iso_timestamp(value, notes)
-        return parsed.astimezone(dt.UTC).replace(tzinfo=None) if parsed.tzinfo else parsed
-    if name == si.ZONED_TIMESTAMP:
-        parsed = parse_iso_timestamp(value, notes)
-        if parsed.tzinfo is None:
-            raise ValueError("no UTC offset")
-        return parsed
-    if name == "io.debezium.data.Uuid":
-        return str(uuid.UUID(value))
-    return NotImplemented
+class Logical(Enum):
+    """How :func:`decode` turns the value of a Connect/Debezium logical type into a Python value (one arm of
+    :func:`_logical` each; :mod:`native` has twins of some)."""
+
+    DECIMAL = "decimal"                  # base64 of the big-endian unscaled value (or a JSON number, a numeric string)
+    VARIABLE_SCALE_DECIMAL = "variable_scale_decimal"  # {"scale": s, "value": base64 of the unscaled value}
+    EPOCH_DAYS = "epoch_days"            # days since 1970-01-01
+    ISO_DATE = "iso_date"                # ISO-8601 date text
+    MILLIS_OF_DAY = "millis_of_day"      # -> "HH:MM:SS.ffffff"
+    MICROS_OF_DAY = "micros_of_day"      # -> "HH:MM:SS.ffffff"
+    NANOS_OF_DAY = "nanos_of_day"        # -> "HH:MM:SS.fffffffff"
+    ISO_TIME = "iso_time"                # ISO-8601 time of day, kept as (checked) text
+    EPOCH_MILLIS = "epoch_millis"        # since 1970-01-01T00:00 UTC
+    EPOCH_MICROS = "epoch_micros"
+    EPOCH_NANOS = "epoch_nanos"          # digits below the microsecond are dropped and counted
+    ISO = "iso"                          # ISO-8601 timestamp, naive meaning UTC
+    ZONED = "zoned"                      # ISO-8601 timestamp with an offset
+    UUID = "uuid"                        # canonical UUID text
+
+
+@dataclass(frozen=True)
+class LogicalDecoding:
+    """How :func:`decode` reads one logical type, and whether the native reader (:mod:`native`) has an exact
+    twin of that decoding (without one, schema-block lines with such a field take the Python rules)."""
+
+    kind: Logical
+    native: bool = False
+
+
+# The one list of logical types with a decoding of their own: :func:`decode` and :func:`native.field_decoding`
+# both dispatch on it, so a new one is one entry here (+ its arm in :func:`_logical`, and a native twin when
+# ``native``). Names not listed here decode as their physical Connect type. Each also needs its Iceberg type in
+# :data:`schema_inference.LOGICAL_TYPES` (the README's type table).
+LOGICAL_DECODINGS: dict[str, LogicalDecoding] = {
+    si.DECIMAL: LogicalDecoding(Logical.DECIMAL, native=True),
+    si.VARIABLE_SCALE_DECIMAL: LogicalDecoding(Logical.VARIABLE_SCALE_DECIMAL),
+    "org.apache.kafka.connect.data.Date": LogicalDecoding(Logical.EPOCH_DAYS, native=True),
+    "io.debezium.time.Date": LogicalDecoding(Logical.EPOCH_DAYS, native=True),
+    "io.debezium.time.IsoDate": LogicalDecoding(Logical.ISO_DATE),
+    "org.apache.kafka.connect.data.Time": LogicalDecoding(Logical.MILLIS_OF_DAY),
+    "io.debezium.time.Time": LogicalDecoding(Logical.MILLIS_OF_DAY),
+    "io.debezium.time.MicroTime": LogicalDecoding(Logical.MICROS_OF_DAY),
+    "io.debezium.time.NanoTime": LogicalDecoding(Logical.NANOS_OF_DAY),
+    "io.debezium.time.ZonedTime": LogicalDecoding(Logical.ISO_TIME),
+    "io.debezium.time.IsoTime": LogicalDecoding(Logical.ISO_TIME),
+    "org.apache.kafka.connect.data.Timestamp": LogicalDecoding(Logical.EPOCH_MILLIS, native=True),
+    "io.debezium.time.Timestamp": LogicalDecoding(Logical.EPOCH_MILLIS, native=True),
+    "io.debezium.time.MicroTimestamp": LogicalDecoding(Logical.EPOCH_MICROS, native=True),
+    "io.debezium.time.NanoTimestamp": LogicalDecoding(Logical.EPOCH_NANOS, native=True),
+    "io.debezium.time.IsoTimestamp": LogicalDecoding(Logical.ISO, native=True),
+    si.ZONED_TIMESTAMP: LogicalDecoding(Logical.ZONED, native=True),
+    "io.debezium.data.Uuid": LogicalDecoding(Logical.UUID),
+}
+
+
+def logical_decoding(name: Any) -> LogicalDecoding | None:
+    """The entry of a field schema's ``name`` in :data:`LOGICAL_DECODINGS` (None: decoded by its physical type)."""
+    return LOGICAL_DECODINGS.get(name)
+
+
+def _logical(kind: Logical, value: Any, physical: str | None, params: dict, notes: Counter) -> Any:
+    """Decode a value of a logical type (``physical``: its Connect type, ``params``: its schema parameters)."""
+    match kind:
+        case Logical.DECIMAL:
+            return _decimal(value, physical, params)
+        case Logical.VARIABLE_SCALE_DECIMAL:
+            return _scaled(_unscaled(value["value"]), _integer(value["scale"]))
+        case Logical.EPOCH_DAYS:
+            return EPOCH_DATE + dt.timedelta(days=_integer(value))
+        case Logical.ISO_DATE:
+            return dt.date.fromisoformat(value.strip().rstrip("Zz"))
+        case Logical.MILLIS_OF_DAY:
+            return _time_string(_integer(value) * 10**6, 6)
+        case Logical.MICROS_OF_DAY:
+            return _time_string(_integer(value) * 1000, 6)
+        case Logical.NANOS_OF_DAY:
+            return _time_string(_integer(value), 9)
+        case Logical.ISO_TIME:
+            if not isinstance(value, str) or not _TIME_OF_DAY.match(value.strip()):
+                raise ValueError("not an ISO-8601 time")
+            return value.strip()
+        case Logical.EPOCH_MILLIS:
+            return _from_epoch(value, 1000, notes)
+        case Logical.EPOCH_MICROS:
+            return _from_epoch(value, 10**6, notes)
+        case Logical.EPOCH_NANOS:
+            return _from_epoch(value, 10**9, notes)
+        case Logical.ISO:
+            parsed = parse_iso_timestamp(value, notes)
+            return parsed.astimezone(dt.UTC).replace(tzinfo=None) if parsed.tzinfo else parsed
+        case Logical.ZONED:
+            parsed = parse_iso_timestamp(value, notes)
+            if parsed.tzinfo is None:
+                raise ValueError("no UTC offset")
+            return parsed
+        case Logical.UUID:
+            return str(uuid.UUID(value))
+        case _:
+            assert_never(kind)
 
 
 def decode(value: Any, schema: dict | None, path: str, notes: Counter | None = None) -> Any:
@@ -163,10 +226,9 @@ def decode(value: Any, schema: dict | None, path: str, notes: Counter | None = N
     name, kind = schema.get("name"), schema.get("type")
     params = schema.get("parameters") or {}
     try:
-        if name in si.LOGICAL_TYPES:
-            decoded = _logical(name, value, kind, params, notes)
-            if decoded is not NotImplemented:
-                return decoded
+        logical = logical_decoding(name)
+        if logical is not None:
+            return _logical(logical.kind, value, kind, params, notes)
         if kind == "bytes":
             return base64.b64decode(value, validate=True)
         if kind == "struct":
@@ -187,6 +249,39 @@ def decode(value: Any, schema: dict | None, path: str, notes: Counter | None = N
     except (ValueError, TypeError, KeyError, ArithmeticError, OverflowError) as exc:
         raise EventError(f"field {path}: value {value!r} is not a valid {name or kind}: {exc}") from exc
     return value
+
+
+_INTEGER_PARAMETERS = ("scale", "connect.decimal.precision")
+
+
+def schema_problem(node: Any, path: str = "schema") -> str | None:
+    """What makes a Kafka Connect schema block unreadable by these rules, or None.
+
+    The rules index into the block (``fields``, ``field``, ``type``, ``name``, ``parameters``, ``items``,
+    ``keys`` / ``values``); a block of another shape makes its event a dead letter with this reason,
+    instead of an error that fails the whole batch."""
+    if not isinstance(node, dict):
+        return f"{path} is not a JSON object"
+    for key in ("type", "name", "field"):
+        if node.get(key) is not None and not isinstance(node[key], str):
+            return f"{path}.{key} is not a string"
+    parameters = node.get("parameters")
+    if parameters is not None and not (isinstance(parameters, dict)
+                                       and all(isinstance(v, str | int | float) for v in parameters.values())):
+        return f"{path}.parameters is not an object of strings"
+    for key in _INTEGER_PARAMETERS:
+        if parameters and key in parameters and not re.fullmatch(r"-?\d+", str(parameters[key])):
+            return f"{path}.parameters.{key} is not an integer"
+    fields = node.get("fields")
+    if fields is not None and not isinstance(fields, list):
+        return f"{path}.fields is not a list"
+    children = [(f"{path}.fields[{i}]", f) for i, f in enumerate(fields or [])]
+    children += [(f"{path}.{key}", node[key]) for key in ("items", "keys", "values") if node.get(key) is not None]
+    for child_path, child in children:
+        problem = schema_problem(child, child_path)
+        if problem is not None:
+            return problem
+    return None
 
 
 def _field_schema(envelope_schema: dict | None, name: str) -> dict | None:
@@ -212,6 +307,9 @@ def parse_line(line: str) -> Envelope | None:
     if not isinstance(doc, dict):
         raise EventError("event is not a JSON object")
     schema = doc.get("schema") if "payload" in doc else None
+    problem = schema_problem(schema) if schema is not None else None
+    if problem is not None:
+        raise EventError(f"malformed schema block: {problem}")
     payload = doc["payload"] if "payload" in doc else doc
     if payload is None:
         return None

@@ -10,7 +10,7 @@ landing location and the full list of tables the batch writes.
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pyspark import StorageLevel
@@ -26,8 +26,8 @@ from icecdc_dagster.ingest.schema_inference import merge_types, spark_type, wide
 from icecdc_dagster.writer.auto_create import (add_columns, create_table, declared_columns, ensure_namespace,
                                                namespace_exists, widen_columns)
 from icecdc_dagster.writer.exactly_once import BATCH_ID_PROPERTY, java_table, recorded_summaries
-from icecdc_dagster.writer.merge import (OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN, bounds_aggregates,
-                                         bounds_from, write_batch)
+from icecdc_dagster.writer.merge import (OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN, KeyBounds,
+                                         bounds_aggregates, bounds_from, write_batch)
 from icecdc_dagster.writer.tables import table_exists
 
 if TYPE_CHECKING:
@@ -324,8 +324,7 @@ def _coerce_target(spark: Any, catalog_name: str, settings: IngestSettings, targ
     widened_columns: list[str] = []
     for _ in range(2):
         fields = spark.table(f"{catalog_name}.{target}").schema.fields
-        jschema = java_table(spark, f"{catalog_name}.{target}").schema()
-        keys = settings.keys_for(target) or tuple(sorted(jschema.identifierFieldNames()))
+        keys = _table_keys(spark, catalog_name, settings, target)
         columns = [(f.name, f.dataType.json(), f.nullable) for f in fields]
         out_schema = _rows_schema(fields)
         rows = spark.createDataFrame(
@@ -419,11 +418,7 @@ def _ingest_parsed(spark: Any, catalog_name: str, settings: IngestSettings, pars
             rule_counts[rule] = int(n)
         results[target] = TargetResult(target, False, None, {"dead_lettered": dead_count, **rule_counts},
                                        tuple(added_columns), tuple(promoted + value_promoted))
-        dead = rows.where(F.col(REASON).isNotNull()).select(F.col(RAW).alias("raw"), F.col(REASON).alias("reason"),
-                                                           F.col(SOURCE_FILE).alias("source_file"),
-                                                           F.col(SOURCE_OFFSET).alias("source_offset"),
-                                                           F.lit(target).alias("target"))
-        dead_by_table[routing.dead_letter_table(target)] = dead
+        dead_by_table[routing.dead_letter_table(target)] = _dead_letter_rows(rows, target)
         written_tables.append(target)
     # Events that failed parsing or routing.
     early_dead = parsed.where(F.col("reason").isNotNull()).select("raw", "reason", "source_file", "source_offset",
@@ -434,39 +429,74 @@ def _ingest_parsed(spark: Any, catalog_name: str, settings: IngestSettings, pars
         dead_by_table[dl_table] = dead_by_table[dl_table].unionByName(part) if dl_table in dead_by_table else part
     dead_counts = {t: df.count() for t, df in dead_by_table.items()}
     dl_tables = sorted(t for t, n in dead_counts.items() if n)
-    all_tables = written_tables + dl_tables
-    if not all_tables:
-        all_tables = [home]
+    if not written_tables and not dl_tables:  # the batch is still recorded: in the home table
         dl_tables = [home]
         dead_by_table.setdefault(home, early_dead)
-    props = {LANDING_PROPERTY: settings.landing, TARGETS_PROPERTY: json.dumps(sorted(all_tables))}
+    for dl_table in dl_tables:  # a target's dead letters include those of parsing and routing
+        owner = dl_table[: -len("__dead_letters")]
+        if owner in results:
+            results[owner] = replace(results[owner], counts={**results[owner].counts,
+                                                             "dead_lettered": dead_counts[dl_table]})
     try:
-        for dl_table in dl_tables:
-            dead_letters.ensure_table(spark, catalog_name, dl_table)
-            frame = dead_letters.frame(dead_by_table[dl_table], bid).withColumn(OP_COLUMN, F.lit(OP_INSERT))
-            write_batch(spark, f"{catalog_name}.{dl_table}", frame, (), bid, props, ledger=True)
-            owner = dl_table[: -len("__dead_letters")]
-            if owner in results:
-                counts = {**results[owner].counts, "dead_lettered": dead_counts[dl_table]}
-                results[owner] = TargetResult(owner, False, None, counts, results[owner].added_columns,
-                                              results[owner].widened_columns)
-        for target in written_tables:
-            rows = plans[target]
-            fields = [f.name for f in spark.table(f"{catalog_name}.{target}").schema.fields]
-            jschema = java_table(spark, f"{catalog_name}.{target}").schema()
-            keys = settings.keys_for(target) or tuple(sorted(jschema.identifierFieldNames()))
-            outcome = write_batch(spark, f"{catalog_name}.{target}",
-                                  rows.where(F.col(REASON).isNull()).select(*[F.col(_quote(c)) for c in fields],
-                                                                            OP_COLUMN, ORDER_COLUMN),
-                                  keys, bid, props, ledger=True)
-            prior = results[target]
-            results[target] = TargetResult(target, outcome.skipped, outcome.snapshot_id,
-                                           {**prior.counts, **outcome.counts}, prior.added_columns,
-                                           prior.widened_columns)
+        writes = [_TargetWrite(target, plans[target].where(F.col(REASON).isNull()),
+                               [f.name for f in spark.table(f"{catalog_name}.{target}").schema.fields],
+                               _table_keys(spark, catalog_name, settings, target)) for target in written_tables]
+        results = _commit_batch(spark, catalog_name, settings, bid, {t: dead_by_table[t] for t in dl_tables},
+                                writes, results)
     finally:
         for df in persisted:
             df.unpersist()
     return IngestResult(bid, uris, False, results, int(tombstones), int(sum(counts_by_target.values())))
+
+
+@dataclass(frozen=True)
+class _TargetWrite:
+    """One target's part of a batch: the rows to write (no dead letter, no tombstone), the table's columns, its
+    identifier columns, and its key range when the caller has it."""
+
+    table: str
+    rows: DataFrame
+    columns: Sequence[str]
+    keys: tuple[str, ...]
+    bounds: KeyBounds | None = None
+
+
+def _commit_batch(spark: Any, catalog_name: str, settings: IngestSettings, bid: str, dead: Mapping[str, DataFrame],
+                  writes: Sequence[_TargetWrite], results: Mapping[str, TargetResult]) -> dict[str, TargetResult]:
+    """Write one batch, whichever path read it: the dead-letter tables first, then each target's rows.
+
+    Every commit records the batch id, the landing location and the full list of tables the batch writes
+    (the ledger :func:`recorded_batches` reads, so a batch cut short is completed under the same id).
+    Returns ``results`` with each written target's outcome (skipped, snapshot, write counts) merged in.
+    """
+    props = {LANDING_PROPERTY: settings.landing,
+             TARGETS_PROPERTY: json.dumps(sorted([*(w.table for w in writes), *dead]))}
+    for dl_table in sorted(dead):
+        dead_letters.ensure_table(spark, catalog_name, dl_table)
+        frame = dead_letters.frame(dead[dl_table], bid).withColumn(OP_COLUMN, F.lit(OP_INSERT))
+        write_batch(spark, f"{catalog_name}.{dl_table}", frame, (), bid, props, ledger=True)
+    out = dict(results)
+    for w in writes:
+        outcome = write_batch(spark, f"{catalog_name}.{w.table}",
+                              w.rows.select(*[F.col(_quote(c)) for c in w.columns], OP_COLUMN, ORDER_COLUMN),
+                              w.keys, bid, props, ledger=True, bounds=w.bounds)
+        prior = out[w.table]
+        out[w.table] = TargetResult(w.table, outcome.skipped, outcome.snapshot_id, {**prior.counts, **outcome.counts},
+                                    prior.added_columns, prior.widened_columns)
+    return out
+
+
+def _dead_letter_rows(rows: DataFrame, target: str) -> DataFrame:
+    """A target's coerced rows that are dead letters, in the columns :func:`dead_letters.frame` takes."""
+    return rows.where(F.col(REASON).isNotNull()).select(
+        F.col(RAW).alias("raw"), F.col(REASON).alias("reason"), F.col(SOURCE_FILE).alias("source_file"),
+        F.col(SOURCE_OFFSET).alias("source_offset"), F.lit(target).alias("target"))
+
+
+def _table_keys(spark: Any, catalog_name: str, settings: IngestSettings, table: str) -> tuple[str, ...]:
+    """A target's identifier columns: the configured ones, else the table's own identifier fields."""
+    jschema = java_table(spark, f"{catalog_name}.{table}").schema()
+    return settings.keys_for(table) or tuple(sorted(jschema.identifierFieldNames()))
 
 
 def _native_eligible(spark: Any, catalog_name: str, settings: IngestSettings, templated: bool) -> bool:
@@ -483,8 +513,7 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, desc
     target = settings.target
     added_columns, _ = _prepare_target(spark, catalog_name, settings, target, {})
     fields = spark.table(f"{catalog_name}.{target}").schema.fields
-    jschema = java_table(spark, f"{catalog_name}.{target}").schema()
-    keys = settings.keys_for(target) or tuple(sorted(jschema.identifierFieldNames()))
+    keys = _table_keys(spark, catalog_name, settings, target)
     known = [f.name for f in fields]
     lines = native.lines_frame(spark, described)
     classified = native.coerce_lines(lines, native.columns_of(T.StructType(fields)), keys, known,
@@ -506,24 +535,11 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, desc
         dead_count = int(stats["dead_lettered"] or 0)
         counts = {"dead_lettered": dead_count, PYTHON_RULES: int(stats[PYTHON_RULES] or 0),
                   **{rule: int(stats[rule] or 0) for rule in RULE_COUNTS}}
-        dl_table = routing.dead_letter_table(target)
-        tables = [target, dl_table] if dead_count else [target]
-        props = {LANDING_PROPERTY: settings.landing, TARGETS_PROPERTY: json.dumps(sorted(tables))}
-        if dead_count:
-            dead_letters.ensure_table(spark, catalog_name, dl_table)
-            dead = rows.where(F.col(REASON).isNotNull()).select(
-                F.col(RAW).alias("raw"), F.col(REASON).alias("reason"), F.col(SOURCE_FILE).alias("source_file"),
-                F.col(SOURCE_OFFSET).alias("source_offset"), F.lit(target).alias("target"))
-            write_batch(spark, f"{catalog_name}.{dl_table}",
-                        dead_letters.frame(dead, bid).withColumn(OP_COLUMN, F.lit(OP_INSERT)), (), bid, props,
-                        ledger=True)
+        dead = {routing.dead_letter_table(target): _dead_letter_rows(rows, target)} if dead_count else {}
         good = rows.where(F.col(REASON).isNull() & (F.col(OP_COLUMN) != TOMBSTONE))
-        outcome = write_batch(spark, f"{catalog_name}.{target}",
-                              good.select(*[F.col(_quote(c)) for c in known], OP_COLUMN, ORDER_COLUMN),
-                              keys, bid, props, ledger=True, bounds=bounds_from(stats, keys, T.StructType(fields)))
+        write = _TargetWrite(target, good, known, keys, bounds_from(stats, keys, T.StructType(fields)))
+        results = _commit_batch(spark, catalog_name, settings, bid, dead, [write], {
+            target: TargetResult(target, False, None, counts, tuple(added_columns), ())})
     finally:
         classified.unpersist()
-    result = TargetResult(target, outcome.skipped, outcome.snapshot_id, {**counts, **outcome.counts},
-                          tuple(added_columns), ())
-    return IngestResult(bid, uris, False, {target: result}, int(stats["tombstones"] or 0),
-                        int(stats["events_read"] or 0))
+    return IngestResult(bid, uris, False, results, int(stats["tombstones"] or 0), int(stats["events_read"] or 0))

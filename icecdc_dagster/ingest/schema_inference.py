@@ -66,7 +66,6 @@ LOGICAL_TYPES: dict[str, str | None] = {
 PHYSICAL_LOGICAL_TYPES = ("io.debezium.data.geometry.Point", "io.debezium.data.geometry.Geometry",
                           "io.debezium.data.geometry.Geography", "io.debezium.data.DoubleVector",
                           "io.debezium.data.FloatVector")
-DATE_NAMES = {"io.debezium.time.Date", "org.apache.kafka.connect.data.Date"}
 
 
 class ConnectSchemaError(ValueError):

@@ -171,13 +171,15 @@ def diagnose(source: "Table", table_name: str, keys: Sequence[str], done: Collec
     pending = next((k for k in active if k not in done), None)
     if pending is None or pending == active[0]:
         return None  # all applied, or the bootstrap (an export reads only its own snapshot)
-    return _pending_problem(source, table_name, pending, cmd)
+    return pending_problem(source, table_name, pending, config_path)
 
 
-def _pending_problem(source: "Table", table_name: str, key: str, cmd: str) -> LineProblem | None:
-    """The next batch needs its snapshot, and (merge-on-read diff) its parent's data."""
+def pending_problem(source: "Table", table_name: str, key: str, config_path: str | None) -> LineProblem | None:
+    """Why the next batch, starting at ``key`` (not a bootstrap), cannot run: it needs its snapshot,
+    and (merge-on-read diff) its parent's data."""
     from icecdc_dagster import changelog
 
+    cmd = recovery_command(config_path, table_name)
     snapshot_id = snapshot_id_of(key)
     if source.metadata.snapshot_by_id(snapshot_id) is None:
         return LineProblem(Problem.EXPIRED, table_name, snapshot_id, (

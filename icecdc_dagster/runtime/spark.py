@@ -16,7 +16,7 @@ from pathlib import Path
 
 from icecdc_dagster.runtime import jars as jarlib
 from icecdc_dagster.runtime.catalog import CatalogSettings
-from icecdc_dagster.runtime.java import ensure_java_home, jvm
+from icecdc_dagster.runtime.java import ensure_java_home, jvm, remember_class_lookups
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -99,6 +99,7 @@ def _build_spark_session(settings: SparkSettings, catalogs: Sequence[CatalogSett
             builder = builder.config(key, value)
         active = builder.getOrCreate()
         active.sparkContext.setLogLevel("WARN")
+    remember_class_lookups(active)
     identity = (active.sparkContext.applicationId,
                 int(jvm(active).System.identityHashCode(active._jsparkSession)))  # noqa: SLF001
     for catalog in catalogs:

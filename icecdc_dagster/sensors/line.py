@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from dagster import (AssetCheckKey, AssetKey, DagsterEventType, DagsterRunStatus, DynamicPartitionsDefinition,
-                     RunRequest, RunsFilter)
+from dagster import (AssetCheckKey, AssetKey, AssetRecordsFilter, DagsterEventType, DagsterRunStatus,
+                     DynamicPartitionsDefinition, RunRequest, RunsFilter)
+from dagster._core.storage.dagster_run import FINISHED_STATUSES
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from icecdc_dagster.assets import naming
@@ -94,7 +95,8 @@ class Line:
 
 
 def key_statuses(instance: "DagsterInstance", line: Line, keys: Sequence[str]) -> dict[str, KeyStatus]:
-    """Per key, the combined status over every asset of the line."""
+    """Per key, the combined status over every asset of the line, from Dagster's partition status cache
+    (its cost follows every partition of each asset: see :func:`pending_statuses` for a backlog)."""
     if not keys:
         return {}
     per_asset = []
@@ -110,10 +112,6 @@ def active_run(instance: "DagsterInstance", line: Line) -> "DagsterRun | None":
     return records[0].dagster_run if records else None
 
 
-def has_active_run(instance: "DagsterInstance", line: Line) -> bool:
-    return active_run(instance, line) is not None
-
-
 def describe_run(run: "DagsterRun") -> str:
     holder = Holder.from_tags(run.tags)
     worker = f", worker {holder.describe()}" if holder else ""
@@ -126,19 +124,102 @@ def newest_key(instance: "DagsterInstance", line: Line) -> str | None:
     return page.results[0] if page.results else None
 
 
+def oldest_key(instance: "DagsterInstance", line: Line) -> str | None:
+    """The line's first key (one indexed query, whatever the history)."""
+    page = instance.get_paginated_dynamic_partitions(line.partitions_name, limit=1, ascending=True)
+    return page.results[0] if page.results else None
+
+
+def key_count(instance: "DagsterInstance", line: Line, before: str | None = None) -> int:
+    """How many keys the line has; ``before``: how many were added before that key (0 if it is unknown).
+
+    One aggregate query on Dagster's dynamic partitions table: no key is read, the database counts
+    index entries. An event log storage that is not SQL counts the keys it returns.
+    """
+    from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
+
+    storage = instance.event_log_storage
+    if not isinstance(storage, SqlEventLogStorage):
+        keys = list(instance.get_dynamic_partitions(line.partitions_name))
+        if before is None:
+            return len(keys)
+        return keys.index(before) if before in keys else 0
+    import sqlalchemy as db
+    from dagster._core.storage.event_log.schema import DynamicPartitionsTable as Keys
+
+    of_line = Keys.c.partitions_def_name == line.partitions_name
+    query = db.select(db.func.count()).select_from(Keys).where(of_line)
+    if before is not None:
+        query = query.where(Keys.c.id < db.select(Keys.c.id).where(of_line, Keys.c.partition == before)
+                            .scalar_subquery())
+    with storage.index_connection() as conn:
+        return int(conn.execute(query).scalar() or 0)
+
+
+def _latest_ids(instance: "DagsterInstance", asset_key: AssetKey, event_type: DagsterEventType,
+                keys: Sequence[str]) -> dict[str, int]:
+    """The storage id of each key's latest event of that type for the asset (keys without one are
+    left out): indexed queries, a chunk of keys at a time (SQL engines cap bound parameters)."""
+    found: dict[str, int] = {}
+    ordered = sorted(set(keys))
+    for start in range(0, len(ordered), MEMBERSHIP_CHUNK):
+        found |= instance.event_log_storage.get_latest_storage_id_by_partition(
+            asset_key, event_type, set(ordered[start:start + MEMBERSHIP_CHUNK]))
+    return found
+
+
 def done_in_every_asset(instance: "DagsterInstance", line: Line, keys: Sequence[str]) -> set[str]:
     """Those of ``keys`` that every asset of the line has materialised (one indexed query per asset)."""
     done = set(keys)
     for asset_key in line.asset_keys:
-        found: set[str] = set()
-        pending = sorted(done)
-        for start in range(0, len(pending), MEMBERSHIP_CHUNK):  # SQL engines cap bound parameters
-            found |= set(instance.event_log_storage.get_latest_storage_id_by_partition(
-                asset_key, DagsterEventType.ASSET_MATERIALIZATION, set(pending[start:start + MEMBERSHIP_CHUNK])))
-        done &= found
+        done &= set(_latest_ids(instance, asset_key, DagsterEventType.ASSET_MATERIALIZATION, list(done)))
         if not done:
             break
     return done
+
+
+def pending_statuses(instance: "DagsterInstance", line: Line, keys: Sequence[str],
+                     done: Collection[str] | None = None) -> dict[str, KeyStatus]:
+    """Per key of ``keys`` (what can still be pending: a window, the tail after the frontier), its
+    status over every asset of the line, read from the event log for these keys only.
+
+    DONE: every asset materialised it (:func:`done_in_every_asset`, as the sensors decide; ``done``:
+    those keys, when the caller already has them). Otherwise per asset as Dagster's partition status
+    defines it: the latest planned materialisation without a materialisation since is IN_PROGRESS
+    while its run has not finished, FAILED when its run failed; the assets' statuses combine as in
+    :func:`key_statuses`. No key outside ``keys`` is read, whatever the history.
+    """
+    done = set(done_in_every_asset(instance, line, keys) if done is None else done) & set(keys)
+    rest = [key for key in keys if key not in done]
+    per_asset: list[dict[str, KeyStatus | None]] = []
+    attempts: list[dict[str, str]] = []  # per asset: key -> run id of an attempt without a materialisation since
+    for asset_key in line.asset_keys:
+        materialised = _latest_ids(instance, asset_key, DagsterEventType.ASSET_MATERIALIZATION, rest)
+        planned = _latest_ids(instance, asset_key, DagsterEventType.ASSET_MATERIALIZATION_PLANNED, rest)
+        open_ids = {sid: key for key, sid in planned.items() if sid > materialised.get(key, 0)}
+        runs: dict[str, str] = {}
+        ids = sorted(open_ids)
+        for start in range(0, len(ids), MEMBERSHIP_CHUNK):
+            chunk = ids[start:start + MEMBERSHIP_CHUNK]
+            for record in instance.fetch_planned_materializations(
+                    AssetRecordsFilter(asset_key=asset_key, storage_ids=chunk), limit=len(chunk)).records:
+                runs[open_ids[record.storage_id]] = record.run_id
+        attempts.append(runs)
+        per_asset.append({key: KeyStatus.DONE for key in materialised})
+    run_ids = sorted({run_id for runs in attempts for run_id in runs.values()})
+    run_status: dict[str, DagsterRunStatus] = {}
+    for start in range(0, len(run_ids), MEMBERSHIP_CHUNK):
+        run_status |= {run.run_id: run.status for run in instance.get_runs(
+            RunsFilter(run_ids=run_ids[start:start + MEMBERSHIP_CHUNK]))}
+    for statuses, runs in zip(per_asset, attempts, strict=True):
+        for key, run_id in runs.items():
+            status = run_status.get(run_id)  # None: the run was deleted (neither failed nor in progress)
+            if status is DagsterRunStatus.FAILURE:
+                statuses[key] = KeyStatus.FAILED
+            elif status is not None and status not in FINISHED_STATUSES:
+                statuses[key] = KeyStatus.IN_PROGRESS
+    result = {key: KeyStatus.DONE for key in done}
+    return result | {key: combine_status([statuses.get(key) for statuses in per_asset]) for key in rest}
 
 
 def pending_keys(instance: "DagsterInstance", line: Line, page_size: int = TAIL_PAGE) -> list[str]:

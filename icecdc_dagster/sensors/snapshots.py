@@ -21,6 +21,7 @@ the latest resync bootstrap are superseded and never planned again.
 import json
 import threading
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dagster import (AssetKey, DefaultSensorStatus, RunRequest, SensorDefinition,
@@ -67,11 +68,13 @@ def recorded_table_uuid(instance: "DagsterInstance", table: TableConfig, active:
 
 
 def diagnose(instance: "DagsterInstance", table: TableConfig, source_table: "Table", known: list[str],
-             config_path: str | None) -> lifecycle.LineProblem | None:
-    """Why the line cannot continue (rollback, expiry, recreation), or None."""
+             config_path: str | None, done: set[str] | None = None) -> lifecycle.LineProblem | None:
+    """Why the line cannot continue (rollback, expiry, recreation), or None. ``done``: the active
+    keys done in every asset, when the caller already has them."""
     active = lifecycle.active_keys(known)
     # Materialisation records, not Dagster's cached partition status (stale under concurrent writers).
-    done = line.done_in_every_asset(instance, table_line(table), active)
+    if done is None:
+        done = line.done_in_every_asset(instance, table_line(table), active)
     return lifecycle.diagnose(source_table, table.table_name, known, done,
                               recorded_table_uuid(instance, table, active), config_path)
 
@@ -95,6 +98,12 @@ def run_request(table: TableConfig, planned: NextRun) -> RunRequest:
     return line.run_request(table_line(table), planned)
 
 
+@dataclass(frozen=True)
+class TableWindow:
+    keys: list[str]   # the snapshots that can still be pending, in commit order (known or new)
+    line: str | None  # the active line's token (its resync key), None for the original line
+
+
 def ancestry_window(instance: "DagsterInstance", table_line_: line.Line, source_table: "Table") -> list[str] | None:
     """The snapshots that can still be pending, in commit order: the table's ancestry after the oldest
     of the line's assets' latest materialisations (metadata and indexed queries only, whatever the
@@ -104,8 +113,15 @@ def ancestry_window(instance: "DagsterInstance", table_line_: line.Line, source_
     a latest key left the ancestry (rollback, expiry, a recreated table), or when a resync started a
     new line that the latest materialisations do not belong to yet.
     """
+    window = table_window(instance, table_line_, source_table)
+    return window.keys if window is not None else None
+
+
+def table_window(instance: "DagsterInstance", table_line_: line.Line, source_table: "Table") -> TableWindow | None:
+    """:func:`ancestry_window`, with the active line's token: the line recorded by the latest batch
+    (no later resync exists when there is a window)."""
     anchors: set[int] = set()
-    epoch = 0
+    epoch, current_line = 0, None
     for asset_key in table_line_.asset_keys:
         records = instance.fetch_materializations(asset_key, limit=1).records
         if not records or records[0].partition_key is None:
@@ -114,7 +130,9 @@ def ancestry_window(instance: "DagsterInstance", table_line_: line.Line, source_
         materialization = records[0].asset_materialization
         token = materialization.metadata.get("line") if materialization else None
         text = getattr(token, "value", token)
-        epoch = max(epoch, lifecycle.line_epoch(str(text) if text is not None else None))
+        recorded = str(text) if text is not None else None
+        if lifecycle.line_epoch(recorded) > epoch:
+            epoch, current_line = lifecycle.line_epoch(recorded), recorded
     windows = []
     for anchor in anchors:
         try:
@@ -126,7 +144,7 @@ def ancestry_window(instance: "DagsterInstance", table_line_: line.Line, source_
     next_resync = [f"{sid}{lifecycle.RESYNC_MARK}{epoch + 1}" for sid in [*anchors, *window]]
     if instance.get_existing_dynamic_partitions(table_line_.partitions_name, next_resync):
         return None
-    return window
+    return TableWindow(window, current_line)
 
 
 def evaluate(instance: "DagsterInstance", table: TableConfig, source_table: "Table",

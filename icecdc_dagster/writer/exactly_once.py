@@ -37,6 +37,7 @@ from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
 from icecdc_dagster.errors import StagingBranchLostError
+from icecdc_dagster.runtime.java import java_map
 
 BATCH_ID_PROPERTY = "icecdc.batch-id"
 LAST_BATCH_PROPERTY = "icecdc.last-batch"  # table property: JSON of the last published batch's summary properties
@@ -70,11 +71,11 @@ def main_ancestors(jtable: Any) -> Iterator[Any]:
 def committed_summaries(spark: Any, table: str) -> Iterator[tuple[int, int, dict[str, str]]]:
     """(snapshot id, sequence number, summary) of ``main``'s ancestors, newest first."""
     for snap in main_ancestors(java_table(spark, table)):
-        yield int(snap.snapshotId()), int(snap.sequenceNumber()), dict(snap.summary())
+        yield int(snap.snapshotId()), int(snap.sequenceNumber()), java_map(snap.summary())
 
 
 def table_properties(jtable: Any) -> dict[str, str]:
-    return dict(jtable.properties())
+    return java_map(jtable.properties())
 
 
 def decode_ledger(value: str | None) -> list[dict[str, str]]:
@@ -122,7 +123,7 @@ def ledger_update(properties: dict[str, str], entry: dict[str, str],
 
 def last_batch(jtable: Any) -> dict[str, str] | None:
     """The summary properties of the last batch published to ``main`` (a table property: survives expiry)."""
-    value = table_properties(jtable).get(LAST_BATCH_PROPERTY)
+    value = jtable.properties().get(LAST_BATCH_PROPERTY)
     return json.loads(value) if value else None
 
 
@@ -138,7 +139,7 @@ def recorded_summaries(spark: Any, table: str) -> Iterator[dict[str, str]]:
     ledger = ledger_entries(table_properties(jtable))
     in_ledger = {entry[BATCH_ID_PROPERTY] for entry in ledger if BATCH_ID_PROPERTY in entry}
     for snap in main_ancestors(jtable):
-        summary = dict(snap.summary())
+        summary = java_map(snap.summary())
         if summary.get(BATCH_ID_PROPERTY) in in_ledger:
             break
         yield summary
@@ -156,7 +157,7 @@ def is_committed(spark: Any, table: str, batch_id: str, ledger: bool) -> bool:
     if ledger:
         return batch_id in committed_batch_ids(spark, table)
     for snap in main_ancestors(java_table(spark, table)):
-        newest = dict(snap.summary()).get(BATCH_ID_PROPERTY)
+        newest = snap.summary().get(BATCH_ID_PROPERTY)
         if newest is not None:
             return bool(newest == batch_id)
     return False
@@ -253,8 +254,8 @@ def staged_commit(spark: Any, table: str, properties: dict[str, str], write: Cal
     snapshot_id = publish(jtable, {k: str(v) for k, v in properties.items()}, ledger, table)
     parent = staged.parentId()
     parent_snapshot = jtable.snapshot(parent) if parent is not None else None
-    return Published(result, snapshot_id, None if parent is None else int(parent), dict(staged.summary()),
-                     None if parent_snapshot is None else dict(parent_snapshot.summary()),
+    return Published(result, snapshot_id, None if parent is None else int(parent), java_map(staged.summary()),
+                     None if parent_snapshot is None else java_map(parent_snapshot.summary()),
                      int(jtable.operations().current().formatVersion()),
                      parent is not None and int(parent) == int(staged_from.snapshotId()), jtable)
 

@@ -119,3 +119,31 @@ def test_byte_ranges_cover_every_line_once(tmp_path):
         got = [(off, line) for _, uri, s, e in landing.chunks(files, chunk) for off, line in landing.read_lines(uri, s, e)]
         assert [line for _, line in got] == lines, chunk
         assert all(path.read_bytes()[off:off + len(line)].decode() == line for off, line in got)
+
+
+def _after_field(field: object) -> dict:
+    return {"schema": {"type": "struct", "fields": [{"field": "after", "type": "struct", "fields": [field]}]},
+            "payload": {"op": "c", "after": {"id": 1}}}
+
+
+@pytest.mark.parametrize("event,where", [
+    (_after_field({"field": "id", "type": "int32", "name": ["x"]}), "schema.fields[0].fields[0].name is not a string"),
+    (_after_field({"field": ["id"], "type": "int32"}), "fields[0].fields[0].field is not a string"),
+    (_after_field({"field": "id", "type": {"a": 1}}), "fields[0].fields[0].type is not a string"),
+    (_after_field("id"), "schema.fields[0].fields[0] is not a JSON object"),
+    (_after_field({"field": "id", "type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
+                   "parameters": ["scale"]}), "parameters is not an object of strings"),
+    (_after_field({"field": "id", "type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
+                   "parameters": {"scale": "two"}}), "parameters.scale is not an integer"),
+    (_after_field({"field": "id", "type": "array", "items": "int32"}), "fields[0].fields[0].items is not a JSON object"),
+    (_after_field({"field": "id", "type": "map", "keys": {"type": "string"}, "values": {"type": 3}}),
+     "fields[0].fields[0].values.type is not a string"),
+    ({"schema": {"type": "struct", "fields": {"after": {}}}, "payload": {"op": "c", "after": {"id": 1}}},
+     "schema.fields is not a list"),
+    ({"schema": "struct", "payload": {"op": "c", "after": {"id": 1}}}, "schema is not a JSON object"),
+])
+def test_a_malformed_schema_block_is_an_event_error_naming_where(event, where):
+    """Any shape of block the rules cannot read makes the event a dead letter (with the place), never a
+    TypeError that fails the batch."""
+    with pytest.raises(EventError, match="malformed schema block: .*" + where.replace("[", r"\[").replace("]", r"\]")):
+        parse_line(json.dumps(event))

@@ -25,6 +25,7 @@ from icecdc_dagster.batch import (CHANGE_ORDINAL, CHANGE_TYPE, COMMIT_SEQUENCE_N
                                   UPDATE_AFTER, BatchInfo, Checkpoint, Decision, decide)
 from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import SinkWriteError
+from icecdc_dagster.runtime.java import java_map
 from icecdc_dagster.sinks.base import ApplyResult
 from icecdc_dagster.writer.exactly_once import TARGET_SNAPSHOT_KEY, java_table, last_batch, main_ancestors
 from icecdc_dagster.writer.merge import OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN, write_batch
@@ -89,9 +90,9 @@ class IcebergReplicaSink:
         for snap in main_ancestors(jtable):
             if published is not None and int(snap.snapshotId()) == published:
                 return recorded
-            summary = dict(snap.summary())
-            if SOURCE_SNAPSHOT_PROPERTY in summary:
-                return _checkpoint(summary)
+            summary = snap.summary()
+            if summary.get(SOURCE_SNAPSHOT_PROPERTY) is not None:
+                return _checkpoint(java_map(summary))
         return None
 
     def _keys(self) -> tuple[str, ...]:
