@@ -77,7 +77,8 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitt
             info, parent, started, {},
             {"sink": target.name, "skipped_already_applied": result.skipped,
              "checkpoint_snapshot_id": str(checkpoint.snapshot_id) if checkpoint else "none",
-             **{f"sink_{k}": v for k, v in result.counts.items()}, **result.details})
+             **{f"sink_{k}": v for k, v in result.counts.items()}, **result.details,
+             **({"line": request.line} if request.line is not None else {})})
         # The data version is the source snapshot the sink now holds, as the source observation records it.
         return MaterializeResult(metadata={**metadata, **described}, data_version=DataVersion(str(info.snapshot_id)))
 

@@ -111,17 +111,22 @@ def ancestry_window(instance: "DagsterInstance", table_line_: line.Line, source_
 
     None - the caller then diagnoses the whole line - when an asset has never been materialised, when
     a latest key left the ancestry (rollback, expiry, a recreated table), or when a resync started a
-    new line that the latest materialisations do not belong to yet.
+    new line that the latest materialisations do not all belong to yet.
     """
     window = table_window(instance, table_line_, source_table)
     return window.keys if window is not None else None
 
 
 def table_window(instance: "DagsterInstance", table_line_: line.Line, source_table: "Table") -> TableWindow | None:
-    """:func:`ancestry_window`, with the active line's token: the line recorded by the latest batch
-    (no later resync exists when there is a window)."""
+    """:func:`ancestry_window`, with the active line's token: the line every asset's latest batch
+    recorded (no later resync exists when there is a window).
+
+    Assets whose latest batches recorded different lines (a resync whose sink step failed: the changelog
+    is on the new line, the sink still on the old one) give None: the window of the older key would
+    hold the plain ids of the snapshots the resync partition covers.
+    """
     anchors: set[int] = set()
-    epoch, current_line = 0, None
+    lines: set[str | None] = set()
     for asset_key in table_line_.asset_keys:
         records = instance.fetch_materializations(asset_key, limit=1).records
         if not records or records[0].partition_key is None:
@@ -130,9 +135,11 @@ def table_window(instance: "DagsterInstance", table_line_: line.Line, source_tab
         materialization = records[0].asset_materialization
         token = materialization.metadata.get("line") if materialization else None
         text = getattr(token, "value", token)
-        recorded = str(text) if text is not None else None
-        if lifecycle.line_epoch(recorded) > epoch:
-            epoch, current_line = lifecycle.line_epoch(recorded), recorded
+        lines.add(str(text) if text is not None else None)
+    if len(lines) > 1:
+        return None
+    current_line = lines.pop()
+    epoch = lifecycle.line_epoch(current_line)
     windows = []
     for anchor in anchors:
         try:

@@ -178,3 +178,36 @@ def test_recreated_table_is_named_then_resync_replaces_sink_contents(
     assert _documents(opensearch_url) == expected
     assert _rows(spark, f"{catalog_settings.name}.db.items_replica") == expected
     assert _line_check(defs, instance, table).passed
+
+
+def test_resync_whose_sink_step_fails_is_retried_before_the_line_goes_on(
+        spark, catalog_settings, catalog, instance, tmp_path, opensearch_url, proxy):
+    """A requested resync whose changelog step succeeds but whose OpenSearch step fails: the next ticks
+    retry the resync partition itself; they never add the plain ids of the snapshots it covers (the
+    sinks' latest keys disagree on the line, so the sensor reads the whole line)."""
+    fq, config, defs, table, path = _setup(spark, catalog_settings, tmp_path, [
+        {"opensearch": {"hosts": [proxy.url], "index": INDEX, "max_retries": 1, "request_timeout_s": 5}},
+        {"iceberg": {"table_name": "db.items_replica"}}])
+    assert tick(defs, instance, table).succeeded == [True]
+    spark.sql(f"UPDATE {fq} SET qty = qty + 100 WHERE id < 5")
+    spark.sql(f"DELETE FROM {fq} WHERE id >= 15")
+    proxy.cut()
+    report = _resync(config, defs, instance, path)
+    assert not report.sync.ok and report.diagnosis is None
+    current = catalog.load_table("db.items").current_snapshot().snapshot_id
+    assert report.key == f"{current}@resync1"
+    keys_before = instance.get_dynamic_partitions(naming.partitions_name(table))
+
+    proxy.restore()
+    retried = tick(defs, instance, table)
+    assert retried.added == [] and retried.requested == [(report.key, report.key)], retried
+    assert retried.succeeded == [True]
+    assert instance.get_dynamic_partitions(naming.partitions_name(table)) == keys_before
+    expected = _rows(spark, fq)
+    assert _documents(opensearch_url) == expected
+    assert _rows(spark, f"{catalog_settings.name}.db.items_replica") == expected
+    # Then the line goes on from the resync partition as usual.
+    spark.sql(f"DELETE FROM {fq} WHERE id = 1")
+    ticks = drain(defs, instance, table)
+    assert [len(t.requested) for t in ticks if t.requested] == [1] and all(all(t.succeeded) for t in ticks)
+    assert _documents(opensearch_url) == _rows(spark, fq)

@@ -115,9 +115,9 @@ def test_status_of_a_resynced_line_counts_superseded_keys_without_reading_them(i
     bootstrap = f"{s1}@resync1"
     instance.add_dynamic_partitions(line.partitions_name, [bootstrap, s2])
     for key in (bootstrap, s2):
-        for asset in line.asset_keys:
-            recorded = {"line": bootstrap} if asset == naming.changelog_key(table) else None
-            instance.report_runless_asset_event(AssetMaterialization(asset, partition=key, metadata=recorded))
+        for asset in line.asset_keys:   # every asset's batch records its line
+            instance.report_runless_asset_event(AssetMaterialization(asset, partition=key,
+                                                                     metadata={"line": bootstrap}))
     reads = Reads(monkeypatch, instance)
     status = table_status(defs, instance, table)
     assert (status.known_partitions, status.superseded_partitions, status.line) == (SYNCED + 2, SYNCED, bootstrap)
