@@ -34,17 +34,20 @@ def build_lifecycle_check(table: TableConfig, config_path: str | None) -> AssetC
                                     metadata={"problem": f"table {table.table_name} does not exist (dropped, or "
                                                          f"not created yet)"})
         uuid = lifecycle.table_uuid(source)
-        if ancestry_window(context.instance, table_line(table), source) is not None:
+        metadata: dict[str, Any] = {"table_uuid": uuid}
+        window = ancestry_window(context.instance, table_line(table), source)
+        if window is not None:
             # The line follows the table (what the sensor checks at every tick): its latest batches are
             # in the table's ancestry, no resync is pending. Metadata and indexed queries only, whatever
-            # the history; the whole line is read and diagnosed only when this cannot tell.
-            return AssetCheckResult(passed=True, metadata={"table_uuid": uuid, "problem": "none"})
-        known = list(context.instance.get_dynamic_partitions(naming.partitions_name(table)))
-        problem = diagnose(context.instance, table, source, known, config_path)
-        active = lifecycle.active_keys(known)
-        metadata: dict[str, Any] = {"table_uuid": uuid,
-                    "line": lifecycle.line_token(known) or "original",
-                    "superseded_partitions": len(known) - len(active)}
+            # the history; the whole line is read and diagnosed only when this cannot tell. The next
+            # batch (the window's first snapshot) may still need an expired parent.
+            problem = (lifecycle.pending_problem(source, table.table_name, window[0], config_path)
+                       if window else None)
+        else:
+            known = list(context.instance.get_dynamic_partitions(naming.partitions_name(table)))
+            problem = diagnose(context.instance, table, source, known, config_path)
+            metadata |= {"line": lifecycle.line_token(known) or "original",
+                         "superseded_partitions": len(known) - len(lifecycle.active_keys(known))}
         if problem is None:
             return AssetCheckResult(passed=True, metadata={**metadata, "problem": "none"})
         return AssetCheckResult(passed=False, severity=AssetCheckSeverity.ERROR,

@@ -161,6 +161,13 @@ def evaluate(instance: "DagsterInstance", table: TableConfig, source_table: "Tab
     table_line_ = table_line(table)
     fast = evaluate_window(instance, table_line_, source_table)
     if fast is not None:
+        _, planned = fast
+        # The window starts after applied keys, so its first key is never a bootstrap: it may need its
+        # parent's rows (merge-on-read diff), and that parent may have been expired once applied.
+        if isinstance(planned, NextRun):
+            problem = lifecycle.pending_problem(source_table, table.table_name, planned.first_key, config_path)
+            if problem is not None:
+                return [], Blocked(planned.first_key, problem.message)
         return fast
     # The line does not simply follow the table: read the whole line once and diagnose it.
     known = list(instance.get_dynamic_partitions(naming.partitions_name(table)))

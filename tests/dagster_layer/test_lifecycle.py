@@ -211,3 +211,30 @@ def test_resync_whose_sink_step_fails_is_retried_before_the_line_goes_on(
     ticks = drain(defs, instance, table)
     assert [len(t.requested) for t in ticks if t.requested] == [1] and all(all(t.succeeded) for t in ticks)
     assert _documents(opensearch_url) == _rows(spark, fq)
+
+
+def test_expired_parent_of_the_next_merge_on_read_batch_is_named_on_the_usual_tick(
+        spark, catalog_settings, catalog, instance, tmp_path):
+    """The applied snapshot is expired after the line passed it (the chain after it is intact, so the
+    line still follows the table), but the next batch has delete files and needs that parent's rows:
+    the tick names it with the recovery command instead of requesting a run that must fail."""
+    fq, config, defs, table, path = _setup(spark, catalog_settings, tmp_path, [
+        {"iceberg": {"table_name": "db.items_replica"}}], rows=10)
+    assert tick(defs, instance, table).succeeded == [True]
+    parent = catalog.load_table("db.items").current_snapshot().snapshot_id
+    spark.sql(f"UPDATE {fq} SET qty = -1 WHERE id = 3")            # merge-on-read: a delete file
+    spark.sql(f"CALL {catalog_settings.name}.system.expire_snapshots(table => 'db.items', "
+              f"snapshot_ids => ARRAY({parent}))")
+    nxt = catalog.load_table("db.items").current_snapshot()
+    assert nxt.parent_snapshot_id == parent and catalog.load_table("db.items").snapshot_by_id(parent) is None
+    stopped = tick(defs, instance, table)
+    assert stopped.requested == [], stopped
+    assert f"snapshot {parent}, the parent of the next batch {nxt.snapshot_id}" in stopped.skip_reason
+    assert f"icecdc resync --config {path} --table db.items" in stopped.skip_reason
+    evaluation = _line_check(defs, instance, table)
+    assert not evaluation.passed and evaluation.metadata["problem"].value == "snapshot expired"
+    assert str(parent) in evaluation.metadata["message"].value
+    report = _resync(config, defs, instance, path)
+    assert report.sync.ok, report.render()
+    assert _rows(spark, f"{catalog_settings.name}.db.items_replica") == _rows(spark, fq)
+    assert _line_check(defs, instance, table).passed
