@@ -8,8 +8,7 @@ commit is lost. What a sink still needs (its checkpoint, pending snapshots) is n
 
 import time
 from contextlib import ExitStack
-
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagster import (AssetExecutionContext, AssetKey, AssetsDefinition, AssetSelection, DefaultScheduleStatus,
                      MaterializeResult,
@@ -19,6 +18,10 @@ from icecdc_dagster.assets import naming
 from icecdc_dagster.config import IngestConfig, TableConfig
 from icecdc_dagster.pipeline import lifecycle, maintenance
 from icecdc_dagster.pipeline.ordering import KeyStatus
+
+if TYPE_CHECKING:
+    from dagster import DagsterInstance
+    from pyiceberg.table import Table
 
 
 def maintenance_key(table: TableConfig) -> AssetKey:
@@ -53,7 +56,6 @@ def build_maintenance_asset(table: TableConfig, writers: tuple[IngestConfig, ...
 
         from icecdc_dagster.lease.holder import Holder
         from icecdc_dagster.lease.line_lock import LineLock, holding
-        from icecdc_dagster.sensors.snapshots import key_statuses
 
         catalog = context.resources.catalog
         spark = context.resources.spark.session(catalog)
@@ -68,11 +70,7 @@ def build_maintenance_asset(table: TableConfig, writers: tuple[IngestConfig, ...
                 source = catalog.load_table(table.table_name)
             except NoSuchTableError:
                 return MaterializeResult(metadata={"skipped": f"{table.table_name} does not exist yet"})
-            known = list(context.instance.get_dynamic_partitions(naming.partitions_name(table)))
-            active = lifecycle.active_keys(known)
-            statuses = key_statuses(context.instance, table, active)
-            pending = [lifecycle.snapshot_id_of(k) for k in active if statuses.get(k) is not KeyStatus.DONE]
-            applied = [lifecycle.snapshot_id_of(k) for k in active if statuses.get(k) is KeyStatus.DONE]
+            pending, applied = needed_snapshots(context.instance, table, source)
             now = time.time()
             cutoff = now - table.changelog_retention_s
             for replica in replicas:
@@ -82,7 +80,7 @@ def build_maintenance_asset(table: TableConfig, writers: tuple[IngestConfig, ...
                 results.append(done)
             if writers:  # an ingest target that is also our source: compact, expire only what no sink needs
                 done = maintenance.compact(spark, catalog.name, table.table_name, table.compact_delete_files)
-                needed = pending + applied[-1:]
+                needed = pending + applied
                 guarded = maintenance.guarded_expiry_cutoff(source, needed, cutoff)
                 done.expired_snapshots = maintenance.expire_snapshots(spark, catalog.name, table.table_name, guarded)
                 done.notes.append(f"expired before {maintenance._timestamp(guarded)} UTC (retention guard)")
@@ -106,3 +104,21 @@ def build_maintenance_asset(table: TableConfig, writers: tuple[IngestConfig, ...
         return MaterializeResult(metadata=metadata)
 
     return _maintain
+
+
+def needed_snapshots(instance: "DagsterInstance", table: TableConfig, source: "Table") -> tuple[list[int], list[int]]:
+    """(the snapshots the line has not applied everywhere, the newest it has): what maintenance must keep.
+
+    The sensors' window when the line follows the table (a few indexed queries, whatever the history,
+    so the line locks are held briefly); the whole active line's statuses otherwise (a resync without
+    a batch yet, a diverged line)."""
+    from icecdc_dagster.sensors.snapshots import key_statuses, table_line, table_window
+
+    window = table_window(instance, table_line(table), source)
+    if window is not None:
+        return [int(k) for k in window.keys], [window.applied]
+    active = lifecycle.active_keys(list(instance.get_dynamic_partitions(naming.partitions_name(table))))
+    statuses = key_statuses(instance, table, active)
+    pending = [lifecycle.snapshot_id_of(k) for k in active if statuses.get(k) is not KeyStatus.DONE]
+    applied = [lifecycle.snapshot_id_of(k) for k in active if statuses.get(k) is KeyStatus.DONE]
+    return pending, applied[-1:]

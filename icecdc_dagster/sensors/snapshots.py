@@ -102,6 +102,7 @@ def run_request(table: TableConfig, planned: NextRun) -> RunRequest:
 class TableWindow:
     keys: list[str]   # the snapshots that can still be pending, in commit order (known or new)
     line: str | None  # the active line's token (its resync key), None for the original line
+    applied: int      # the newest snapshot every asset has applied (the window starts after it)
 
 
 def ancestry_window(instance: "DagsterInstance", table_line_: line.Line, source_table: "Table") -> list[str] | None:
@@ -140,18 +141,19 @@ def table_window(instance: "DagsterInstance", table_line_: line.Line, source_tab
         return None
     current_line = lines.pop()
     epoch = lifecycle.line_epoch(current_line)
-    windows = []
+    windows: dict[int, list[str]] = {}
     for anchor in anchors:
         try:
-            windows.append([str(sid) for sid in changelog.ancestry_ids(source_table, anchor)])
+            windows[anchor] = [str(sid) for sid in changelog.ancestry_ids(source_table, anchor)]
         except (SnapshotNotFoundError, ValueError):
             return None
-    window = max(windows, key=len)
+    applied = max(windows, key=lambda anchor: len(windows[anchor]))
+    window = windows[applied]
     # A resync adds "<snapshot>@resync<n>" at the table's current snapshot: the anchors or the window.
     next_resync = [f"{sid}{lifecycle.RESYNC_MARK}{epoch + 1}" for sid in [*anchors, *window]]
     if instance.get_existing_dynamic_partitions(table_line_.partitions_name, next_resync):
         return None
-    return TableWindow(window, current_line)
+    return TableWindow(window, current_line, applied)
 
 
 def evaluate(instance: "DagsterInstance", table: TableConfig, source_table: "Table",

@@ -12,6 +12,7 @@ from dagster._core.storage.dagster_run import DagsterRun
 
 from bench.control_plane import seed
 from icecdc_dagster.assets import naming
+from icecdc_dagster.assets.maintenance import needed_snapshots
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
 from icecdc_dagster.pipeline.ordering import KeyStatus
@@ -123,6 +124,26 @@ def test_status_of_a_resynced_line_counts_superseded_keys_without_reading_them(i
     assert (status.known_partitions, status.superseded_partitions, status.line) == (SYNCED + 2, SYNCED, bootstrap)
     assert (status.unapplied_partitions, status.failed_partitions, status.problem) == (3, [], None)
     assert [s.pending_snapshots for s in status.sinks] == [2 + 3]   # the active line and the new snapshots
+    assert not reads.names & READ_EVERY_KEY, reads.calls
+    assert reads.rows < 50, reads.calls
+
+
+def test_maintenance_keeps_the_window_without_reading_the_history(instance, catalog_settings, tmp_path,
+                                                                   monkeypatch, opensearch_url):
+    """What maintenance must not expire (changelog batches and source snapshots a sink still needs),
+    from the sensors' window: the sink lags one batch behind the changelog on a 5,000-key line."""
+    snapshots = _table(catalog_settings)
+    config, defs = _pipeline(tmp_path, catalog_settings, opensearch_url)
+    table = config.tables[0]
+    line = table_line(table)
+    new = seed(instance, line, SYNCED, snapshots)
+    instance.add_dynamic_partitions(line.partitions_name, new[:1])
+    instance.report_runless_asset_event(AssetMaterialization(naming.changelog_key(table), partition=new[0]))
+    source = catalog_settings.load_pyiceberg().load_table("db.orders")
+    reads = Reads(monkeypatch, instance)
+    pending, applied = needed_snapshots(instance, table, source)
+    assert pending == [int(s) for s in snapshots[2:]]     # the sink's pending batch and the unseen snapshots
+    assert applied == [int(snapshots[1])]                  # the newest batch both assets applied
     assert not reads.names & READ_EVERY_KEY, reads.calls
     assert reads.rows < 50, reads.calls
 
