@@ -18,6 +18,7 @@ from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.table_metadata import table_metadata
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.pipeline import lifecycle
+from icecdc_dagster.sensors.line import TAIL_PAGE
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -49,7 +50,10 @@ def build_source_asset(table: TableConfig, written_by: tuple[AssetKey, ...] = ()
         tags={"dagster/kind/iceberg": ""},
     )
     def _observe(context: AssetExecutionContext) -> DataVersionsByPartition:
-        keys = context.instance.get_dynamic_partitions(naming.partitions_name(table))
+        # A key's data version is its snapshot id, which never changes: re-observing a year of keys
+        # would write one event per key and tell nothing new. The newest page of keys is observed.
+        keys = context.instance.get_paginated_dynamic_partitions(
+            naming.partitions_name(table), limit=TAIL_PAGE, ascending=False).results
         return DataVersionsByPartition({key: DataVersion(str(lifecycle.snapshot_id_of(key))) for key in keys})
 
     return _observe

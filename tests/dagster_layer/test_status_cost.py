@@ -13,6 +13,7 @@ from dagster._core.storage.dagster_run import DagsterRun
 from bench.control_plane import seed
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.maintenance import needed_snapshots
+from icecdc_dagster.assets.source import build_source_asset
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
 from icecdc_dagster.pipeline.ordering import KeyStatus
@@ -146,6 +147,26 @@ def test_maintenance_keeps_the_window_without_reading_the_history(instance, cata
     assert applied == [int(snapshots[1])]                  # the newest batch both assets applied
     assert not reads.names & READ_EVERY_KEY, reads.calls
     assert reads.rows < 50, reads.calls
+
+
+def test_observing_the_source_reports_the_newest_keys_not_the_history(instance, catalog_settings, tmp_path,
+                                                                       opensearch_url):
+    """The UI's "Observe" on the source asset of a 5,000-key line writes one page of observations (a
+    key's data version is its snapshot id, which never changes), the newest keys with their ids."""
+    from dagster import AssetRecordsFilter
+    from dagster._core.definitions.observe import observe
+
+    _table(catalog_settings, snapshots=1)
+    config, _ = _pipeline(tmp_path, catalog_settings, opensearch_url)
+    table = config.tables[0]
+    line = table_line(table)
+    seed(instance, line, SYNCED)
+    newest = instance.get_paginated_dynamic_partitions(line.partitions_name, limit=1, ascending=False).results[0]
+    assert observe([build_source_asset(table)], instance=instance).success
+    records = instance.fetch_observations(AssetRecordsFilter(asset_key=naming.source_key(table)), limit=1000).records
+    assert len(records) == lines.TAIL_PAGE
+    versions = {r.partition_key: r.asset_observation.data_version for r in records}
+    assert versions[newest] == newest
 
 
 def test_ingest_status_walks_back_to_the_frontier(instance, catalog_settings, tmp_path, monkeypatch):
