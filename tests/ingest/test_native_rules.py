@@ -132,7 +132,7 @@ def _compare(spark, tmp_path, raws: list[str], schema: T.StructType = SCHEMA,
         classified.unpersist()
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(st.lists(lines(), min_size=1, max_size=60))
 def test_native_rows_equal_the_python_rules(spark, tmp_path, raws):
     _compare(spark, tmp_path, raws)
@@ -273,7 +273,7 @@ def schema_batches(draw: st.DrawFn) -> list[str]:
     return draw(st.lists(schema_lines(blocks), min_size=1, max_size=40))
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(schema_batches())
 def test_schema_block_lines_equal_the_python_rules(spark, tmp_path, raws):
     _compare(spark, tmp_path, raws)
