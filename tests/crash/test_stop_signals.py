@@ -13,7 +13,7 @@ from tests.crash.scenario import BIG, SMALL, Lake, assert_nothing_in_flight, obs
 
 def _stop_during(lake: Lake, instance, phase: str, signum: int) -> tuple[int, str, str]:  # noqa: ANN001
     known = {run.run_id for run in instance.get_runs()}
-    log = lake.root / f"stopped-{signum}.log"
+    log = lake.root / f"stopped-{signum}-{time.time_ns()}.log"
     process = lake.sync(log=log)
     seen, run = observe(instance, lake, known)
     while seen != phase:
@@ -44,10 +44,17 @@ def test_sigterm_and_ctrl_c_cancel_the_batch_and_the_next_sync_continues(spark, 
         assert_nothing_in_flight(instance)
         lake.assert_no_lock_left()
 
-        lake.commit_round(1)
-        code, out, run_id = _stop_during(lake, instance, "opensearch bulk", signal.SIGINT)   # Ctrl-C
-        assert code == 130, out[-3000:]
-        assert instance.get_run_by_id(run_id).status == DagsterRunStatus.CANCELED
+        for round_no in (1, 2, 3):
+            lake.commit_round(round_no)
+            code, out, run_id = _stop_during(lake, instance, "opensearch bulk", signal.SIGINT)   # Ctrl-C
+            assert code == 130, out[-3000:]
+            if instance.get_run_by_id(run_id).status != DagsterRunStatus.SUCCESS:
+                break
+            # The signal landed after the small batch's commit (a loaded machine observes late): nothing
+            # was left to abandon, the sync stopped before the next batch. Try again with a new round.
+            assert "STOPPED: SIGINT received before the next batch" in out, out[-3000:]
+            assert_nothing_in_flight(instance)
+        assert instance.get_run_by_id(run_id).status == DagsterRunStatus.CANCELED, out[-3000:]
         assert re.search(rf"{BIG}: [1-9]\d*/[1-9]\d* runs succeeded; ok", out), out[-3000:]   # finished before
         assert f"{SMALL}: " in out and "STOPPED: SIGINT received: batch" in out
         assert_nothing_in_flight(instance)
