@@ -6,7 +6,7 @@ as its reason). When a wider type that Iceberg can promote the column to would h
 (int -> long, float -> double, decimal(P,S) -> decimal(P',S)), the error says so in ``widen_to``
 and the pipeline widens the column when schema evolution is on.
 
-Declared rules (README, "Event ingestion"): numbers from numbers or numeric strings;
+Declared rules (docs/ingestion.md): numbers from numbers or numeric strings;
 a fraction into float/double is the nearest binary value, an integer must be exact; booleans
 from bool or "true"/"false"; dates from days or ``YYYY-MM-DD``; timestamps from ISO-8601 or
 epoch numbers (millis below 1e14, micros below 1e17, else nanos); binary from base64; a string

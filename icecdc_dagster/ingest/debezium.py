@@ -2,7 +2,7 @@
 
 Accepts the JSON converter's ``{"schema": ..., "payload": {...}}`` and the bare payload;
 ``null`` lines are tombstones. When the schema block is present its logical types are
-decoded exactly as the type table in :mod:`schema_inference` says (the README lists it).
+decoded exactly as the type table in :mod:`schema_inference` says (docs/ingestion.md lists it).
 JSON numbers with a fraction are read as exact decimals, never through a binary float.
 Decoding that drops information under a declared rule (nanoseconds below the microsecond
 that Iceberg/Spark timestamps hold) is counted in ``Envelope.notes``.
@@ -149,7 +149,7 @@ class LogicalDecoding:
 # The one list of logical types with a decoding of their own: :func:`decode` and :func:`native.field_decoding`
 # both dispatch on it, so a new one is one entry here (+ its arm in :func:`_logical`, and a native twin when
 # ``native``). Names not listed here decode as their physical Connect type. Each also needs its Iceberg type in
-# :data:`schema_inference.LOGICAL_TYPES` (the README's type table).
+# :data:`schema_inference.LOGICAL_TYPES` (docs/ingestion.md's type table).
 LOGICAL_DECODINGS: dict[str, LogicalDecoding] = {
     si.DECIMAL: LogicalDecoding(Logical.DECIMAL, native=True),
     si.VARIABLE_SCALE_DECIMAL: LogicalDecoding(Logical.VARIABLE_SCALE_DECIMAL),

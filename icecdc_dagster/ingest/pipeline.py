@@ -49,7 +49,7 @@ PARSED_SCHEMA = T.StructType([
 REASON, RAW, SOURCE_FILE, SOURCE_OFFSET = ("_icecdc_reason", "_icecdc_raw", "_icecdc_source_file",
                                            "_icecdc_source_offset")
 NOTES, WIDEN = "_icecdc_notes", "_icecdc_widen"
-# Declared coercion rules whose applications every run counts (README, "Event ingestion").
+# Declared coercion rules whose applications every run counts (docs/ingestion.md).
 RULE_COUNTS = (IGNORED_FIELDS, STRINGIFIED, NANOS_TRUNCATED)
 # Lines the native reader routed to the Python rules (a native-path batch counts them: they cost the most).
 PYTHON_RULES = "python_rules"

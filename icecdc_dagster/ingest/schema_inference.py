@@ -4,7 +4,7 @@ Types are Iceberg type strings (``long``, ``decimal(10,2)``, ``struct<a:long>``,
 ``list<string>``, ``map<string,long>``) so they can be declared in YAML, aggregated
 in Spark and turned into DDL. The mapping of every Connect type name and Debezium
 logical name is the table :data:`LOGICAL_TYPES` / :data:`CONNECT_PRIMITIVES` (the
-README's type table lists the same rows). An unknown *physical* type name is an
+docs/ingestion.md's type table lists the same rows). An unknown *physical* type name is an
 error (the event is dead-lettered), never a silent string. Spark 3.5 cannot write
 Iceberg ``time`` columns, so Debezium times become ``HH:MM:SS.ffffff`` strings.
 """
@@ -62,7 +62,7 @@ LOGICAL_TYPES: dict[str, str | None] = {
     "io.debezium.data.Tsvector": "string",
     "io.debezium.data.Bits": "binary",
 }
-# Logical types whose Iceberg type is their physical struct/list (listed so the README table is complete).
+# Logical types whose Iceberg type is their physical struct/list (listed so the documented type table is complete).
 PHYSICAL_LOGICAL_TYPES = ("io.debezium.data.geometry.Point", "io.debezium.data.geometry.Geometry",
                           "io.debezium.data.geometry.Geography", "io.debezium.data.DoubleVector",
                           "io.debezium.data.FloatVector")

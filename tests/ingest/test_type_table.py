@@ -1,7 +1,7 @@
-"""The README's type table, one test per row: Connect type / Debezium logical name -> Iceberg type -> decoded value.
+"""The type table of docs/ingestion.md, one test per row: Connect type / Debezium logical name -> Iceberg type -> decoded value.
 
 Each row is parsed from a schema-block envelope (``parse_line``), typed by the mapping, and the decoded value
-coerced to the Spark type of that Iceberg type, exactly as ingestion does. A last test checks that the README
+coerced to the Spark type of that Iceberg type, exactly as ingestion does. A last test checks that docs/ingestion.md
 table lists every name the code maps, with the same Iceberg type.
 """
 
@@ -34,7 +34,7 @@ POINT = _f("struct", "io.debezium.data.geometry.Point", fields=[
     {"field": "wkb", "type": "bytes", "optional": True}, {"field": "srid", "type": "int32", "optional": True}])
 GEOMETRY_FIELDS = [{"field": "wkb", "type": "bytes"}, {"field": "srid", "type": "int32", "optional": True}]
 
-# (row id = the name in the README table, field schema, wire value, Iceberg type, expected coerced value)
+# (row id = the name in the type table, field schema, wire value, Iceberg type, expected coerced value)
 ROWS = [
     ("int8", _f("int8"), -128, "int", -128),
     ("int16", _f("int16"), 32767, "int", 32767),
@@ -143,9 +143,9 @@ def test_unknown_or_unmappable_types_dead_letter_the_event(field_schema, message
         parse_line(_envelope(field_schema, None))
 
 
-def test_readme_type_table_lists_every_mapped_name_with_its_type():
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    section = readme.split("### Type table", 1)[1].split("\n#", 1)[0]
+def test_documented_type_table_lists_every_mapped_name_with_its_type():
+    doc = (Path(__file__).parents[2] / "docs" / "ingestion.md").read_text()
+    section = doc.split("## Type table", 1)[1].split("\n#", 1)[0]
     table = {}
     for line in section.splitlines():
         cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
