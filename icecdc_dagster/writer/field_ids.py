@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 FIELD_MAP_PROPERTY = "icecdc.source-field-ids"
 DROPPED_SUFFIX = "__dropped_"  # a changelog store keeps a dropped source column as <name>__dropped_<id>
-CONTAINER_CHILDREN = ("element", "key", "value")
+Op = tuple[str, tuple[Any, ...]]  # one call on a Java UpdateSchema: method name, arguments
 
 
 def resync_command(table_name: str) -> str:
@@ -161,6 +161,7 @@ class _Follower:
         self.tx = jtable.newTransaction()
         self.sindex = index(source)
         self.evolution = Evolution(dict(mapping))
+        self.dirty = False
         self._refresh()
 
     def _refresh(self) -> None:
@@ -179,24 +180,33 @@ class _Follower:
         top = [self.tindex[t] for t in gone if self.tindex[t].parent_id not in gone]
         if not self.drop:
             top = [loc for loc in top if DROPPED_SUFFIX not in loc.field.name]
-        if not top:
-            return
-        update = self.tx.updateSchema()
+        ops: list[Op] = []
         for loc in top:
             sid = self.evolution.mapping[loc.field.field_id]
             if self.drop:
-                update = update.deleteColumn(loc.dotted)
+                ops.append(("deleteColumn", (loc.dotted,)))
             else:
-                update = update.renameColumn(loc.dotted, f"{loc.field.name}{DROPPED_SUFFIX}{sid}")
+                aside = f"{loc.field.name}{DROPPED_SUFFIX}{sid}"
+                ops.append(("renameColumn", (loc.dotted, aside)))
                 if loc.field.required:
-                    update = update.makeColumnOptional(loc.dotted)
+                    ops.append(("makeColumnOptional", (loc.dotted,)))
             self.evolution.changes.append(f"{'dropped' if self.drop else 'kept aside'} {loc.dotted}")
+        self._commit(ops)
+
+    def _commit(self, ops: "list[Op]") -> None:
+        """One schema update of ``ops`` in the transaction (none when there is nothing to change)."""
+        if not ops:
+            return
+        update = self.tx.updateSchema()
+        for op in ops:
+            update = getattr(update, op[0])(*op[1])
         update.commit()
+        self.dirty = True
         self._refresh()
 
     def changed(self) -> None:
         """Renames, widenings and required -> optional of fields both sides hold."""
-        update, n = self.tx.updateSchema(), 0
+        ops: list[Op] = []
         for sid, sloc in self.sindex.items():
             tloc = self._mapped(sid)
             if tloc is None:
@@ -208,16 +218,15 @@ class _Follower:
                 if not self._promotable(tloc.field, sloc.field):
                     raise SchemaChangeError(self.describe(f"column {sloc.dotted} is {want} in the source but "
                                                          f"{have} in the target, which cannot be changed to it"))
-                update, n = update.updateColumn(tloc.dotted, java_type(self.spark, sloc.field)), n + 1
+                wider = java_type(self.spark, sloc.field)
+                ops.append(("updateColumn", (tloc.dotted, wider)))
                 self.evolution.changes.append(f"widened {tloc.dotted} {have} -> {want}")
             if tloc.field.required and not sloc.field.required:
-                update, n = update.makeColumnOptional(tloc.dotted), n + 1
+                ops.append(("makeColumnOptional", (tloc.dotted,)))
             if tloc.named and tloc.field.name != sloc.field.name:
-                update, n = update.renameColumn(tloc.dotted, sloc.field.name), n + 1
+                ops.append(("renameColumn", (tloc.dotted, sloc.field.name)))
                 self.evolution.changes.append(f"renamed {tloc.dotted} -> {sloc.field.name}")
-        if n:
-            update.commit()
-            self._refresh()
+        self._commit(ops)
 
     def _promotable(self, have: NestedField, want: NestedField) -> bool:
         types = self.spark._jvm.org.apache.iceberg.types.TypeUtil
@@ -226,7 +235,8 @@ class _Follower:
 
     def added(self) -> None:
         """Source fields the target lacks, added in place (a whole new struct comes with its fields)."""
-        update, pending = self.tx.updateSchema(), []
+        ops: list[Op] = []
+        pending = []
         for sid, sloc in self.sindex.items():
             if sid in self.inverse or (sloc.parent_id is not None and sloc.parent_id not in self.inverse):
                 continue
@@ -240,15 +250,13 @@ class _Follower:
                 self.evolution.mapping[same.field_id] = sid
                 self.inverse[sid] = same.field_id
                 continue
-            update = update.addColumn(parent.dotted if parent is not None else None, sloc.field.name,
-                                      java_type(self.spark, sloc.field), sloc.field.doc)
+            ops.append(("addColumn", (parent.dotted if parent is not None else None, sloc.field.name,
+                                       java_type(self.spark, sloc.field), sloc.field.doc)))
             pending.append(sid)
             self.evolution.changes.append(f"added {sloc.dotted}")
             if parent is None:
                 self.evolution.added.append(sloc.field.name)
-        if pending:
-            update.commit()
-            self._refresh()
+        self._commit(ops)
         for sid in pending:  # the new field and everything inside it, by name under its parent
             sloc = self.sindex[sid]
             parent = self._mapped(sloc.parent_id)
@@ -259,7 +267,7 @@ class _Follower:
 
     def ordered(self) -> None:
         """The target's fields in the source's order, at every struct level (unmapped ones stay after)."""
-        update, n = self.tx.updateSchema(), 0
+        ops: list[Op] = []
         levels = [(list(self.source.fields), list(self.target.fields))]
         for sid, sloc in self.sindex.items():
             tloc = self._mapped(sid)
@@ -271,18 +279,18 @@ class _Follower:
             if mapped == actual or not mapped:
                 continue
             names = [self.tindex[t].dotted for t in mapped]
-            update, n = update.moveFirst(names[0]), n + 1
+            ops.append(("moveFirst", (names[0],)))
             for before, name in zip(names, names[1:], strict=False):
-                update = update.moveAfter(name, before)
+                ops.append(("moveAfter", (name, before)))
             self.evolution.changes.append(f"reordered {', '.join(names)}")
-        if n:
-            update.commit()
-            self._refresh()
+        self._commit(ops)
 
     def commit(self, recorded: dict[int, int] | None) -> Evolution:
         if recorded != self.evolution.mapping:
             self.tx.updateProperties().set(FIELD_MAP_PROPERTY, encode_mapping(self.evolution.mapping)).commit()
-        self.tx.commitTransaction()
+            self.dirty = True
+        if self.dirty:  # nothing to change: no new metadata version
+            self.tx.commitTransaction()
         return self.evolution
 
 
