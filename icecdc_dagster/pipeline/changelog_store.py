@@ -30,7 +30,7 @@ from icecdc_dagster.pipeline.observed import observe_change_counts
 from icecdc_dagster.writer.exactly_once import java_table
 from icecdc_dagster.writer.field_ids import (FIELD_MAP_PROPERTY, align_by_name, encode_mapping, follow, index,
                                              infer_mapping, load_mapping, projection, resync_command, schema_of,
-                                             source_schemas)
+                                             SourceSchemas)
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
@@ -70,11 +70,10 @@ class ChangelogStore:
         self.spark_name = f"{catalog_name}.{self.table_name}"
         self.source_table_name = source_table_name
 
-    def _source_schemas(self, schema_id: int | None) -> tuple["Schema", list["Schema"]]:
-        return source_schemas(self.spark, java_table(self.spark, f"{self.catalog_name}.{self.source_table_name}"),
-                              schema_id)
+    def _source(self) -> SourceSchemas:
+        return SourceSchemas(self.spark, java_table(self.spark, f"{self.catalog_name}.{self.source_table_name}"))
 
-    def _mapping(self, jtable: Any, stored: "Schema", history: list["Schema"]) -> dict[int, int]:
+    def _mapping(self, jtable: Any, stored: "Schema", wanted: "Schema") -> dict[int, int]:
         """Store field id -> source field id: recorded, else matched once by name (a store written by an
         earlier version; the column holding a current name wins, a stale duplicate is left unmapped)."""
         recorded = load_mapping(jtable)
@@ -82,7 +81,7 @@ class ChangelogStore:
             return recorded
         data = [f.field_id for f in stored.fields if f.name not in OWN_COLUMNS]
         nested = [tid for tid, loc in index(stored).items() if loc.path[0] not in OWN_COLUMNS]
-        return infer_mapping(stored, history, only=set(data) | set(nested)).mapping
+        return infer_mapping(stored, [wanted, *self._source().history], only=set(data) | set(nested)).mapping
 
     def _exists(self) -> bool:
         return self.spark.catalog.tableExists(self.spark_name)
@@ -103,7 +102,7 @@ class ChangelogStore:
         # Counted by the write's own tasks (no aggregation job reading the batch back).
         rows, observed = observe_change_counts(rows)
         batch_id = f"{batch.table_name}@{batch.first_snapshot_id}-{batch.snapshot_id}"
-        read_with, history = (schema, []) if schema is not None else self._source_schemas(None)
+        read_with = schema if schema is not None else self._source().current
         if not self._exists():
             (rows.writeTo(self.spark_name)
              .partitionedBy(F.col(BATCH_SNAPSHOT_ID))
@@ -117,7 +116,7 @@ class ChangelogStore:
             mapping = encode_mapping(align_by_name(created, read_with))
             jtable.updateProperties().set(FIELD_MAP_PROPERTY, mapping).commit()
         else:
-            rows = self._in_table_order(self._as_stored(batch, rows, read_with, history))
+            rows = self._in_table_order(self._as_stored(batch, rows, read_with))
             (rows.writeTo(self.spark_name)
              .option("mergeSchema", "true")
              .option("snapshot-property.icecdc.batch-id", batch_id)
@@ -133,16 +132,13 @@ class ChangelogStore:
         current = java_table(self.spark, self.spark_name).currentSnapshot()
         return StoredBatch(self.table_name, int(current.snapshotId()) if current is not None else None, counts)
 
-    def _as_stored(self, batch: BatchInfo, rows: "DataFrame", read_with: "Schema",
-                   history: list["Schema"]) -> "DataFrame":
+    def _as_stored(self, batch: BatchInfo, rows: "DataFrame", read_with: "Schema") -> "DataFrame":
         """Follow the source (by field id) to the schema the rows were read with, then present the rows'
         data columns under the store's field names and types (nested fields matched by id too)."""
         jtable = java_table(self.spark, self.spark_name)
         stored = schema_of(self.spark, jtable.schema())
         recorded = load_mapping(jtable)
-        if recorded is None and not history:
-            history = self._source_schemas(None)[1]
-        mapping = self._mapping(jtable, stored, [read_with, *history])
+        mapping = self._mapping(jtable, stored, read_with)
 
         def describe(cause: str) -> str:
             return (f"changelog {self.table_name} cannot follow {batch.table_name} at snapshot {batch.snapshot_id}: "
@@ -176,15 +172,12 @@ class ChangelogStore:
     def read(self, batch: BatchInfo, schema: "Schema | None" = None) -> "DataFrame":
         """The batch's change rows, as the engine produced them (lineage columns under their own names),
         presented by field id in ``schema`` (None: the source schema of the batch's snapshot)."""
-        want, history = (schema, []) if schema is not None else self._source_schemas(batch.schema_id)
-        return self._read_as(batch, want, history)
+        return self._read_as(batch, schema if schema is not None else self._source().of(batch.schema_id))
 
-    def _read_as(self, batch: BatchInfo, want: "Schema", history: list["Schema"]) -> "DataFrame":
+    def _read_as(self, batch: BatchInfo, want: "Schema") -> "DataFrame":
         jtable = java_table(self.spark, self.spark_name)
         stored = schema_of(self.spark, jtable.schema())
-        if load_mapping(jtable) is None and not history:
-            history = self._source_schemas(None)[1]
-        mapping = self._mapping(jtable, stored, [want, *history])
+        mapping = self._mapping(jtable, stored, want)
         store_of = {sid: tid for tid, sid in mapping.items()}
         rows = self._stored(batch)
         own = [column(c) for c in rows.columns if c in OWN_COLUMNS and c not in BATCH_COLUMNS]
@@ -201,9 +194,11 @@ class ChangelogStore:
         """
         from icecdc_dagster.changelog import to_events
 
-        want, history = self._source_schemas(batch.schema_id)
-        keys = _names_in(history[0] if history else want, want, batch.identifier_columns)
-        return to_events(self._read_as(batch, want, history), batch.table_name, keys, batch.operation,
+        source = self._source()
+        want = source.of(batch.schema_id)
+        keys = _names_in(source.current, want, batch.identifier_columns) if batch.schema_id is not None \
+            else batch.identifier_columns
+        return to_events(self._read_as(batch, want), batch.table_name, keys, batch.operation,
                          batch.snapshot_id, use_row_id=use_row_id)
 
     def counts(self, batch: BatchInfo) -> dict[str, int]:

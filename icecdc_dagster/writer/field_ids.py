@@ -84,13 +84,30 @@ def java_type(spark: Any, nested: NestedField) -> Any:
     return parsed.columns().get(0).type()
 
 
-def source_schemas(spark: Any, jsource: Any, schema_id: int | None) -> tuple[Schema, list[Schema]]:
-    """The source schema of ``schema_id`` (None or unknown: the current one) and all its schemas, newest first."""
-    wanted = jsource.schemas().get(schema_id) if schema_id is not None else None
-    chosen = schema_of(spark, wanted if wanted is not None else jsource.schema())
-    history = [schema_of(spark, s) for s in jsource.schemas().values()]
-    history.sort(key=lambda s: -s.schema_id)
-    return chosen, history
+class SourceSchemas:
+    """A source table's schemas as pyiceberg schemas, converted on demand (its whole history only when a
+    mapping must be inferred)."""
+
+    def __init__(self, spark: Any, jsource: Any) -> None:
+        self.spark, self.jsource = spark, jsource
+        self._history: list[Schema] | None = None
+
+    def of(self, schema_id: int | None) -> Schema:
+        """The schema ``schema_id`` (None or no longer in the metadata: the current one)."""
+        wanted = self.jsource.schemas().get(schema_id) if schema_id is not None else None
+        return schema_of(self.spark, wanted if wanted is not None else self.jsource.schema())
+
+    @property
+    def current(self) -> Schema:
+        return self.of(None)
+
+    @property
+    def history(self) -> list[Schema]:
+        """Every schema of the table, newest first."""
+        if self._history is None:
+            self._history = sorted((schema_of(self.spark, s) for s in self.jsource.schemas().values()),
+                                   key=lambda s: -s.schema_id)
+        return self._history
 
 
 def load_mapping(jtable: Any) -> dict[int, int] | None:
