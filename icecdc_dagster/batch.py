@@ -67,6 +67,9 @@ class BatchInfo:
     identifier_columns: tuple[str, ...] = ()
     snapshot_ids: tuple[int, ...] = field(default=())
     line: str | None = None  # resync key of the batch's line (None: the original line)
+    # The source schema of the batch's last snapshot (its Iceberg schema id): the schema sinks present the
+    # batch in and follow, by field id. None: the source's current schema.
+    schema_id: int | None = None
 
     @property
     def checkpoint(self) -> Checkpoint:

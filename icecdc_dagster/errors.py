@@ -88,3 +88,9 @@ class TableRecreatedError(LineDivergedError):
 
 class SupersededPartitionError(IcecdcError):
     """A partition before the line's latest resync was (re-)executed: it belongs to a superseded line."""
+
+
+class SchemaChangeError(SinkWriteError):
+    """A source schema change a target cannot follow in place (identifier fields changed, a type that
+    cannot be widened to the source's, a replica a by-name version left with two columns for one field):
+    names the table, column and snapshot, and the ``icecdc resync`` command that rebuilds the target."""

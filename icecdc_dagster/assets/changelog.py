@@ -112,7 +112,7 @@ def build_changelog_asset(table: TableConfig, lineage: LineageEmitter | None = N
                          outputs=lambda: _existing(catalog, store.table_name)) as outcome:
             with changelog.staged_scans(session):
                 computed = compute_batch(session, catalog.name, source, request)
-                stored = store.write(computed.info, computed.rows)
+                stored = store.write(computed.info, computed.rows, source.schema())
                 stats = row_stats(computed, stored.counts)  # may read the changed files: inside the block
             if lineage is not None:
                 written = iceberg_dataset(catalog.name, catalog.load_table(stored.table_name))

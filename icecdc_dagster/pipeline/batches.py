@@ -91,7 +91,14 @@ def batch_info(table: "Table", request: BatchRequest) -> BatchInfo:
         identifier_columns=request.identifier_columns,
         snapshot_ids=request.snapshot_ids,
         line=request.line,
+        schema_id=snapshot_schema_id(table, last),
     )
+
+
+def snapshot_schema_id(table: "Table", snapshot_id: int) -> int | None:
+    """The schema id the snapshot was committed with (None: not recorded, v1 metadata)."""
+    snapshot = table.snapshot_by_id(int(snapshot_id))
+    return snapshot.schema_id if snapshot is not None else None
 
 
 def compute_batch(spark: "SparkSession", catalog_name: str, table: "Table", request: BatchRequest) -> ComputedBatch:

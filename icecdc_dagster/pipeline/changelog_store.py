@@ -12,18 +12,28 @@ or repeated run replaces the batch instead of duplicating it.
 v3 row lineage is stored as ``_source_row_id`` / ``_source_last_updated_sequence_number``: Iceberg
 refuses to scan a table whose data columns carry its reserved metadata names (``_row_id``, ...).
 Reads give the engine's names back.
+
+The store follows the source by field id (``writer.field_ids``): a source rename renames the store's
+column, a widening widens it, an addition adds it (nested too); a dropped source column is kept as
+``<name>__dropped_<source field id>`` because older batches still hold its values. A batch is read back
+by field id in the source schema of its snapshot (``BatchInfo.schema_id``), whatever the store's
+column names are now: a sink that applies a batch stored before a rename gets the names of that time.
 """
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from dataclasses import dataclass
 
-from icecdc_dagster.batch import CHANGE_TYPE, LAST_UPDATED_SEQUENCE_NUMBER, ROW_ID, BatchInfo
+from icecdc_dagster.batch import CHANGE_COLUMNS, CHANGE_TYPE, LAST_UPDATED_SEQUENCE_NUMBER, ROW_ID, BatchInfo
 from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import ChangelogError
 from icecdc_dagster.pipeline.observed import observe_change_counts
 from icecdc_dagster.writer.exactly_once import java_table
+from icecdc_dagster.writer.field_ids import (FIELD_MAP_PROPERTY, align_by_name, encode_mapping, follow, index,
+                                             infer_mapping, load_mapping, projection, resync_command, schema_of,
+                                             SourceSchemas)
 
 if TYPE_CHECKING:
+    from pyiceberg.schema import Schema
     from pyspark.sql import DataFrame
     from pyspark.sql import SparkSession
 
@@ -33,6 +43,8 @@ BATCH_COLUMNS = (BATCH_SNAPSHOT_ID, BATCH_FIRST_SNAPSHOT_ID)
 SOURCE_ROW_ID = "_source_row_id"
 SOURCE_LAST_UPDATED_SEQUENCE_NUMBER = "_source_last_updated_sequence_number"
 STORED_LINEAGE = {ROW_ID: SOURCE_ROW_ID, LAST_UPDATED_SEQUENCE_NUMBER: SOURCE_LAST_UPDATED_SEQUENCE_NUMBER}
+OWN_COLUMNS = (*CHANGE_COLUMNS, *BATCH_COLUMNS, *STORED_LINEAGE.values())  # the store's, not the source's
+SOURCE_SCHEMA_SUMMARY = "icecdc.source-schema-id"
 
 
 def changelog_table_name(source_table_name: str) -> str:
@@ -56,11 +68,27 @@ class ChangelogStore:
         self.catalog_name = catalog_name
         self.table_name = changelog_table_name(source_table_name)
         self.spark_name = f"{catalog_name}.{self.table_name}"
+        self.source_table_name = source_table_name
+
+    def _source(self) -> SourceSchemas:
+        return SourceSchemas(self.spark, java_table(self.spark, f"{self.catalog_name}.{self.source_table_name}"))
+
+    def _mapping(self, jtable: Any, stored: "Schema", wanted: "Schema") -> dict[int, int]:
+        """Store field id -> source field id: recorded, else matched once by name (a store written by an
+        earlier version; the column holding a current name wins, a stale duplicate is left unmapped)."""
+        recorded = load_mapping(jtable)
+        if recorded is not None:
+            return recorded
+        data = [f.field_id for f in stored.fields if f.name not in OWN_COLUMNS]
+        nested = [tid for tid, loc in index(stored).items() if loc.path[0] not in OWN_COLUMNS]
+        return infer_mapping(stored, [wanted, *self._source().history], only=set(data) | set(nested)).mapping
 
     def _exists(self) -> bool:
         return self.spark.catalog.tableExists(self.spark_name)
 
-    def write(self, batch: BatchInfo, rows: "DataFrame") -> StoredBatch:
+    def write(self, batch: BatchInfo, rows: "DataFrame", schema: "Schema | None" = None) -> StoredBatch:
+        """Store the batch's change rows. ``schema``: the source schema the rows were read with (the
+        source's current schema when the batch was computed; None: the source's current schema now)."""
         from pyspark.sql import functions as F
 
         for engine_name, stored_name in STORED_LINEAGE.items():
@@ -74,18 +102,25 @@ class ChangelogStore:
         # Counted by the write's own tasks (no aggregation job reading the batch back).
         rows, observed = observe_change_counts(rows)
         batch_id = f"{batch.table_name}@{batch.first_snapshot_id}-{batch.snapshot_id}"
+        read_with = schema if schema is not None else self._source().current
         if not self._exists():
             (rows.writeTo(self.spark_name)
              .partitionedBy(F.col(BATCH_SNAPSHOT_ID))
              .tableProperty("format-version", "2")
              .tableProperty("write.spark.accept-any-schema", "true")
              .option("snapshot-property.icecdc.batch-id", batch_id)
+             .option(f"snapshot-property.{SOURCE_SCHEMA_SUMMARY}", str(read_with.schema_id))
              .create())
+            jtable = java_table(self.spark, self.spark_name)
+            created = schema_of(self.spark, jtable.schema())
+            mapping = encode_mapping(align_by_name(created, read_with))
+            jtable.updateProperties().set(FIELD_MAP_PROPERTY, mapping).commit()
         else:
-            rows = self._in_table_order(rows)
+            rows = self._in_table_order(self._as_stored(batch, rows, read_with))
             (rows.writeTo(self.spark_name)
              .option("mergeSchema", "true")
              .option("snapshot-property.icecdc.batch-id", batch_id)
+             .option(f"snapshot-property.{SOURCE_SCHEMA_SUMMARY}", str(read_with.schema_id))
              # Every row of the batch is in one partition (its _batch_snapshot_id): no shuffle to
              # cluster rows by partition first (one Spark job less per batch).
              .option("distribution-mode", "none")
@@ -96,6 +131,27 @@ class ChangelogStore:
         # The line is the table's only writer: its current snapshot is the one just committed.
         current = java_table(self.spark, self.spark_name).currentSnapshot()
         return StoredBatch(self.table_name, int(current.snapshotId()) if current is not None else None, counts)
+
+    def _as_stored(self, batch: BatchInfo, rows: "DataFrame", read_with: "Schema") -> "DataFrame":
+        """Follow the source (by field id) to the schema the rows were read with, then present the rows'
+        data columns under the store's field names and types (nested fields matched by id too)."""
+        jtable = java_table(self.spark, self.spark_name)
+        stored = schema_of(self.spark, jtable.schema())
+        recorded = load_mapping(jtable)
+        mapping = self._mapping(jtable, stored, read_with)
+
+        def describe(cause: str) -> str:
+            return (f"changelog {self.table_name} cannot follow {batch.table_name} at snapshot {batch.snapshot_id}: "
+                    f"{cause}; recover with {resync_command(batch.table_name)}")
+
+        evolution = follow(self.spark, jtable, read_with, mapping, recorded, drop=False, describe=describe)
+        jtable.refresh()
+        stored = schema_of(self.spark, jtable.schema())
+        read_ids = {f.field_id for f in read_with.fields}
+        data = [f for f in stored.fields if evolution.mapping.get(f.field_id) in read_ids]
+        columns = projection(data, read_with, evolution.mapping, missing_as_null=False)
+        source_names = {f.name for f in read_with.fields}
+        return rows.select(*columns, *[column(c) for c in rows.columns if c not in source_names])
 
     def _in_table_order(self, rows: "DataFrame") -> "DataFrame":
         """Existing columns in the table's order, new ones (source schema evolution) last.
@@ -113,9 +169,19 @@ class ChangelogStore:
 
         return self.spark.table(self.spark_name).where(F.col(BATCH_SNAPSHOT_ID) == F.lit(batch.snapshot_id))
 
-    def read(self, batch: BatchInfo) -> "DataFrame":
-        """The batch's change rows, as the engine produced them (lineage columns under their own names)."""
-        rows = self._stored(batch).drop(*BATCH_COLUMNS)
+    def read(self, batch: BatchInfo, schema: "Schema | None" = None) -> "DataFrame":
+        """The batch's change rows, as the engine produced them (lineage columns under their own names),
+        presented by field id in ``schema`` (None: the source schema of the batch's snapshot)."""
+        return self._read_as(batch, schema if schema is not None else self._source().of(batch.schema_id))
+
+    def _read_as(self, batch: BatchInfo, want: "Schema") -> "DataFrame":
+        jtable = java_table(self.spark, self.spark_name)
+        stored = schema_of(self.spark, jtable.schema())
+        mapping = self._mapping(jtable, stored, want)
+        store_of = {sid: tid for tid, sid in mapping.items()}
+        rows = self._stored(batch)
+        own = [column(c) for c in rows.columns if c in OWN_COLUMNS and c not in BATCH_COLUMNS]
+        rows = rows.select(*projection(want.fields, stored, store_of), *own)
         for engine_name, stored_name in STORED_LINEAGE.items():
             if stored_name in rows.columns:
                 rows = rows.withColumnRenamed(stored_name, engine_name)
@@ -128,7 +194,11 @@ class ChangelogStore:
         """
         from icecdc_dagster.changelog import to_events
 
-        return to_events(self.read(batch), batch.table_name, batch.identifier_columns, batch.operation,
+        source = self._source()
+        want = source.of(batch.schema_id)
+        keys = _names_in(source.current, want, batch.identifier_columns) if batch.schema_id is not None \
+            else batch.identifier_columns
+        return to_events(self._read_as(batch, want), batch.table_name, keys, batch.operation,
                          batch.snapshot_id, use_row_id=use_row_id)
 
     def counts(self, batch: BatchInfo) -> dict[str, int]:
@@ -137,3 +207,11 @@ class ChangelogStore:
             return {}
         grouped = self._stored(batch).groupBy(CHANGE_TYPE).count().collect()
         return {row[CHANGE_TYPE]: int(row["count"]) for row in grouped}
+
+
+def _names_in(current: "Schema", wanted: "Schema", names: tuple[str, ...]) -> tuple[str, ...]:
+    """Top-level column names of the current schema, as the same field ids are named in ``wanted``
+    (identifier columns of a batch read before they were renamed)."""
+    ids = {f.name: f.field_id for f in current.fields}
+    by_id = {f.field_id: f.name for f in wanted.fields}
+    return tuple(by_id.get(ids.get(n, -1), n) for n in names)

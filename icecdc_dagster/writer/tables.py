@@ -17,7 +17,8 @@ def table_exists(spark: Any, catalog_name: str, table: str) -> bool:
 
 
 def copy_table(spark: Any, catalog_name: str, source: str, target: str,
-               identifier_columns: Sequence[str] = (), key_column: tuple[str, str] | None = None) -> None:
+               identifier_columns: Sequence[str] = (), key_column: tuple[str, str] | None = None,
+               schema_id: int | None = None) -> None:
     """Create ``target`` with the source's schema, partition spec, sort order, properties and format version.
 
     The source schema holds its data columns only (never v3 ``_row_id`` / ``_last_updated_sequence_number``,
@@ -30,7 +31,7 @@ def copy_table(spark: Any, catalog_name: str, source: str, target: str,
     ident = jvm.org.apache.iceberg.catalog.TableIdentifier.parse(target)
     props = jvm.java.util.HashMap(src.properties())
     props.put("format-version", str(src.operations().current().formatVersion()))
-    schema = src.schema()
+    schema = _schema_to_copy(src, schema_id)
     if key_column is not None:
         name, doc = key_column
         fields = jvm.java.util.ArrayList(schema.columns())
@@ -45,6 +46,22 @@ def copy_table(spark: Any, catalog_name: str, source: str, target: str,
         set_identifier_fields(spark, f"{catalog_name}.{target}", identifier_columns)
 
 
+def _schema_to_copy(src: Any, schema_id: int | None) -> Any:
+    """The source schema ``schema_id``, unless the current partition spec needs a column it lacks."""
+    chosen = src.schemas().get(schema_id) if schema_id is not None else None
+    if chosen is None:
+        return src.schema()
+    if any(chosen.findField(f.sourceId()) is None for f in src.spec().fields()):
+        return src.schema()
+    return chosen
+
+
+def drop_table(spark: Any, catalog_name: str, table: str) -> None:
+    """Drop ``table`` and its files (a replica rebuilt by a resync export)."""
+    ident = spark._jvm.org.apache.iceberg.catalog.TableIdentifier.parse(table)
+    spark_catalog(spark, catalog_name).dropTable(ident, True)
+
+
 def set_identifier_fields(spark: Any, table: str, columns: Sequence[str]) -> None:
     jtable = java_table(spark, table)
     names = spark._jvm.java.util.ArrayList()
@@ -57,14 +74,3 @@ def set_identifier_fields(spark: Any, table: str, columns: Sequence[str]) -> Non
             if field is not None and field.isOptional():
                 update = update.requireColumn(c)
         update.setIdentifierFields(names).commit()
-
-
-def union_schema(spark: Any, source: str, target: str) -> list[str]:
-    """Add the source's new columns (nested too) to the target; returns the added top-level names."""
-    src = java_table(spark, source)
-    tgt = java_table(spark, target)
-    before = {f.name() for f in tgt.schema().columns()}
-    identifier = tgt.schema().identifierFieldNames()
-    tgt.updateSchema().unionByNameWith(src.schema()).setIdentifierFields(identifier).commit()
-    tgt.refresh()
-    return [f.name() for f in tgt.schema().columns() if f.name() not in before]

@@ -13,6 +13,12 @@ Rows are matched by the identifier columns; a keyless v3 source is matched by it
 kept in the replica as the required identifier column ``_source_row_id`` (the one column the
 replica has beyond the source's). A keyless source without row lineage can only be appended to
 (``append_only``; the load refuses it otherwise, and a batch that deletes fails).
+
+Schema evolution follows the source by field id (``writer.field_ids``): before a batch is written the
+replica takes the source schema of the batch's snapshot (renames, drops, widenings, additions and
+order, nested fields included); the table property ``icecdc.source-field-ids`` records which replica
+field follows which source field. A change it cannot follow (identifier columns changed, a type it
+cannot widen to) stops the line with :class:`SchemaChangeError`; the resync export rebuilds the replica.
 """
 
 from collections.abc import Sequence
@@ -24,12 +30,14 @@ from pyspark.sql import functions as F
 from icecdc_dagster.batch import (CHANGE_ORDINAL, CHANGE_TYPE, COMMIT_SEQUENCE_NUMBER, DELETE, INSERT, ROW_ID,
                                   UPDATE_AFTER, BatchInfo, Checkpoint, Decision, decide)
 from icecdc_dagster.column_names import column
-from icecdc_dagster.errors import SinkWriteError
+from icecdc_dagster.errors import SchemaChangeError, SinkWriteError
 from icecdc_dagster.runtime.java import java_map
 from icecdc_dagster.sinks.base import ApplyResult
 from icecdc_dagster.writer.exactly_once import TARGET_SNAPSHOT_KEY, java_table, last_batch, main_ancestors
 from icecdc_dagster.writer.merge import OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN, write_batch
-from icecdc_dagster.writer.tables import copy_table, set_identifier_fields, table_exists, union_schema
+from icecdc_dagster.writer.field_ids import (FIELD_MAP_PROPERTY, Evolution, align_by_name, encode_mapping, follow,
+                                             infer_mapping, load_mapping, resync_command, schema_of, SourceSchemas)
+from icecdc_dagster.writer.tables import copy_table, drop_table, set_identifier_fields, table_exists
 
 SOURCE_SNAPSHOT_PROPERTY = "icecdc.source-snapshot-id"
 SOURCE_SEQUENCE_PROPERTY = "icecdc.source-sequence-number"
@@ -117,14 +125,10 @@ class IcebergReplicaSink:
         by_row_id = self.keyed_by_row_id()
         if by_row_id:
             events = self._with_source_row_id(batch, events)
-        if jtarget is None:
-            copy_table(self.spark, self.catalog_name, self.source_table, self.target_table, self.identifier_columns,
-                       key_column=(SOURCE_ROW_ID, SOURCE_ROW_ID_DOC) if by_row_id else None)
-        elif self.identifier_columns and \
-                set(jtarget.schema().identifierFieldNames()) != set(self.identifier_columns):
-            set_identifier_fields(self.spark, self._target, self.identifier_columns)
-        added = union_schema(self.spark, f"{self.catalog_name}.{self.source_table}", self._target)
+        evolution = self._follow_source(batch, jtarget, by_row_id)
         keys = self._keys()
+        if keys and not set(keys) <= set(events.columns):  # a batch read before a key column was renamed
+            keys = tuple(sorted(java_table(self.spark, self._target).schema().identifierFieldNames()))
         if by_row_id and keys != (SOURCE_ROW_ID,):
             raise SinkWriteError(f"{self.name}: {self.target_table} replicates the keyless v3 table {batch.table_name} "
                                  f"but its identifier fields are {list(keys)}, not {SOURCE_ROW_ID}; it was not "
@@ -152,8 +156,75 @@ class IcebergReplicaSink:
         outcome = write_batch(self.spark, self._target, rows, keys, batch_id, properties,
                               replace_all=batch.resyncs_target)
         return ApplyResult(self.name, outcome.skipped, batch.checkpoint, outcome.counts,
-                           {"target_snapshot_id": outcome.snapshot_id, "added_columns": added,
+                           {"target_snapshot_id": outcome.snapshot_id, "added_columns": evolution.added,
+                            "schema_changes": evolution.changes,
                             "counted_by": outcome.counted_by})
+
+    def _follow_source(self, batch: BatchInfo, jtarget: Any, by_row_id: bool) -> Evolution:
+        """Create the replica, or make it follow the source schema of the batch's snapshot by field id.
+        A resync export rebuilds a replica that cannot follow."""
+        source = SourceSchemas(self.spark, java_table(self.spark, f"{self.catalog_name}.{self.source_table}"))
+        schema = source.of(batch.schema_id)
+        if jtarget is not None:
+            try:
+                return self._evolve(batch, jtarget, schema, source, by_row_id)
+            except SchemaChangeError:
+                if not batch.resyncs_target:
+                    raise
+            drop_table(self.spark, self.catalog_name, self.target_table)
+        names = {f.field_id: f.name for f in schema.fields}
+        current = {f.name: f.field_id for f in source.current.fields}
+        keys = tuple(names.get(current.get(c, -1), c) for c in self.identifier_columns)
+        copy_table(self.spark, self.catalog_name, self.source_table, self.target_table, keys,
+                   key_column=(SOURCE_ROW_ID, SOURCE_ROW_ID_DOC) if by_row_id else None, schema_id=schema.schema_id)
+        created = java_table(self.spark, self._target)
+        mapping = align_by_name(schema_of(self.spark, created.schema()), schema)
+        created.updateProperties().set(FIELD_MAP_PROPERTY, encode_mapping(mapping)).commit()
+        return Evolution(mapping, ["created"] if jtarget is None else ["rebuilt by the resync export"])
+
+    def _describe(self, batch: BatchInfo) -> Any:
+        def describe(cause: str) -> str:
+            return (f"{self.name}: replica {self.target_table} cannot follow {batch.table_name} at snapshot "
+                    f"{batch.snapshot_id}: {cause}; recover with {resync_command(batch.table_name)}")
+        return describe
+
+    def _evolve(self, batch: BatchInfo, jtarget: Any, schema: Any, source: SourceSchemas,
+                by_row_id: bool) -> Evolution:
+        describe = self._describe(batch)
+        target = schema_of(self.spark, jtarget.schema())
+        recorded = load_mapping(jtarget)
+        mapping = recorded
+        if mapping is None:  # a replica of an earlier version: matched by name once, then recorded
+            inferred = infer_mapping(target, [schema, *source.history])
+            if inferred.conflicts:
+                stale, kept, sid = inferred.conflicts[0]
+                raise SchemaChangeError(describe(
+                    f"its columns {stale} and {kept} both stand for source field {sid} (a rename an earlier version "
+                    f"followed by name: {stale} holds stale values)"))
+            mapping = inferred.mapping
+        self._check_identifier(jtarget, schema, source.current, mapping, by_row_id, describe)
+        return follow(self.spark, jtarget, schema, mapping, recorded, drop=True, describe=describe)
+
+    def _check_identifier(self, jtarget: Any, schema: Any, current_schema: Any, mapping: dict[int, int],
+                          by_row_id: bool, describe: Any) -> None:
+        """The replica is keyed by the source's identifier columns (by id); other keys cannot be re-keyed in
+        place. A replica without identifier fields gets them (as earlier versions did)."""
+        if by_row_id or not self.identifier_columns:
+            return
+        current = {f.name: f.field_id for f in current_schema.fields}
+        wanted = {current[c] for c in self.identifier_columns if c in current}
+        have = {int(i) for i in jtarget.schema().identifierFieldIds()}
+        if not have:
+            names = {f.field_id: f.name for f in schema.fields}
+            set_identifier_fields(self.spark, self._target, [names[i] for i in wanted if i in names])
+            jtarget.refresh()
+            return
+        held = {mapping.get(i) for i in have}
+        if held != wanted:
+            old = sorted(str(jtarget.schema().findColumnName(i)) for i in have)
+            raise SchemaChangeError(describe(f"its identifier columns changed from {old} to "
+                                             f"{sorted(self.identifier_columns)}; a replica cannot be re-keyed "
+                                             f"in place"))
 
     def _with_source_row_id(self, batch: BatchInfo, events: DataFrame) -> DataFrame:
         if ROW_ID not in events.columns:
