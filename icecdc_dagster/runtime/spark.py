@@ -37,7 +37,8 @@ class SparkSettings:
 
 
 def spark_builder_conf(settings: SparkSettings, catalogs: list[CatalogSettings]) -> dict[str, str]:
-    jar_paths = [str(p) for p in settings.jars] or [str(p) for p in jarlib.iceberg_jars()]
+    rest = any(c.type == "rest" for c in catalogs)
+    jar_paths = [str(p) for p in settings.jars] or [str(p) for p in jarlib.iceberg_jars(rest=rest)]
     drivers = set(settings.jdbc_drivers) or {c.backend for c in catalogs if c.backend} or {"sqlite"}
     jar_paths += [str(jarlib.jdbc_driver_jar(kind)) for kind in sorted(drivers)]
     java_options = [f"-Dlog4j.configurationFile=file:{LOG4J2_CONFIG}"]
