@@ -7,6 +7,8 @@
  *
  * Options: --db FILE --warehouse URI [--port N] [--host H] [--name NAME] [--prefix P]
  *          [--header NAME=VALUE]...; environment: ICECDC_REST_TOKEN, ICECDC_REST_CREDENTIAL.
+ * The catalog NAME answers at http://host:port/v1/...; any other catalog at http://host:port/<c>/v1/...
+ * (created on first use, its tables under <warehouse>/<c>): one server, as many catalogs as trials.
  * With a token every request needs "Authorization: Bearer <token>"; a credential (ID:SECRET) lets a
  * client obtain it from /v1/oauth/tokens (client_credentials); --prefix puts every route under
  * /v1/P/; each --header must come with every catalog request. It prints "listening on URL" once
@@ -81,14 +83,13 @@ public final class RestCatalogServer {
     RESTSerializers.registerAll(JSON);
   }
 
-  private final JdbcCatalog catalog;
+  private final Map<String, JdbcCatalog> catalogs = new HashMap<>();
   private final Map<String, String> options;
   private final Map<String, String> requiredHeaders;
   // SQLite takes one writer at a time: commits are serialised here rather than retried on SQLITE_BUSY.
   private final ReentrantReadWriteLock lock = new ReentrantReadWriteLock();
 
-  private RestCatalogServer(JdbcCatalog catalog, Map<String, String> options, Map<String, String> requiredHeaders) {
-    this.catalog = catalog;
+  private RestCatalogServer(Map<String, String> options, Map<String, String> requiredHeaders) {
     this.options = options;
     this.requiredHeaders = requiredHeaders;
   }
@@ -105,14 +106,16 @@ public final class RestCatalogServer {
     }
   }
 
-  /** One request: method, path segments after /v1/[prefix/], query parameters, body. */
+  /** One request: catalog, method, path segments after /v1/[prefix/], query parameters, body. */
   private static final class Call {
+    final String catalog;
     final String method;
     final List<String> path;
     final Map<String, String> query;
     final String body;
 
-    Call(String method, List<String> path, Map<String, String> query, String body) {
+    Call(String catalog, String method, List<String> path, Map<String, String> query, String body) {
+      this.catalog = catalog;
       this.method = method;
       this.path = path;
       this.query = query;
@@ -161,15 +164,10 @@ public final class RestCatalogServer {
         options.put(name, value);
       }
     }
-    JdbcCatalog catalog = new JdbcCatalog();
-    catalog.setConf(new Configuration());
-    Map<String, String> properties = new HashMap<>();
-    properties.put(CatalogProperties.URI, "jdbc:sqlite:" + required(options, "db"));
-    properties.put(CatalogProperties.WAREHOUSE_LOCATION, required(options, "warehouse"));
-    properties.put("jdbc.schema-version", "V1");
-    catalog.initialize(options.getOrDefault("name", "rest"), properties);
-
-    RestCatalogServer router = new RestCatalogServer(catalog, options, headers);
+    required(options, "db");
+    required(options, "warehouse");
+    RestCatalogServer router = new RestCatalogServer(options, headers);
+    router.createTables();  // a bad --db fails now, not at the first request
     int port = Integer.parseInt(options.getOrDefault("port", "0"));
     HttpServer server = HttpServer.create(new InetSocketAddress(options.getOrDefault("host", "127.0.0.1"), port), 64);
     server.createContext("/", router::serve);
@@ -178,6 +176,35 @@ public final class RestCatalogServer {
     System.out.println("listening on http://" + options.getOrDefault("host", "127.0.0.1") + ":"
         + server.getAddress().getPort());
     System.out.flush();
+  }
+
+  /** The catalog served under /<name>/v1 (the default one for ""), created on first use. */
+  private synchronized JdbcCatalog catalog(String name) {
+    return catalogs.computeIfAbsent(name, key -> {
+      String warehouse = options.get("warehouse").replaceFirst("/+$", "");
+      return jdbcCatalog(key.isEmpty() ? options.getOrDefault("name", "rest") : key,
+          key.isEmpty() ? warehouse : warehouse + "/" + key, false);
+    });
+  }
+
+  private JdbcCatalog jdbcCatalog(String name, String warehouse, boolean createTables) {
+    JdbcCatalog catalog = new JdbcCatalog();
+    catalog.setConf(new Configuration());
+    Map<String, String> properties = new HashMap<>();
+    properties.put(CatalogProperties.URI, "jdbc:sqlite:" + options.get("db"));
+    properties.put(CatalogProperties.WAREHOUSE_LOCATION, warehouse);
+    properties.put("jdbc.schema-version", "V1");
+    // JdbcCatalog's start-up check of its tables leaves a SQLite read lock open on a pooled connection,
+    // and every later write from another connection fails with SQLITE_BUSY: the tables are created once
+    // by a catalog closed at once (see createTables), and no serving catalog checks them.
+    properties.put("jdbc.init-catalog-tables", String.valueOf(createTables));
+    catalog.initialize(name, properties);
+    return catalog;
+  }
+
+  /** Create the catalog tables (when missing) and release the connection that did it. */
+  private void createTables() throws IOException {
+    jdbcCatalog("icecdc_bootstrap", options.get("warehouse"), true).close();
   }
 
   private static String required(Map<String, String> options, String name) {
@@ -218,10 +245,12 @@ public final class RestCatalogServer {
 
   private Call parse(HttpExchange exchange) throws IOException {
     String raw = exchange.getRequestURI().getRawPath();
-    if (!raw.startsWith("/v1/")) {
-      throw new HttpError(404, "NotFoundException", "no route for " + raw);
+    int v1 = raw.indexOf("/v1/");
+    String catalogName = v1 > 0 ? raw.substring(1, v1) : "";
+    if (v1 < 0 || !catalogName.matches("[A-Za-z0-9_-]*")) {
+      throw new HttpError(404, "NotFoundException", "no route for " + raw + " (expected [/<catalog>]/v1/...)");
     }
-    List<String> path = new ArrayList<>(Arrays.asList(raw.substring(4).split("/")));
+    List<String> path = new ArrayList<>(Arrays.asList(raw.substring(v1 + 4).split("/")));
     String prefix = options.get("prefix");
     boolean unprefixed = path.get(0).equals("config") || path.get(0).equals("oauth");
     if (prefix != null && !unprefixed) {
@@ -242,7 +271,7 @@ public final class RestCatalogServer {
     try (InputStream in = exchange.getRequestBody()) {
       body = new String(in.readAllBytes(), StandardCharsets.UTF_8);
     }
-    return new Call(exchange.getRequestMethod(), path, query, body);
+    return new Call(catalogName, exchange.getRequestMethod(), path, query, body);
   }
 
   private static String decode(String text) {
@@ -265,6 +294,7 @@ public final class RestCatalogServer {
   }
 
   private Object route(Call call) throws IOException {
+    JdbcCatalog catalog = catalog(call.catalog);
     switch (call.shape()) {
       case "GET config":
         return ConfigResponse.builder().withEndpoints(ENDPOINTS).build();

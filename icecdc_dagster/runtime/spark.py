@@ -58,6 +58,9 @@ def spark_builder_conf(settings: SparkSettings, catalogs: list[CatalogSettings])
         # Runs of several tables may share one session (the warm launcher's lanes): each run's jobs go
         # to their own pool, and FAIR shares the executors between pools (FIFO within a run).
         "spark.scheduler.mode": "FAIR",
+        # Spark's default redaction plus "credential": a REST catalog's OAuth2 client secret is a
+        # catalog setting (spark.sql.catalog.<name>.credential), shown in the UI's environment page.
+        "spark.redaction.regex": "(?i)secret|password|token|access[.]?key|credential",
     }
     if settings.master.startswith("local"):
         conf["spark.sql.shuffle.partitions"] = "8"
