@@ -68,6 +68,10 @@ def spark_builder_conf(settings: SparkSettings, catalogs: list[CatalogSettings])
     for catalog in catalogs:
         conf.update(catalog.spark_conf())
     conf.update(settings.conf)
+    if settings.conf.get("spark.jars"):
+        # Jars the user adds (object storage: iceberg-aws-bundle, iceberg-gcp-bundle, iceberg-azure-bundle)
+        # come after the Iceberg runtime and its relocated jars, never instead of them.
+        conf["spark.jars"] = ",".join([*jar_paths, settings.conf["spark.jars"]])
     return conf
 
 

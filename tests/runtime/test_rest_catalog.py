@@ -126,3 +126,18 @@ def test_rest_server_command_serves_a_catalog_for_trials(tmp_path, tmp_path_fact
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def test_spark_gets_the_http_client_jar_and_a_users_spark_jars_come_after_the_bundled_ones(tmp_path, monkeypatch):
+    from icecdc_dagster.runtime.catalog import CatalogSettings
+    from icecdc_dagster.runtime.spark import SparkSettings, spark_builder_conf
+
+    monkeypatch.setenv("ICECDC_CACHE_DIR", str(tmp_path))
+    rest = CatalogSettings("cat", "http://127.0.0.1:8181", None, {"credential": "id:secret"}, type="rest")
+    bundle = "/opt/jars/iceberg-aws-bundle-1.10.2.jar"
+    conf = spark_builder_conf(SparkSettings(conf={"spark.jars": bundle}), [rest])
+    listed = conf["spark.jars"].split(",")
+    assert listed[0].endswith(jars.RUNTIME_JAR_NAME) and listed[-1] == bundle
+    assert str(jars.relocated_http_client_jar()) in listed
+    assert conf["spark.sql.catalog.cat.credential"] == "id:secret"
+    assert "credential" in conf["spark.redaction.regex"] and "spark.sql.catalog.cat.warehouse" not in conf
