@@ -39,12 +39,15 @@ def server_classpath() -> list[Path]:
 
 
 def _javac() -> Path:
-    candidate = ensure_java_home() / "bin" / "javac"
-    found = candidate if candidate.is_file() else (Path(shutil.which("javac") or "") if shutil.which("javac") else None)
-    if found is None:
-        raise RuntimeSetupError("the local REST catalog server is compiled on first use and needs a JDK's javac "
-                                "(Debian: openjdk-17-jdk-headless); a Java runtime alone cannot build it")
-    return found
+    """The JDK's compiler next to the ``java`` Spark uses, else the one on PATH."""
+    beside_java = ensure_java_home() / "bin" / "javac"
+    on_path = shutil.which("javac")
+    if beside_java.is_file():
+        return beside_java
+    if on_path:
+        return Path(on_path)
+    raise RuntimeSetupError("the local REST catalog server is compiled on first use and needs a JDK's javac "
+                            "(Debian: openjdk-17-jdk-headless); a Java runtime alone cannot build it")
 
 
 def compiled_server() -> Path:
