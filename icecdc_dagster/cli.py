@@ -180,6 +180,27 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(Path(args.dir), opensearch_url=args.opensearch_url)
 
 
+def cmd_rest_server(args: argparse.Namespace) -> int:
+    """A local Iceberg REST catalog for trials, in the foreground until Ctrl-C."""
+    from icecdc_dagster.runtime.rest_server import RestServerOptions, start_rest_server
+
+    root = Path(args.dir).resolve()
+    options = RestServerOptions(db=root / "catalog.db", warehouse=(root / "warehouse").as_uri(), port=args.port,
+                                host=args.host, name=args.name, prefix=args.prefix,
+                                token=os.environ.get(args.token_env) if args.token_env else None,
+                                credential=os.environ.get(args.credential_env) if args.credential_env else None)
+    server = start_rest_server(options)
+    print(f"Iceberg REST catalog {args.name!r} at {server.url} (tables under {root / 'warehouse'}; other catalogs "
+          f"at {server.url}/<name>; log {server.log})", flush=True)
+    print(f"pipeline file:\n  catalog: {{type: rest, name: {args.name}, uri: {server.url}}}", flush=True)
+    try:
+        return server.process.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        server.close()
+
+
 def _log_level_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="INFO", type=str.upper,
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -231,6 +252,16 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--opensearch-url", default=os.environ.get("ICECDC_DEMO_OPENSEARCH_URL"),
                       help="also sync into this OpenSearch cluster")
     demo.set_defaults(func=cmd_demo)
+    rest = sub.add_parser("rest-server", help="a local Iceberg REST catalog for trials (JdbcCatalog on SQLite)")
+    rest.add_argument("--dir", default="icecdc-rest", help="where its catalog file and warehouse live")
+    rest.add_argument("--port", type=int, default=8181, help="0: any free port")
+    rest.add_argument("--host", default="127.0.0.1")
+    rest.add_argument("--name", default="lake", help="the catalog at <url>/v1 (others answer at <url>/<name>/v1)")
+    rest.add_argument("--prefix", default=None, help="serve every route under /v1/<prefix>/ (clients set prefix)")
+    rest.add_argument("--token-env", default=None, help="require this variable's value as bearer token")
+    rest.add_argument("--credential-env", default=None,
+                      help="client_id:client_secret (from this variable) that /v1/oauth/tokens exchanges for the token")
+    rest.set_defaults(func=cmd_rest_server)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

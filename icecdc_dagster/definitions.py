@@ -43,7 +43,8 @@ def build_resources(config: PipelineConfig) -> dict:
         "catalog": IcebergCatalogResource(type=config.catalog.type, name=config.catalog.name, uri=config.catalog.uri,
                                           warehouse=config.catalog.warehouse,
                                           password=_secret(config.catalog.password),
-                                          properties={k: str(v) for k, v in config.catalog.properties.items()}),
+                                          properties={k: EnvVar(v.name) if isinstance(v, EnvRef) else v
+                                                      for k, v in config.catalog.properties.items()}),
         "spark": SparkResource(master=config.spark.master, app_name=config.spark.app_name,
                                conf={k: str(v) for k, v in config.spark.conf.items()}, jars=list(config.spark.jars)),
     }

@@ -89,6 +89,32 @@ EnvOrText = Annotated[EnvRef | str, PlainValidator(_env_or_text),
                       WithJsonSchema({"anyOf": [{"type": "string"}, _ENV_SCHEMA]})]
 """A value that may be written plainly or read from the environment (a user name)."""
 
+# Catalog properties that hold a secret (both engines' names; matched lower-case): they are refused
+# unless written {env: VARIABLE}, like every password of the file.
+SECRET_PROPERTIES = ("token", "credential", "header.authorization")
+SECRET_PROPERTY_SUFFIXES = ("secret", "secret-access-key", "session-token", "password", "sas-token")
+
+
+def is_secret_property(name: str) -> bool:
+    lowered = name.lower()
+    return lowered in SECRET_PROPERTIES or lowered.endswith(SECRET_PROPERTY_SUFFIXES)
+
+
+def _property_value(value: Any) -> EnvRef | str:
+    if isinstance(value, (dict, EnvRef)):
+        return _env_ref(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    raise ValueError("expected a string, number, boolean or {env: VARIABLE}")
+
+
+PropertyValue = Annotated[EnvRef | str, PlainValidator(_property_value),
+                          WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "number"}, {"type": "boolean"},
+                                                    _ENV_SCHEMA]})]
+"""A catalog property: written plainly (kept as text; booleans as ``true``/``false``) or ``{env: VARIABLE}``."""
+
 
 def _table_name(value: str) -> str:
     if not _TABLE_NAME.match(value):
@@ -113,7 +139,7 @@ Names = Annotated[tuple[Annotated[str, Field(strict=True, min_length=1)], ...], 
 """Column names: a list, or one name written alone (``identifier_columns: id``)."""
 
 
-def _local_path(value: str, info: ValidationInfo) -> str:
+def local_path(value: str, info: ValidationInfo) -> str:
     """Relative warehouse paths and SQLite files are relative to the pipeline file; a model built in
     code (no file, no ``base_dir``) keeps what it was given."""
     if not info.context or "base_dir" not in info.context:
@@ -126,5 +152,5 @@ def _local_path(value: str, info: ValidationInfo) -> str:
     return value
 
 
-LocationOrUri = Annotated[str, Field(strict=True), AfterValidator(_local_path)]
+LocationOrUri = Annotated[str, Field(strict=True), AfterValidator(local_path)]
 """A URI (``s3://``, ``postgresql://``, ``file://``) or a path relative to the pipeline file."""

@@ -1,5 +1,6 @@
-"""Shared fixtures: one SparkSession per test session, a fresh catalog per test,
-an OpenSearch-compatible server over HTTP (osmem-server, clone per test)."""
+"""Shared fixtures: one SparkSession per test session, a fresh catalog per test (SQLite, or a catalog
+of the session's Iceberg REST server over HTTP), an OpenSearch-compatible server over HTTP
+(osmem-server, clone per test)."""
 
 import os
 import uuid
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from icecdc_dagster.runtime.catalog import CatalogSettings
+from icecdc_dagster.runtime.rest_server import RestServerOptions, start_rest_server
 from icecdc_dagster.runtime.spark import SparkSettings, attach_catalog, build_spark_session
 
 POSTGRES_URI = os.environ.get("ICECDC_TEST_POSTGRES_URI", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
@@ -38,9 +40,30 @@ def _catalog_name() -> str:
     return "cat_" + uuid.uuid4().hex[:10]
 
 
+@pytest.fixture(scope="session")
+def rest_catalog_server(tmp_path_factory):
+    """The session's Iceberg REST catalog server (our router over Iceberg's CatalogHandlers and a
+    JdbcCatalog on SQLite, compiled into the cache on first use): each test takes its own catalog
+    at ``<url>/<catalog>``."""
+    os.environ.setdefault("ICECDC_CACHE_DIR", str(tmp_path_factory.getbasetemp().parent / "icecdc-cache"))
+    root = tmp_path_factory.mktemp("rest-catalog")
+    server = start_rest_server(RestServerOptions(db=root / "catalog.db", warehouse=f"file://{root}/warehouse"))
+    yield server
+    server.close()
+
+
+def rest_catalog_settings(server, name: str | None = None) -> CatalogSettings:
+    """A fresh catalog of ``server``: nothing REST-specific but the type and the URL."""
+    name = name or _catalog_name()
+    return CatalogSettings(name=name, uri=f"{server.url}/{name}", warehouse=None, type="rest")
+
+
 @pytest.fixture
-def catalog_settings(tmp_path: Path) -> CatalogSettings:
-    """A fresh SQLite catalog + local warehouse in this test's tmp dir."""
+def catalog_settings(request, tmp_path: Path) -> CatalogSettings:
+    """A fresh SQLite catalog + local warehouse in this test's tmp dir; a test that also runs over REST
+    says ``@pytest.mark.parametrize("catalog_settings", ["sql", "rest"], indirect=True)``."""
+    if getattr(request, "param", "sql") == "rest":
+        return rest_catalog_settings(request.getfixturevalue("rest_catalog_server"))
     return CatalogSettings(name=_catalog_name(), uri=f"sqlite:///{tmp_path}/catalog.db",
                            warehouse=f"file://{tmp_path}/warehouse")
 

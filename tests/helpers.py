@@ -2,14 +2,25 @@
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from icecdc_dagster.runtime.catalog import CatalogSettings
 
+BOTH_CATALOGS = pytest.mark.parametrize("catalog_settings", ["sql", "rest"], indirect=True)
+"""Run a test over a SQL catalog and over the session's REST catalog server (see ``catalog_settings``)."""
+
+
+def catalog_block(catalog: CatalogSettings) -> dict:
+    """The pipeline file's ``catalog:`` for ``catalog``: a REST one is its type and URL, nothing else."""
+    if catalog.type == "rest":
+        return {"type": "rest", "name": catalog.name, "uri": catalog.uri}
+    return {"name": catalog.name, "uri": catalog.uri, "warehouse": catalog.warehouse}
+
 
 def write_pipeline(path: Path, catalog: CatalogSettings, tables: list[dict], **extra) -> Path:
     config = {
-        "catalog": {"name": catalog.name, "uri": catalog.uri, "warehouse": catalog.warehouse},
+        "catalog": catalog_block(catalog),
         "spark": {"master": "local[2]", "conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"}},
         "tables": tables,
         **extra,

@@ -143,15 +143,61 @@ def test_a_single_identifier_column_may_be_written_alone():
     assert config.tables[0].identifier_columns == ("id",)
 
 
-def test_other_catalog_types_pass_through_to_pyiceberg_and_spark_unchanged():
+def test_rest_catalog_properties_reach_both_engines_and_secrets_come_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("REST_TOKEN", "s3cr3t")
     config = parse_config({"catalog": {"type": "rest", "name": "cat", "uri": "http://rest:8181",
-                                       "warehouse": "s3://bucket/wh", "properties": {"token": "t"}}})
+                                       "warehouse": "quickstart_catalog", "properties": {
+                                           "token": {"env": "REST_TOKEN"}, "scope": "PRINCIPAL_ROLE:ALL",
+                                           "prefix": "p1", "header.X-Iceberg-Access-Delegation": "vended-credentials",
+                                           "rest.sigv4-enabled": False}}}, base_dir=tmp_path)
     settings = config.catalog.settings()
-    assert settings.pyiceberg_properties() == {"type": "rest", "uri": "http://rest:8181",
-                                               "warehouse": "s3://bucket/wh", "token": "t"}
+    # a REST warehouse is a name the catalog knows, never a path relative to the file
+    assert settings.pyiceberg_properties() == {
+        "type": "rest", "uri": "http://rest:8181", "warehouse": "quickstart_catalog", "token": "s3cr3t",
+        "scope": "PRINCIPAL_ROLE:ALL", "prefix": "p1", "header.X-Iceberg-Access-Delegation": "vended-credentials",
+        "rest.sigv4-enabled": "false"}
     conf = settings.spark_conf()
     assert conf["spark.sql.catalog.cat.type"] == "rest" and conf["spark.sql.catalog.cat.uri"] == "http://rest:8181"
-    assert conf["spark.sql.catalog.cat.token"] == "t" and settings.backend is None
+    assert conf["spark.sql.catalog.cat.token"] == "s3cr3t" and conf["spark.sql.catalog.cat.prefix"] == "p1"
+    assert conf["spark.sql.catalog.cat.header.X-Iceberg-Access-Delegation"] == "vended-credentials"
+    assert conf["spark.sql.catalog.cat.warehouse"] == "quickstart_catalog" and settings.backend is None
+    assert "s3cr3t" not in repr(settings)
+    # the Dagster resource carries the variable's name, never its value
+    from icecdc_dagster.definitions import build_resources
+
+    from dagster import EnvVar
+
+    resource = build_resources(config)["catalog"]
+    assert resource.properties["token"] == EnvVar("REST_TOKEN") and resource.warehouse == "quickstart_catalog"
+    assert resource.process_config_and_initialize().settings().properties["token"] == "s3cr3t"
+    monkeypatch.delenv("REST_TOKEN")
+    with pytest.raises(ConfigError, match="catalog.properties.token: environment variable REST_TOKEN is not set"):
+        config.catalog.settings()
+
+
+def test_a_rest_catalog_without_a_warehouse_sends_none_and_a_sql_one_gets_the_default(tmp_path):
+    rest = parse_config({"catalog": {"type": "rest", "uri": "https://cat.example/api/catalog"}}, base_dir=tmp_path)
+    assert "warehouse" not in rest.catalog.settings().pyiceberg_properties()
+    assert not any(k.endswith(".warehouse") for k in rest.catalog.settings().spark_conf())
+    sql = parse_config({"catalog": {"name": "lake"}}, base_dir=tmp_path)
+    assert sql.catalog.settings().warehouse == "file://" + str((tmp_path / "lake" / "warehouse").resolve())
+
+
+@pytest.mark.parametrize("data, fragment", [
+    ({"catalog": {"type": "rest"}}, "a rest catalog's uri is its base URL"),
+    ({"catalog": {"type": "rest", "uri": "http://r", "properties": {"credential": "id:secret"}}},
+     "'credential' holds a secret: write credential: {env: VARIABLE_NAME}"),
+    ({"catalog": {"type": "rest", "uri": "http://r", "properties": {"s3.secret-access-key": "k"}}},
+     "'s3.secret-access-key' holds a secret"),
+    ({"catalog": {"type": "rest", "uri": "http://r", "properties": {"header.Authorization": "Bearer x"}}},
+     "'header.Authorization' holds a secret"),
+    ({"catalog": {"type": "rest", "uri": "http://r", "properties": {"scope": ["a"]}}},
+     "expected a string, number, boolean or {env: VARIABLE}"),
+])
+def test_rest_catalog_mistakes_fail_at_load(data, fragment):
+    with pytest.raises(ConfigError) as error:
+        parse_config(data, source="pipeline.yaml")
+    assert fragment in str(error.value), str(error.value)
 
 
 def test_generated_reference_is_current_and_schema_accepts_the_example():

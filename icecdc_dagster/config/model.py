@@ -7,11 +7,11 @@ and the key path (see :mod:`icecdc_dagster.config.load`), never in the middle of
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Discriminator, Field, PrivateAttr, Tag, field_validator, model_validator
+from pydantic import Discriminator, Field, PrivateAttr, Tag, ValidationInfo, field_validator, model_validator
 
 from icecdc_dagster.errors import ConfigError
-from icecdc_dagster.fields import (Duration, Flag, LocationOrUri, Model, Names, NonNegativeInt, PositiveInt, Secret,
-                                   TableName, parse_duration)
+from icecdc_dagster.fields import (Duration, EnvRef, Flag, LocationOrUri, Model, Names, NonNegativeInt, PositiveInt,
+                                   PropertyValue, Secret, TableName, is_secret_property, local_path, parse_duration)
 from icecdc_dagster.runtime.catalog import CATALOG_TYPES, CatalogSettings
 from icecdc_dagster.runtime.spark import SparkSettings
 from icecdc_dagster.sinks.kind import SinkConfig
@@ -141,33 +141,70 @@ class CatalogConfig(Model):
     """The Iceberg catalog that pyiceberg and Spark share."""
 
     type: Literal[CATALOG_TYPES] = Field(  # type: ignore[valid-type]
-        default="sql", description="sql (SQLite/PostgreSQL, shared with Spark's JDBC catalog; tested) or another "
-                                   "pyiceberg/Iceberg catalog type, passed through unchanged")
+        default="sql", description="rest (an Iceberg REST catalog: Polaris, Nessie, Unity Catalog, Lakekeeper, "
+                                   "S3 Tables, ...; tested), sql (SQLite/PostgreSQL, shared with Spark's JDBC "
+                                   "catalog; tested), hive or glue (passed through unchanged)")
     name: str = Field(default="lake", pattern=r"^[A-Za-z_]\w*$", description="catalog name in Spark SQL")
     uri: LocationOrUri = Field(default="sqlite:///lake/catalog.db", validate_default=True,
-                               description="sql: a SQLAlchemy URL (relative SQLite paths are relative to the file)")
-    warehouse: LocationOrUri = Field(default="lake/warehouse", validate_default=True,
-                                     description="warehouse location (relative paths: relative to the file)")
-    password: Secret | None = Field(default=None, description="catalog database password: {env: VARIABLE}")
-    properties: dict[str, str | int | float | bool] = Field(
-        default_factory=dict, description="extra catalog properties (pyiceberg and Spark)")
+                               description="rest: the catalog's base URL (http://host:8181, https://.../api/catalog); "
+                                           "sql: a SQLAlchemy URL (relative SQLite paths are relative to the file)")
+    warehouse: str | None = Field(
+        default=None, strict=True,
+        description="rest: the warehouse name the catalog asks for, passed as written (a Polaris catalog, a "
+                    "Lakekeeper warehouse, an S3 table bucket ARN); unset: none sent. sql: where table files go, "
+                    "path or URI (default lake/warehouse, relative paths: relative to the file)")
+    password: Secret | None = Field(default=None, description="sql: catalog database password: {env: VARIABLE}")
+    properties: dict[str, PropertyValue] = Field(
+        default_factory=dict,
+        description="extra catalog properties for both engines, e.g. rest: token, credential, oauth2-server-uri, "
+                    "scope, prefix, header.<Name>; a value may be {env: VARIABLE}, and secrets (token, credential, "
+                    "header.Authorization, *secret*, *password*) must be")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sql_warehouse_is_a_path(cls, data: Any, info: ValidationInfo) -> Any:
+        """A SQL catalog's warehouse is where its table files go (a path relative to the file); other
+        catalogs name their warehouse themselves (a Polaris catalog, an ARN) and get it as written."""
+        if isinstance(data, dict) and data.get("type", "sql") == "sql":
+            warehouse = data.get("warehouse") or "lake/warehouse"
+            if isinstance(warehouse, str):
+                data = {**data, "warehouse": local_path(warehouse, info)}
+        return data
+
+    @field_validator("properties")
+    @classmethod
+    def _secrets_from_the_environment(cls, properties: dict[str, EnvRef | str]) -> dict[str, EnvRef | str]:
+        for key, value in properties.items():
+            if is_secret_property(key) and not isinstance(value, EnvRef):
+                raise ValueError(f"{key!r} holds a secret: write {key}: {{env: VARIABLE_NAME}}, never the value")
+        return properties
 
     @model_validator(mode="after")
     def _usable(self) -> "CatalogConfig":
         try:
-            self.settings().check()
+            self._settings(resolve=False).check()
         except ConfigError as exc:
             raise ValueError(str(exc).split(": ", 1)[-1]) from None
         return self
 
     def settings(self) -> CatalogSettings:
+        """Both engines' settings, secrets read from the environment now (an unset one is an error)."""
+        return self._settings(resolve=True)
+
+    def _settings(self, resolve: bool) -> CatalogSettings:
         uri = self.uri
         if self.type == "sql" and self.password is not None and self.password.resolve():
             from sqlalchemy.engine import make_url
 
             uri = make_url(uri).set(password=self.password.resolve()).render_as_string(hide_password=False)
-        return CatalogSettings(self.name, uri, self.warehouse, {k: str(v) for k, v in self.properties.items()},
-                               type=self.type)
+        properties = {}
+        for key, value in self.properties.items():
+            if isinstance(value, EnvRef):
+                if value.resolve() is None and resolve:
+                    raise ConfigError(f"catalog.properties.{key}: environment variable {value.name} is not set")
+                value = value.resolve() or ""
+            properties[key] = value
+        return CatalogSettings(self.name, uri, self.warehouse, properties, type=self.type)
 
 
 class SparkConfig(Model):

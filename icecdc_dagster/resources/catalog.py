@@ -1,4 +1,4 @@
-"""The Iceberg catalog (pyiceberg SQL catalog, shared with Spark's JDBC catalog)."""
+"""The Iceberg catalog (a REST catalog, or a SQL catalog shared with Spark's JDBC catalog)."""
 
 import threading
 from typing import TYPE_CHECKING
@@ -14,14 +14,15 @@ if TYPE_CHECKING:
 
 
 class IcebergCatalogResource(ConfigurableResource):
-    """``uri`` is a SQLAlchemy URL; put a password in ``password`` (an ``EnvVar``), not in the URI."""
+    """``uri`` is a REST catalog's URL or a SQLAlchemy URL; put a password in ``password`` and a token or
+    credential in ``properties`` as an ``EnvVar``, never in the URI or as text."""
 
     type: str = "sql"
     name: str = "lake"
     uri: str
-    warehouse: str
+    warehouse: str | None = None
     password: str | None = Field(default=None, description="catalog database password (use EnvVar)")
-    properties: dict[str, str] = {}
+    properties: dict[str, str] = Field(default={}, description="catalog properties; secrets as EnvVar")
     # One pyiceberg catalog (and its SQLAlchemy engine pool) per resource instance, i.e. per run
     # worker, shared by every step and check instead of a new engine per call.
     _catalog: "Catalog | None" = PrivateAttr(default=None)

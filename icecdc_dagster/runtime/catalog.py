@@ -1,9 +1,10 @@
 """One Iceberg catalog seen by both engines.
 
-pyiceberg's ``SqlCatalog`` and Iceberg's Spark ``JdbcCatalog`` keep their tables
-in the same two SQL tables, keyed by catalog name. Given one SQLAlchemy URL we
-derive both configurations, so a table committed by either engine is visible
-to the other at once.
+A REST catalog is one URL both pyiceberg's ``RestCatalog`` and Iceberg's Spark ``RESTCatalog`` talk
+to, with the same property names (token, credential, oauth2-server-uri, scope, warehouse, prefix,
+header.*). For a SQL catalog, pyiceberg's ``SqlCatalog`` and Iceberg's Spark ``JdbcCatalog`` keep their
+tables in the same two SQL tables, keyed by catalog name: given one SQLAlchemy URL we derive both
+configurations. Either way a table committed by either engine is visible to the other at once.
 """
 
 from dataclasses import dataclass, field
@@ -15,19 +16,21 @@ from sqlalchemy.engine import make_url
 from icecdc_dagster.errors import ConfigError
 
 SPARK_CATALOG_IMPL = "org.apache.iceberg.spark.SparkCatalog"
-# "sql" is the tested path (pyiceberg SqlCatalog + Iceberg's JdbcCatalog on one database); the others
-# are known to both pyiceberg and Iceberg's Spark catalog and are passed through unchanged.
+# "rest" and "sql" are tested (a REST server over HTTP; pyiceberg SqlCatalog + Iceberg's JdbcCatalog on one
+# database); hive and glue are known to both pyiceberg and Iceberg's Spark catalog and passed through unchanged.
 CATALOG_TYPES = ("sql", "rest", "hive", "glue")
 
 
 @dataclass(frozen=True)
 class CatalogSettings:
-    """``uri`` is a SQLAlchemy URL: ``sqlite:////abs/catalog.db`` or ``postgresql+psycopg2://user@host/db``."""
+    """``uri`` is a REST catalog's base URL, or for ``sql`` a SQLAlchemy URL: ``sqlite:////abs/catalog.db``
+    or ``postgresql+psycopg2://user@host/db``. ``warehouse`` is None when a REST catalog needs none.
+    ``properties`` may hold secrets (a token): kept out of ``repr``."""
 
     name: str
     uri: str
-    warehouse: str
-    properties: dict[str, str] = field(default_factory=dict)
+    warehouse: str | None
+    properties: dict[str, str] = field(default_factory=dict, repr=False)
     type: str = "sql"
 
     def check(self) -> None:
@@ -35,7 +38,12 @@ class CatalogSettings:
         if self.type not in CATALOG_TYPES:
             raise ConfigError(f"catalog.type: unknown catalog type {self.type!r} (one of {', '.join(CATALOG_TYPES)})")
         if self.type == "sql":
+            if not self.warehouse:
+                raise ConfigError("catalog.warehouse: a sql catalog needs a warehouse (where table files go)")
             self.jdbc_url()
+        if self.type == "rest" and not self.uri.startswith(("http://", "https://")):
+            raise ConfigError(f"catalog.uri: a rest catalog's uri is its base URL (http://host:8181), "
+                              f"not {self.uri!r}")
 
     @cached_property
     def backend(self) -> str | None:
@@ -59,19 +67,23 @@ class CatalogSettings:
         return f"jdbc:postgresql://{host}:{port}/{url.database}"
 
     def pyiceberg_properties(self) -> dict[str, str]:
-        return {"type": self.type, "uri": self.uri, "warehouse": self.warehouse, **self.properties}
+        warehouse = {"warehouse": self.warehouse} if self.warehouse else {}
+        return {"type": self.type, "uri": self.uri, **warehouse, **self.properties}
 
     def spark_conf(self) -> dict[str, str]:
         prefix = f"spark.sql.catalog.{self.name}"
         if self.type != "sql":
-            return {prefix: SPARK_CATALOG_IMPL, f"{prefix}.type": self.type, f"{prefix}.uri": self.uri,
-                    f"{prefix}.warehouse": self.warehouse, f"{prefix}.cache-enabled": "false",
-                    **{f"{prefix}.{k}": str(v) for k, v in self.properties.items()}}
+            # Spark must not cache table metadata, or it misses pyiceberg's commits.
+            conf = {prefix: SPARK_CATALOG_IMPL, f"{prefix}.type": self.type, f"{prefix}.uri": self.uri,
+                    f"{prefix}.cache-enabled": "false"}
+            if self.warehouse:
+                conf[f"{prefix}.warehouse"] = self.warehouse
+            return {**conf, **{f"{prefix}.{k}": str(v) for k, v in self.properties.items()}}
         conf = {
             prefix: SPARK_CATALOG_IMPL,
             f"{prefix}.type": "jdbc",
             f"{prefix}.uri": self.jdbc_url(),
-            f"{prefix}.warehouse": self.warehouse,
+            f"{prefix}.warehouse": self.warehouse or "",
             # Spark must not cache table metadata, or it misses pyiceberg's commits.
             f"{prefix}.cache-enabled": "false",
             f"{prefix}.jdbc.schema-version": "V1",

@@ -3,7 +3,8 @@
 - The Iceberg Spark runtime comes from the installed ``snowpark-connect-deps-iceberg``
   wheel (or ``ICECDC_ICEBERG_RUNTIME_JAR``).
 - The relocated Jackson it lacks is built once and cached in ``ICECDC_CACHE_DIR``
-  (default ``~/.cache/icecdc_dagster``).
+  (default ``~/.cache/icecdc_dagster``); so is the relocated HTTP client its REST catalog needs, from
+  Debian's ``libhttpclient5-java`` + ``libhttpcore5-java`` (or ``ICECDC_HTTPCLIENT5_JARS``).
 - JDBC drivers come from Debian packages, or from ``ICECDC_SQLITE_JDBC_JAR`` /
   ``ICECDC_POSTGRES_JDBC_JAR``.
 """
@@ -13,12 +14,16 @@ import os
 from pathlib import Path
 
 from icecdc_dagster.errors import RuntimeSetupError
-from icecdc_dagster.runtime.jackson_relocation import build_relocated_jackson_jar
+from icecdc_dagster.runtime.relocation import (HTTP_CLIENT, JACKSON, TLS_SOCKET_STRATEGY, build_relocated_jar,
+                                                empty_interface)
 
 ICEBERG_VERSION = "1.10.2"
 RUNTIME_JAR_NAME = f"iceberg-spark-runtime-3.5_2.12-{ICEBERG_VERSION}.jar"
 DEBIAN_SQLITE_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
 DEBIAN_POSTGRES_JAR = Path("/usr/share/java/postgresql.jar")
+DEBIAN_HTTP_CLIENT_JARS = tuple(Path("/usr/share/java") / name
+                                for name in ("httpclient5.jar", "httpcore5.jar", "httpcore5-h2.jar"))
+HTTP_CLIENT_PACKAGES = "libhttpclient5-java libhttpcore5-java"
 DEBIAN_JNI_DIRS = (Path("/usr/lib/x86_64-linux-gnu/jni"), Path("/usr/lib/aarch64-linux-gnu/jni"),
                    Path("/usr/lib/jni"))
 
@@ -44,19 +49,56 @@ def iceberg_runtime_jar() -> Path:
     return path
 
 
+def _cached(kind: str, inputs: list[Path]) -> Path:
+    """The cache path of a jar built from ``inputs``: a new path whenever an input changes."""
+    stamp = ";".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in inputs)
+    tag = hashlib.sha1(stamp.encode()).hexdigest()[:12]
+    return cache_dir() / f"iceberg-{ICEBERG_VERSION}-relocated-{kind}-{tag}.jar"
+
+
 def relocated_jackson_jar(runtime_jar: Path) -> Path:
     """The cached relocated-Jackson jar for ``runtime_jar``, built on first use."""
-    stat = runtime_jar.stat()
-    tag = hashlib.sha1(f"{runtime_jar}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    target = cache_dir() / f"iceberg-{ICEBERG_VERSION}-relocated-jackson-{tag}.jar"
+    target = _cached("jackson", [runtime_jar])
     if not target.is_file():
-        build_relocated_jackson_jar(runtime_jar, target)
+        build_relocated_jar([runtime_jar], JACKSON, target)
     return target
 
 
-def iceberg_jars() -> list[Path]:
+def http_client_jars() -> list[Path] | None:
+    """HttpClient 5's jars (client, core, h2): ``ICECDC_HTTPCLIENT5_JARS`` (``os.pathsep``-separated)
+    or Debian's; None when they are not there."""
+    override = os.environ.get("ICECDC_HTTPCLIENT5_JARS")
+    paths = [Path(p) for p in override.split(os.pathsep) if p] if override else list(DEBIAN_HTTP_CLIENT_JARS)
+    return paths if paths and all(p.is_file() for p in paths) else None
+
+
+def relocated_http_client_jar() -> Path | None:
+    """The cached HttpClient 5 jar relocated under Iceberg's shaded prefix (what its REST catalog client
+    loads), built on first use; None when the HttpClient jars are not installed."""
+    inputs = http_client_jars()
+    if inputs is None:
+        return None
+    target = _cached("httpclient5", inputs)
+    if not target.is_file():
+        build_relocated_jar(inputs, HTTP_CLIENT, target,
+                            extra_classes={TLS_SOCKET_STRATEGY: empty_interface(TLS_SOCKET_STRATEGY)})
+    return target
+
+
+def iceberg_jars(rest: bool = False) -> list[Path]:
+    """The Iceberg runtime and the relocated jars it needs. The HTTP client comes along whenever it is
+    installed (a REST catalog may be attached to a running session); ``rest`` makes it required."""
     runtime = iceberg_runtime_jar()
-    return [runtime, relocated_jackson_jar(runtime)]
+    found = [runtime, relocated_jackson_jar(runtime)]
+    http_client = relocated_http_client_jar()
+    if http_client is not None:
+        found.append(http_client)
+    elif rest:
+        raise RuntimeSetupError(
+            "a REST catalog needs Apache HttpClient 5, which the Iceberg runtime jar lacks: install the Debian "
+            f"packages '{HTTP_CLIENT_PACKAGES}' (bootstrap.sh does) or set ICECDC_HTTPCLIENT5_JARS to the "
+            "httpclient5, httpcore5 and httpcore5-h2 jars (5.2 or later)")
+    return found
 
 
 def jdbc_driver_jar(kind: str) -> Path:

@@ -37,7 +37,8 @@ class SparkSettings:
 
 
 def spark_builder_conf(settings: SparkSettings, catalogs: list[CatalogSettings]) -> dict[str, str]:
-    jar_paths = [str(p) for p in settings.jars] or [str(p) for p in jarlib.iceberg_jars()]
+    rest = any(c.type == "rest" for c in catalogs)
+    jar_paths = [str(p) for p in settings.jars] or [str(p) for p in jarlib.iceberg_jars(rest=rest)]
     drivers = set(settings.jdbc_drivers) or {c.backend for c in catalogs if c.backend} or {"sqlite"}
     jar_paths += [str(jarlib.jdbc_driver_jar(kind)) for kind in sorted(drivers)]
     java_options = [f"-Dlog4j.configurationFile=file:{LOG4J2_CONFIG}"]
@@ -57,6 +58,9 @@ def spark_builder_conf(settings: SparkSettings, catalogs: list[CatalogSettings])
         # Runs of several tables may share one session (the warm launcher's lanes): each run's jobs go
         # to their own pool, and FAIR shares the executors between pools (FIFO within a run).
         "spark.scheduler.mode": "FAIR",
+        # Spark's default redaction plus "credential": a REST catalog's OAuth2 client secret is a
+        # catalog setting (spark.sql.catalog.<name>.credential), shown in the UI's environment page.
+        "spark.redaction.regex": "(?i)secret|password|token|access[.]?key|credential",
     }
     if settings.master.startswith("local"):
         conf["spark.sql.shuffle.partitions"] = "8"
@@ -64,6 +68,10 @@ def spark_builder_conf(settings: SparkSettings, catalogs: list[CatalogSettings])
     for catalog in catalogs:
         conf.update(catalog.spark_conf())
     conf.update(settings.conf)
+    if settings.conf.get("spark.jars"):
+        # Jars the user adds (object storage: iceberg-aws-bundle, iceberg-gcp-bundle, iceberg-azure-bundle)
+        # come after the Iceberg runtime and its relocated jars, never instead of them.
+        conf["spark.jars"] = ",".join([*jar_paths, settings.conf["spark.jars"]])
     return conf
 
 

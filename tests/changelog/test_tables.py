@@ -13,6 +13,7 @@ from icecdc_dagster.changelog import plan as plan_module
 from icecdc_dagster.changelog.read import _manifest_may_hold, java_data_file_changes, java_table
 from icecdc_dagster.errors import DuplicateKeyChangeError, IdentifierColumnError, SnapshotNotFoundError
 from tests.changelog.workload import apply_changes, create_table, mode_properties, rows_at, run_workload
+from tests.helpers import BOTH_CATALOGS
 
 
 def current(catalog, name="db.t"):
@@ -24,6 +25,7 @@ def change_types(rows) -> Counter:
     return Counter(r["_change_type"] for r in rows)
 
 
+@BOTH_CATALOGS
 @pytest.mark.parametrize("version,mode", [(2, "copy-on-write"), (3, "merge-on-read")])
 def test_rich_types_compare_by_value_and_document_ids(spark, catalog, catalog_settings, version, mode):
     """Binary/decimal/timestamptz/date/struct/list/map rows rewritten unchanged are carry-over

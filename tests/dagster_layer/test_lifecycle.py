@@ -16,7 +16,7 @@ from icecdc_dagster.sensors.snapshots import asset_keys
 from icecdc_dagster.status import table_status
 from icecdc_dagster.sync import SyncContext, resync_table
 from tests.dagster_layer.harness import drain, tick
-from tests.helpers import write_pipeline
+from tests.helpers import BOTH_CATALOGS, write_pipeline
 
 INDEX = "items"
 CHANGELOG = AssetKey(["changelog", "db", "items"])
@@ -59,6 +59,7 @@ def _resync(config, defs, instance, path):
     return resync_table(config, defs, instance, "db.items", context=context)
 
 
+@BOTH_CATALOGS
 def test_rollback_is_named_everywhere_then_resync_converges_both_sinks(
         spark, catalog_settings, catalog, instance, tmp_path, opensearch_url):
     fq, config, defs, table, path = _setup(spark, catalog_settings, tmp_path, [

@@ -15,7 +15,7 @@ from icecdc_dagster.pipeline.maintenance import max_delete_files_per_partition
 from icecdc_dagster.sinks.iceberg import IcebergReplicaSink
 from icecdc_dagster.sync import SyncContext, sync_table
 from tests.dagster_layer.harness import drain
-from tests.helpers import write_pipeline
+from tests.helpers import BOTH_CATALOGS, write_pipeline
 
 MAINTENANCE = AssetKey(["maintenance", "db", "items"])
 
@@ -24,6 +24,7 @@ def _rows(spark, name):
     return sorted((r.id, r.name, r.qty) for r in spark.table(name).collect())
 
 
+@BOTH_CATALOGS
 @pytest.mark.slow  # ~7 runs plus compaction and expiry
 def test_maintenance_compacts_and_expires_while_a_sync_runs(spark, catalog_settings, catalog, instance, tmp_path):
     cat = catalog_settings.name

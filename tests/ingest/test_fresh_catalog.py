@@ -3,8 +3,10 @@
 import json
 
 from icecdc_dagster.ingest import IngestSettings, committed_batches, ingest_files, pending_files
+from tests.helpers import BOTH_CATALOGS
 
 
+@BOTH_CATALOGS
 def test_routing_template_creates_its_namespace(spark, catalog, catalog_settings, tmp_path):
     cat = catalog_settings.name
     assert ("lake",) not in catalog.list_namespaces()

@@ -24,7 +24,9 @@ def _batch(snapshot_id, seq, preds, export=False):
                      identifier_columns=("id",))
 
 
-@pytest.mark.parametrize("version,mode", [(2, "merge-on-read"), (3, "merge-on-read"), (2, "copy-on-write")])
+@pytest.mark.parametrize("version,mode,catalog_settings", [
+    (2, "merge-on-read", "sql"), (3, "merge-on-read", "sql"), (2, "copy-on-write", "sql"),
+    (3, "merge-on-read", "rest")], indirect=["catalog_settings"])
 def test_replica_export_then_batches(spark, catalog, catalog_settings, version, mode):
     cat = catalog_settings.name
     spark.sql(f"CREATE TABLE {cat}.db.src (id bigint NOT NULL, name string, day date) USING iceberg "

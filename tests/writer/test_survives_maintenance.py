@@ -9,6 +9,7 @@ from icecdc_dagster.batch import BatchInfo
 from icecdc_dagster.ingest import IngestSettings, ingest_files, pending_files
 from icecdc_dagster.sinks.iceberg import SOURCE_SNAPSHOT_PROPERTY, IcebergReplicaSink
 from icecdc_dagster.writer.exactly_once import BATCH_ID_PROPERTY, committed_summaries
+from tests.helpers import BOTH_CATALOGS
 from tests.sinks.test_iceberg_replica import _events
 
 
@@ -27,6 +28,7 @@ def _batch(snapshot_id, seq, preds, export=False):
                      identifier_columns=("id",))
 
 
+@BOTH_CATALOGS
 def test_replica_checkpoint_survives_compaction_and_expiry(spark, catalog, catalog_settings):
     cat = catalog_settings.name
     spark.sql(f"CREATE TABLE {cat}.db.src (id bigint NOT NULL, name string, day date) USING iceberg "
