@@ -138,7 +138,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     defs = build_definitions(config)
     instance = _instance(args.config, args.dagster_home)
     tables = [table_status(defs, instance, table, args.config) for table in config.tables]
-    ingests = [ingest_status(instance, entry) for entry in config.ingest]
+    ingests = [ingest_status(instance, entry, defs) for entry in config.ingest]
     if args.json:
         import dataclasses
         import json

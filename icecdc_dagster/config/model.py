@@ -98,6 +98,15 @@ class IngestConfig(Model):
     files_per_batch: PositiveInt = Field(default=1, description="landing files per batch (one commit per target)")
     polling_interval: Duration = Field(default="PT30S", description="sensor interval")
     max_retries: NonNegativeInt = Field(default=3, description="automatic retries of a failed batch")
+    max_file_age: Duration = Field(default="P7D", description="the ledger keeps landing files younger than this "
+                                                              "(Spark's maxFileAge, against the newest file); an "
+                                                              "older file never ingested is counted, not ingested")
+    take_expired_files: Flag = Field(default=False, description="ingest landing files older than max_file_age "
+                                                                "that were never ingested, instead of counting them")
+
+    @property
+    def max_file_age_s(self) -> float:
+        return parse_duration(self.max_file_age)
 
     @property
     def schema(self) -> dict[str, Any] | None:  # type: ignore[override]
