@@ -203,6 +203,22 @@ class LineageConfig(Model):
                                                                        "{type: http, url: ...} or {type: file, ...}")
 
 
+class InstanceConfig(Model):
+    """Where the Dagster instance keeps runs, events and schedules (written into a new ``dagster.yaml``)."""
+
+    storage: Literal["sqlite", "postgres"] = Field(
+        default="sqlite", description="sqlite: files under DAGSTER_HOME; postgres: a PostgreSQL database shared "
+                                      "by the daemon, dagster dev and every icecdc command (line locks become "
+                                      "PostgreSQL advisory locks)")
+    postgres_url: Secret | None = Field(default=None, description="postgres: the database URL, {env: VARIABLE}")
+
+    @model_validator(mode="after")
+    def _url_for_postgres(self) -> "InstanceConfig":
+        if self.storage == "postgres" and self.postgres_url is None:
+            raise ValueError("storage: postgres needs postgres_url: {env: VARIABLE} (e.g. DAGSTER_PG_URL)")
+        return self
+
+
 class PipelineConfig(Model):
     """The pipeline file."""
 
@@ -211,6 +227,7 @@ class PipelineConfig(Model):
     tables: tuple[TableConfig, ...] = ()
     ingest: tuple[IngestConfig, ...] = ()
     lineage: LineageConfig = Field(default_factory=LineageConfig)
+    instance: InstanceConfig = Field(default_factory=InstanceConfig)
     _source: str = PrivateAttr(default="<defaults>")
 
     @property
