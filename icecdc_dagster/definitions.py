@@ -45,7 +45,8 @@ def build_resources(config: PipelineConfig) -> dict:
                                           password=_secret(config.catalog.password),
                                           properties={k: str(v) for k, v in config.catalog.properties.items()}),
         "spark": SparkResource(master=config.spark.master, app_name=config.spark.app_name,
-                               conf={k: str(v) for k, v in config.spark.conf.items()}, jars=list(config.spark.jars)),
+                               conf={k: str(v) for k, v in config.spark.conf.items()}, jars=list(config.spark.jars),
+                               spark_config=dict(config.spark.spark_config)),
     }
     for table in config.tables:
         for sink in table.sinks:

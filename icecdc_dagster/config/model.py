@@ -186,6 +186,9 @@ class SparkConfig(Model):
     app_name: str = Field(default="icecdc_dagster", description="Spark application name")
     conf: dict[str, str | int | float | bool] = Field(default_factory=dict, description="spark.* settings")
     jars: tuple[str, ...] = Field(default=(), description="extra jars (a cluster's own Iceberg runtime)")
+    spark_config: dict[str, Any] = Field(default_factory=dict, description="dagster-pyspark's spark_config, as a "
+                                                                          "Dagster user has it (flat or nested); "
+                                                                          "conf wins where both set a key")
 
     def settings(self) -> SparkSettings:
         return SparkSettings(master=self.master, app_name=self.app_name,
