@@ -18,7 +18,11 @@ if TYPE_CHECKING:
 
 
 def _instance(config_path: str | None, dagster_home: str | None) -> "DagsterInstance":
+    """The instance of ``DAGSTER_HOME`` (default: ``.dagster_home`` next to the pipeline file), its
+    ``dagster.yaml`` written first when missing (on PostgreSQL when the pipeline file says so)."""
     from dagster import DagsterInstance
+
+    from icecdc_dagster.config import load_config
 
     home = dagster_home or os.environ.get("DAGSTER_HOME")
     if not home:
@@ -27,7 +31,8 @@ def _instance(config_path: str | None, dagster_home: str | None) -> "DagsterInst
     from icecdc_dagster.lease.dagster_yaml import ensure_dagster_yaml
 
     Path(home).mkdir(parents=True, exist_ok=True)
-    ensure_dagster_yaml(home)
+    url = load_config(config_path).instance.postgres_url
+    ensure_dagster_yaml(home, url.name if url else None)
     os.environ["DAGSTER_HOME"] = str(Path(home).resolve())
     return DagsterInstance.get()
 
@@ -138,7 +143,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     defs = build_definitions(config)
     instance = _instance(args.config, args.dagster_home)
     tables = [table_status(defs, instance, table, args.config) for table in config.tables]
-    ingests = [ingest_status(instance, entry) for entry in config.ingest]
+    ingests = [ingest_status(instance, entry, defs) for entry in config.ingest]
     if args.json:
         import dataclasses
         import json

@@ -46,7 +46,8 @@ def build_resources(config: PipelineConfig) -> dict:
                                           properties={k: EnvVar(v.name) if isinstance(v, EnvRef) else v
                                                       for k, v in config.catalog.properties.items()}),
         "spark": SparkResource(master=config.spark.master, app_name=config.spark.app_name,
-                               conf={k: str(v) for k, v in config.spark.conf.items()}, jars=list(config.spark.jars)),
+                               conf={k: str(v) for k, v in config.spark.conf.items()}, jars=list(config.spark.jars),
+                               spark_config=dict(config.spark.spark_config)),
     }
     for table in config.tables:
         for sink in table.sinks:

@@ -69,15 +69,20 @@ class IngestStatus:
     files: int
     not_ingested: list[str]
     failed: list[str]
+    expired_files: int = 0   # past the ledger's horizon (max_file_age), never ingested: set aside
+    error: str | None = None
 
     def render(self) -> str:
         waiting = f", next: {self.not_ingested[0]}" if self.not_ingested else ""
+        expired = (f", {self.expired_files} expired (older than max_file_age, never ingested)"
+                   if self.expired_files else "")
         return (f"ingest {self.name} ({self.landing}): {self.files} landing files, "
-                f"{len(self.not_ingested)} not yet ingested{waiting}"
-                + (f", FAILED: {', '.join(self.failed)}" if self.failed else ""))
+                f"{len(self.not_ingested)} not yet ingested{waiting}{expired}"
+                + (f", FAILED: {', '.join(self.failed)}" if self.failed else "")
+                + (f" (error: {self.error})" if self.error else ""))
 
 
-def ingest_status(instance: DagsterInstance, entry: IngestConfig) -> IngestStatus:
+def ingest_status(instance: DagsterInstance, entry: IngestConfig, defs: Definitions | None = None) -> IngestStatus:
     """Landing files known or new, and which of them are not ingested or failed (Dagster's view).
 
     Reads what the sensor reads: the known files after the line's frontier (newest first, a page at a
@@ -91,9 +96,25 @@ def ingest_status(instance: DagsterInstance, entry: IngestConfig) -> IngestStatu
     waiting = lines.pending_keys(instance, entry_line)
     keys = waiting + unknown_keys(instance, entry_line, files)
     statuses = lines.pending_statuses(instance, entry_line, waiting)
-    return IngestStatus(entry.name, entry.landing, len(files),
-                        [k for k in keys if statuses.get(k) is not KeyStatus.DONE],
-                        [k for k in waiting if statuses.get(k) is KeyStatus.FAILED])
+    status = IngestStatus(entry.name, entry.landing, len(files),
+                          [k for k in keys if statuses.get(k) is not KeyStatus.DONE],
+                          [k for k in waiting if statuses.get(k) is KeyStatus.FAILED])
+    if defs is not None:
+        _count_expired(defs, entry, status)
+    return status
+
+
+def _count_expired(defs: Definitions, entry: IngestConfig, status: IngestStatus) -> None:
+    """The landing files past the ledger's horizon that no batch records (the ledger's view, through Spark)."""
+    from icecdc_dagster.ingest.pipeline import expired_files
+    from icecdc_dagster.pipeline.ingest import ingest_settings
+
+    try:
+        catalog = resource(defs, "catalog")
+        spark = resource(defs, "spark").session(catalog)
+        status.expired_files = len(expired_files(spark, catalog.name, ingest_settings(entry)))
+    except Exception as exc:  # noqa: BLE001 - status reports, it does not fail
+        status.error = str(exc)[:200]
 
 
 @dataclass(frozen=True)

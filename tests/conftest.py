@@ -98,3 +98,19 @@ def postgres_catalog_settings(tmp_path: Path) -> CatalogSettings:
 def opensearch_url(osmem_clone) -> str:
     """An empty OpenSearch-compatible cluster over HTTP, private to this test."""
     return osmem_clone.url
+
+
+@pytest.fixture(scope="session")
+def postgres_databases():
+    """A database per use on the PostgreSQL server at 127.0.0.1:5432, named after this test session and
+    dropped at its end (``postgres`` tests)."""
+    from tests.helpers import PostgresDatabases
+
+    databases = PostgresDatabases()
+    yield databases
+    databases.drop_all()
+
+
+@pytest.fixture
+def postgres_url(postgres_databases):
+    return postgres_databases.create()

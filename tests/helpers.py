@@ -101,3 +101,37 @@ class TcpProxy:
     def close(self) -> None:
         self.cut()
         self._listener.close()
+
+
+class PostgresDatabases:
+    """Databases on the project's PostgreSQL server (127.0.0.1:5432, trust auth), named after one test
+    session (a unique token), each created on demand and all dropped when the session ends."""
+
+    SERVER = "postgresql://postgres@127.0.0.1:5432"
+
+    def __init__(self) -> None:
+        import uuid
+
+        self.token = f"icecdc_test_{uuid.uuid4().hex[:10]}"
+        self.created: list[str] = []
+
+    def _admin(self, sql: str) -> None:
+        import psycopg2
+
+        conn = psycopg2.connect(f"{self.SERVER}/postgres")
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql)
+        finally:
+            conn.close()
+
+    def create(self) -> str:
+        name = f"{self.token}_{len(self.created)}"
+        self._admin(f"CREATE DATABASE {name}")
+        self.created.append(name)
+        return f"{self.SERVER}/{name}".replace("postgresql://", "postgresql+psycopg2://")  # SQLAlchemy 2.1: psycopg 3
+
+    def drop_all(self) -> None:
+        for name in self.created:
+            self._admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -6,7 +6,8 @@ recorded as part of a batch is re-run as exactly that batch (``pipeline.ingest.b
 retries and re-executions of any partition, alone or in a range, never write a file twice.
 
 Metadata per run: files, batch id(s), whether everything was already committed, events read,
-tombstones, dead-lettered events, declared-rule counts (ignored_fields, stringified, nanos_truncated),
+tombstones, expired files (past the ledger's horizon, never ingested: set aside, named in ``expired``),
+dead-lettered events, declared-rule counts (ignored_fields, stringified, nanos_truncated),
 inserted / updated / deleted / delete_missing (or appended) rows, per target table its snapshot id,
 counts, added and widened columns, and the duration.
 """
@@ -59,6 +60,11 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
             else:
                 results.append(ingest_files(session, catalog.name, catalog.load(), settings, list(batch.files)))
         files = [f for r in results for f in r.files]
+        expired = [f.rsplit("/", 1)[-1] for r in results for f in r.expired]
+        if expired:
+            context.log.warning(f"ingest {entry.name}: {len(expired)} landing file(s) older than max_file_age "
+                                f"({entry.max_file_age}) were never ingested and are set aside: {expired} "
+                                "(take_expired_files: true ingests them)")
         totals: dict[str, int] = {}
         targets: dict[str, dict] = {}
         for r in results:
@@ -87,6 +93,7 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
             "files": MetadataValue.json([f.rsplit("/", 1)[-1] for f in files]),
             "batch_id": " | ".join(r.batch_id for r in results),
             "skipped_already_committed": skipped,
+            **({"expired": MetadataValue.json(expired)} if expired else {}),
             **{key: value for key, value in sorted(totals.items())},
             "targets": MetadataValue.json(dict(sorted(targets.items()))),
             "duration_s": MetadataValue.float(round(time.monotonic() - started, 3)),

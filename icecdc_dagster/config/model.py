@@ -98,6 +98,15 @@ class IngestConfig(Model):
     files_per_batch: PositiveInt = Field(default=1, description="landing files per batch (one commit per target)")
     polling_interval: Duration = Field(default="PT30S", description="sensor interval")
     max_retries: NonNegativeInt = Field(default=3, description="automatic retries of a failed batch")
+    max_file_age: Duration = Field(default="P7D", description="the ledger keeps landing files younger than this "
+                                                              "(Spark's maxFileAge, against the newest file); an "
+                                                              "older file never ingested is counted, not ingested")
+    take_expired_files: Flag = Field(default=False, description="ingest landing files older than max_file_age "
+                                                                "that were never ingested, instead of counting them")
+
+    @property
+    def max_file_age_s(self) -> float:
+        return parse_duration(self.max_file_age)
 
     @property
     def schema(self) -> dict[str, Any] | None:  # type: ignore[override]
@@ -214,6 +223,9 @@ class SparkConfig(Model):
     app_name: str = Field(default="icecdc_dagster", description="Spark application name")
     conf: dict[str, str | int | float | bool] = Field(default_factory=dict, description="spark.* settings")
     jars: tuple[str, ...] = Field(default=(), description="extra jars (a cluster's own Iceberg runtime)")
+    spark_config: dict[str, Any] = Field(default_factory=dict, description="dagster-pyspark's spark_config, as a "
+                                                                          "Dagster user has it (flat or nested); "
+                                                                          "conf wins where both set a key")
 
     def settings(self) -> SparkSettings:
         return SparkSettings(master=self.master, app_name=self.app_name,
@@ -231,6 +243,22 @@ class LineageConfig(Model):
                                                                        "{type: http, url: ...} or {type: file, ...}")
 
 
+class InstanceConfig(Model):
+    """Where the Dagster instance keeps runs, events and schedules (written into a new ``dagster.yaml``)."""
+
+    storage: Literal["sqlite", "postgres"] = Field(
+        default="sqlite", description="sqlite: files under DAGSTER_HOME; postgres: a PostgreSQL database shared "
+                                      "by the daemon, dagster dev and every icecdc command (line locks become "
+                                      "PostgreSQL advisory locks)")
+    postgres_url: Secret | None = Field(default=None, description="postgres: the database URL, {env: VARIABLE}")
+
+    @model_validator(mode="after")
+    def _url_for_postgres(self) -> "InstanceConfig":
+        if self.storage == "postgres" and self.postgres_url is None:
+            raise ValueError("storage: postgres needs postgres_url: {env: VARIABLE} (e.g. DAGSTER_PG_URL)")
+        return self
+
+
 class PipelineConfig(Model):
     """The pipeline file."""
 
@@ -239,6 +267,7 @@ class PipelineConfig(Model):
     tables: tuple[TableConfig, ...] = ()
     ingest: tuple[IngestConfig, ...] = ()
     lineage: LineageConfig = Field(default_factory=LineageConfig)
+    instance: InstanceConfig = Field(default_factory=InstanceConfig)
     _source: str = PrivateAttr(default="<defaults>")
 
     @property

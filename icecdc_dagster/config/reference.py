@@ -9,7 +9,7 @@ from icecdc_dagster.sinks.registry import SINK_KINDS
 
 _SECTIONS = (("catalog", "CatalogConfig"), ("spark", "SparkConfig"), ("tables[]", "TableConfig"),
              *((f"tables[].sinks[].{kind}", config.__name__) for kind, config in SINK_KINDS.items()),
-             ("ingest[]", "IngestConfig"), ("lineage", "LineageConfig"))
+             ("ingest[]", "IngestConfig"), ("lineage", "LineageConfig"), ("instance", "InstanceConfig"))
 
 
 def markdown_reference() -> str:

@@ -16,6 +16,7 @@ CHUNK_BYTES = 32 * 1024 * 1024
 class LandingFile:
     uri: str
     size: int
+    mtime_ms: int | None = None  # modification time (ms since the epoch): the file's age (``ingest.horizon``)
 
     @property
     def batch_part(self) -> str:
@@ -40,14 +41,20 @@ def list_files(landing: str) -> list[LandingFile]:
     fs, path = _fs(landing)
     infos = fs.get_file_info(pafs.FileSelector(path, recursive=False, allow_not_found=True))
     files = [i for i in infos if i.type == pafs.FileType.File and not i.base_name.startswith((".", "_"))]
-    return [LandingFile(_uri(landing, i.path), i.size) for i in sorted(files, key=lambda i: i.base_name)]
+    return [LandingFile(_uri(landing, i.path), i.size, _mtime_ms(i))
+            for i in sorted(files, key=lambda i: i.base_name)]
+
+
+def _mtime_ms(info: pafs.FileInfo) -> int | None:
+    return None if info.mtime_ns is None else int(info.mtime_ns) // 1_000_000
 
 
 def describe(uris: Sequence[str]) -> list[LandingFile]:
     out = []
     for uri in uris:
         fs, path = _fs(uri)
-        out.append(LandingFile(uri, fs.get_file_info(path).size))
+        info = fs.get_file_info(path)
+        out.append(LandingFile(uri, info.size, _mtime_ms(info)))
     return out
 
 

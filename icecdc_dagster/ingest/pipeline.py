@@ -19,13 +19,14 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from icecdc_dagster.errors import TargetTableMissingError
-from icecdc_dagster.ingest import dead_letters, landing, native, routing
+from icecdc_dagster.ingest import dead_letters, horizon, landing, native, routing
 from icecdc_dagster.ingest.coercion import IGNORED_FIELDS, STRINGIFIED, CoercionError, coerce
 from icecdc_dagster.ingest.debezium import DELETE, INSERT, NANOS_TRUNCATED, EventError, loads, parse_line
 from icecdc_dagster.ingest.schema_inference import merge_types, spark_type, widened
 from icecdc_dagster.writer.auto_create import (add_columns, create_table, declared_columns, ensure_namespace,
                                                namespace_exists, widen_columns)
-from icecdc_dagster.writer.exactly_once import BATCH_ID_PROPERTY, java_table, recorded_summaries
+from icecdc_dagster.writer.exactly_once import (BATCH_ID_PROPERTY, LedgerRetention, java_table, recorded_summaries,
+                                                table_properties)
 from icecdc_dagster.writer.merge import (OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN, KeyBounds,
                                          bounds_aggregates, bounds_from, write_batch)
 from icecdc_dagster.writer.tables import table_exists
@@ -66,6 +67,8 @@ class IngestSettings:
     schema: Mapping[str, Any] | None = None
     schema_evolution: bool = False
     files_per_batch: int = 1
+    max_file_age_s: float = horizon.DEFAULT_MAX_FILE_AGE_S  # the ledger's horizon (``ingest.horizon``)
+    take_expired_files: bool = False                        # ingest files past the horizon anyway
 
     def keys_for(self, table: str) -> tuple[str, ...]:
         """Identifier columns of one target (a mapping keys routed tables by full or short name)."""
@@ -93,9 +96,11 @@ class IngestResult:
     targets: dict[str, TargetResult] = field(default_factory=dict)
     tombstones: int = 0
     events_read: int = 0  # every line of the batch: events, tombstones and dead letters
+    expired: tuple[str, ...] = ()  # files past the ledger's horizon no batch records: set aside, not written
 
     def totals(self) -> dict[str, int]:
-        out: dict[str, int] = {"events_read": self.events_read, "tombstones": self.tombstones}
+        out: dict[str, int] = {"events_read": self.events_read, "tombstones": self.tombstones,
+                               "expired_files": len(self.expired)}
         for target in self.targets.values():
             for key, value in target.counts.items():
                 out[key] = out.get(key, 0) + value
@@ -124,18 +129,40 @@ def _ledger_tables(spark: Any, catalog_name: str, settings: IngestSettings) -> l
             if table_exists(spark, catalog_name, t)]
 
 
-def recorded_batches(spark: Any, catalog_name: str, settings: IngestSettings) -> dict[str, bool]:
-    """Batch id -> True when committed to every table it writes, False when only to some of them
-    (a crash between two commits: re-ingesting it with the SAME id completes it, nothing twice)."""
+@dataclass(frozen=True)
+class Ledger:
+    """What the targets of a landing location record: batch id -> committed to every table it writes, the
+    recorded summaries of this landing, and the ledger tables' properties (for the horizon)."""
+
+    batches: dict[str, bool]
+    summaries: list[dict[str, str]]
+    properties: list[dict[str, str]]
+
+    def parts(self) -> set[str]:
+        """Every ``<uri>#<start>-<end>`` part of a recorded batch (complete or not)."""
+        return {part for bid in self.batches for part in bid.split(";")}
+
+
+def read_ledger(spark: Any, catalog_name: str, settings: IngestSettings) -> Ledger:
     seen: dict[str, set[str]] = {}
     wanted: dict[str, set[str]] = {}
+    summaries: list[dict[str, str]] = []
+    properties: list[dict[str, str]] = []
     for table in _ledger_tables(spark, catalog_name, settings):
+        properties.append(table_properties(java_table(spark, f"{catalog_name}.{table}")))
         for summary in recorded_summaries(spark, f"{catalog_name}.{table}"):  # survives snapshot expiry
             if summary.get(LANDING_PROPERTY) == settings.landing and BATCH_ID_PROPERTY in summary:
                 bid = summary[BATCH_ID_PROPERTY]
                 seen.setdefault(bid, set()).add(table)
                 wanted[bid] = set(json.loads(summary.get(TARGETS_PROPERTY, "[]")))
-    return {bid: wanted[bid] <= tables for bid, tables in seen.items()}
+                summaries.append(summary)
+    return Ledger({bid: wanted[bid] <= tables for bid, tables in seen.items()}, summaries, properties)
+
+
+def recorded_batches(spark: Any, catalog_name: str, settings: IngestSettings) -> dict[str, bool]:
+    """Batch id -> True when committed to every table it writes, False when only to some of them
+    (a crash between two commits: re-ingesting it with the SAME id completes it, nothing twice)."""
+    return read_ledger(spark, catalog_name, settings).batches
 
 
 def committed_batches(spark: Any, catalog_name: str, settings: IngestSettings) -> set[str]:
@@ -143,10 +170,35 @@ def committed_batches(spark: Any, catalog_name: str, settings: IngestSettings) -
     return {bid for bid, complete in recorded_batches(spark, catalog_name, settings).items() if complete}
 
 
+def ledger_horizon(settings: IngestSettings, ledger: Ledger,
+                   listed: Sequence[landing.LandingFile] | None = None) -> horizon.Horizon:
+    """The horizon of this landing location now (``ingest.horizon``)."""
+    files = landing.list_files(settings.landing) if listed is None else listed
+    return horizon.horizon(settings.max_file_age_s, files, ledger.summaries, ledger.properties)
+
+
+def _unrecorded(spark: Any, catalog_name: str, settings: IngestSettings) -> horizon.Split:
+    """Landing files not fully committed: recorded-but-partial ones are fresh (completed under their id)."""
+    ledger = read_ledger(spark, catalog_name, settings)
+    listed = landing.list_files(settings.landing)
+    done_parts = {part for bid, complete in ledger.batches.items() if complete for part in bid.split(";")}
+    recorded_parts = ledger.parts()
+    waiting = [f for f in listed if f.batch_part not in done_parts]
+    unrecorded = horizon.split([f for f in waiting if f.batch_part not in recorded_parts],
+                               ledger_horizon(settings, ledger, listed), settings.take_expired_files)
+    aside = {f.uri for f in unrecorded.set_aside}
+    return horizon.Split([f for f in waiting if f.uri not in aside], unrecorded.expired, unrecorded.forgotten)
+
+
 def pending_files(spark: Any, catalog_name: str, settings: IngestSettings) -> list[str]:
-    """Landing files in name order whose batch is not yet fully committed."""
-    done_parts = {part for bid in committed_batches(spark, catalog_name, settings) for part in bid.split(";")}
-    return [f.uri for f in landing.list_files(settings.landing) if f.batch_part not in done_parts]
+    """Landing files in name order whose batch is not yet fully committed (files past the horizon set aside)."""
+    return [f.uri for f in _unrecorded(spark, catalog_name, settings).fresh]
+
+
+def expired_files(spark: Any, catalog_name: str, settings: IngestSettings) -> list[str]:
+    """Landing files past the ledger's horizon that were never ingested (the ledger vouches for it):
+    neither ingested nor forgotten silently (``ingest.horizon``)."""
+    return [f.uri for f in _unrecorded(spark, catalog_name, settings).expired]
 
 
 def _parse_partition(target: str, home: str) -> Callable[[Iterable[tuple]], Iterator[tuple]]:
@@ -352,30 +404,43 @@ def _coerce_target(spark: Any, catalog_name: str, settings: IngestSettings, targ
 def ingest_files(spark: Any, catalog_name: str, pyiceberg_catalog: Any, settings: IngestSettings,
                  files: Sequence[str]) -> IngestResult:
     """Ingest one batch (these files, in this order) into its target tables, exactly once."""
+    ledger = read_ledger(spark, catalog_name, settings)
     described = landing.describe(files)
+    past = ledger_horizon(settings, ledger)
+    recorded_parts = ledger.parts()
+    unrecorded = [f for f in described if f.batch_part not in recorded_parts]
+    expired = tuple(f.uri for f in horizon.split(unrecorded, past, settings.take_expired_files).set_aside)
+    described = [f for f in described if f.uri not in expired]
     bid = landing.batch_id(described)
     uris = tuple(f.uri for f in described)
-    if bid in committed_batches(spark, catalog_name, settings):
-        return IngestResult(bid, uris, True)
+    if not described or ledger.batches.get(bid):
+        return IngestResult(bid, uris, True, expired=expired)
+    stamp = _Stamp(past.retention(), horizon.file_time(described))
+    return replace(_ingest_new(spark, catalog_name, settings, described, bid, uris, stamp), expired=expired)
+
+
+def _ingest_new(spark: Any, catalog_name: str, settings: IngestSettings, described: Sequence[landing.LandingFile],
+                bid: str, uris: tuple[str, ...], stamp: "_Stamp") -> IngestResult:
+    """A batch no table records yet (or only some of them): read, coerce and commit it."""
     templated = routing.is_template(settings.target)
     if not templated and not settings.auto_create and not table_exists(spark, catalog_name, settings.target):
         raise TargetTableMissingError(f"ingest {settings.landing}: target table {settings.target} does not exist "
                                       "and auto_create is off")
     if _native_eligible(spark, catalog_name, settings, templated):
-        return _ingest_native(spark, catalog_name, settings, described, bid, uris)
+        return _ingest_native(spark, catalog_name, settings, described, bid, uris, stamp)
     home = _home_table(settings)
     ranges = landing.chunks(described)
     parsed_rdd = spark.sparkContext.parallelize(ranges, max(len(ranges), 1)).mapPartitions(
         _parse_partition(settings.target, home))
     parsed = spark.createDataFrame(parsed_rdd, PARSED_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        return _ingest_parsed(spark, catalog_name, settings, parsed, bid, uris, home, templated)
+        return _ingest_parsed(spark, catalog_name, settings, parsed, bid, uris, home, templated, stamp)
     finally:
         parsed.unpersist()
 
 
 def _ingest_parsed(spark: Any, catalog_name: str, settings: IngestSettings, parsed: DataFrame, bid: str,
-                   uris: tuple[str, ...], home: str, templated: bool) -> IngestResult:
+                   uris: tuple[str, ...], home: str, templated: bool, stamp: "_Stamp") -> IngestResult:
     good = parsed.where(F.col("reason").isNull() & (F.col("op") != TOMBSTONE))
     types: dict[str, dict[str, list[str]]] = {}
     order = F.col("file_index") * F.lit(ORDER_FILE_SHIFT) + F.col("source_offset")
@@ -442,11 +507,20 @@ def _ingest_parsed(spark: Any, catalog_name: str, settings: IngestSettings, pars
                                [f.name for f in spark.table(f"{catalog_name}.{target}").schema.fields],
                                _table_keys(spark, catalog_name, settings, target)) for target in written_tables]
         results = _commit_batch(spark, catalog_name, settings, bid, {t: dead_by_table[t] for t in dl_tables},
-                                writes, results)
+                                writes, results, stamp)
     finally:
         for df in persisted:
             df.unpersist()
     return IngestResult(bid, uris, False, results, int(tombstones), int(sum(counts_by_target.values())))
+
+
+@dataclass(frozen=True)
+class _Stamp:
+    """What a batch's commits add for the ledger's horizon: its files' newest time, and the retention that
+    drops the entries past the horizon in the same commits."""
+
+    retention: LedgerRetention | None = None
+    file_time: str | None = None
 
 
 @dataclass(frozen=True)
@@ -462,7 +536,8 @@ class _TargetWrite:
 
 
 def _commit_batch(spark: Any, catalog_name: str, settings: IngestSettings, bid: str, dead: Mapping[str, DataFrame],
-                  writes: Sequence[_TargetWrite], results: Mapping[str, TargetResult]) -> dict[str, TargetResult]:
+                  writes: Sequence[_TargetWrite], results: Mapping[str, TargetResult],
+                  stamp: _Stamp) -> dict[str, TargetResult]:
     """Write one batch, whichever path read it: the dead-letter tables first, then each target's rows.
 
     Every commit records the batch id, the landing location and the full list of tables the batch writes
@@ -470,16 +545,18 @@ def _commit_batch(spark: Any, catalog_name: str, settings: IngestSettings, bid: 
     Returns ``results`` with each written target's outcome (skipped, snapshot, write counts) merged in.
     """
     props = {LANDING_PROPERTY: settings.landing,
-             TARGETS_PROPERTY: json.dumps(sorted([*(w.table for w in writes), *dead]))}
+             TARGETS_PROPERTY: json.dumps(sorted([*(w.table for w in writes), *dead])),
+             **({horizon.FILE_TIME_PROPERTY: stamp.file_time} if stamp.file_time else {})}
     for dl_table in sorted(dead):
         dead_letters.ensure_table(spark, catalog_name, dl_table)
         frame = dead_letters.frame(dead[dl_table], bid).withColumn(OP_COLUMN, F.lit(OP_INSERT))
-        write_batch(spark, f"{catalog_name}.{dl_table}", frame, (), bid, props, ledger=True)
+        write_batch(spark, f"{catalog_name}.{dl_table}", frame, (), bid, props, ledger=True,
+                    retention=stamp.retention)
     out = dict(results)
     for w in writes:
         outcome = write_batch(spark, f"{catalog_name}.{w.table}",
                               w.rows.select(*[F.col(_quote(c)) for c in w.columns], OP_COLUMN, ORDER_COLUMN),
-                              w.keys, bid, props, ledger=True, bounds=w.bounds)
+                              w.keys, bid, props, ledger=True, bounds=w.bounds, retention=stamp.retention)
         prior = out[w.table]
         out[w.table] = TargetResult(w.table, outcome.skipped, outcome.snapshot_id, {**prior.counts, **outcome.counts},
                                     prior.added_columns, prior.widened_columns)
@@ -508,7 +585,7 @@ def _native_eligible(spark: Any, catalog_name: str, settings: IngestSettings, te
 
 
 def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, described: Sequence[Any], bid: str,
-                   uris: tuple[str, ...]) -> IngestResult:
+                   uris: tuple[str, ...], stamp: _Stamp) -> IngestResult:
     """One batch into a fixed target: native reading and typing, the Python rules only for routed lines."""
     target = settings.target
     added_columns, _ = _prepare_target(spark, catalog_name, settings, target, {})
@@ -539,7 +616,7 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, desc
         good = rows.where(F.col(REASON).isNull() & (F.col(OP_COLUMN) != TOMBSTONE))
         write = _TargetWrite(target, good, known, keys, bounds_from(stats, keys, T.StructType(fields)))
         results = _commit_batch(spark, catalog_name, settings, bid, dead, [write], {
-            target: TargetResult(target, False, None, counts, tuple(added_columns), ())})
+            target: TargetResult(target, False, None, counts, tuple(added_columns), ())}, stamp)
     finally:
         classified.unpersist()
     return IngestResult(bid, uris, False, results, int(stats["tombstones"] or 0), int(stats["events_read"] or 0))

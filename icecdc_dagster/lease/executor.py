@@ -53,7 +53,7 @@ class LineExecutor(InProcessExecutor):
             yield from self._acquire(plan_context, lock, holder)
             try:
                 yield DagsterEvent.engine_event(
-                    plan_context, f"Holding the line lock of {line_id} ({lock.path}) as {holder.describe()}.",
+                    plan_context, f"Holding the line lock of {line_id} ({lock.where}) as {holder.describe()}.",
                     EngineEventData())
                 yield from super().execute(plan_context, execution_plan)
             finally:

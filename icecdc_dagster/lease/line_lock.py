@@ -5,7 +5,8 @@ kill), so a crashed writer never leaves a lock behind and nothing has to be clea
 itself stays (deleting lock files is what makes file locks racy). The holder writes who it is
 (host, pid, process start, since when) into the locked file, so a loser can name it. It works for
 every process of one host (or a shared file system whose ``flock`` is real); instances shared by
-several hosts need an instance-wide lock instead (see the README's operations section).
+several hosts need an instance-wide lock instead: on a PostgreSQL instance, :meth:`LineLock.for_instance`
+gives the advisory lock of ``lease.pg_lock``, which dies with its session.
 """
 
 from typing import TYPE_CHECKING
@@ -50,11 +51,21 @@ class LineLock:
 
     @classmethod
     def for_instance(cls, instance: "DagsterInstance", line_id: str) -> "LineLock":
-        return cls(instance.root_directory, line_id)
+        """The line's lock where the instance lives: a PostgreSQL advisory lock on a PostgreSQL instance
+        (shared by every host), else a file lock under ``$DAGSTER_HOME``."""
+        from icecdc_dagster.lease.pg_lock import PgLineLock, postgres_url
+
+        url = postgres_url(instance)
+        return PgLineLock(url, line_id) if url else cls(instance.root_directory, line_id)
 
     @property
     def held(self) -> bool:
         return self._fd is not None
+
+    @property
+    def where(self) -> str:
+        """What holds the lock, for logs: the lock file."""
+        return str(self.path)
 
     def _open(self) -> int:
         self.path.parent.mkdir(parents=True, exist_ok=True)

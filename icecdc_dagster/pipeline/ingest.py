@@ -20,7 +20,8 @@ def ingest_settings(entry: IngestConfig) -> IngestSettings:
     return IngestSettings(landing=entry.landing, target=entry.target,
                           identifier_columns=entry.identifier_columns, auto_create=entry.auto_create,
                           schema=entry.schema, schema_evolution=entry.schema_evolution,
-                          files_per_batch=entry.files_per_batch)
+                          files_per_batch=entry.files_per_batch, max_file_age_s=entry.max_file_age_s,
+                          take_expired_files=entry.take_expired_files)
 
 
 def fixed_target(entry: IngestConfig) -> str | None:

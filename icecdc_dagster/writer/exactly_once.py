@@ -23,6 +23,12 @@ first: ``icecdc.ledger`` holds the newest entries (fewer than ``LEDGER_CHUNK_ENT
 full it becomes the sealed chunk ``icecdc.ledger.<n>``, never rewritten again (and decoded once per
 process). A publish re-encodes at most one chunk; every metadata commit still carries every chunk
 (~26 bytes per batch compressed, README "Exactly once").
+
+A ledger can be bounded (:class:`LedgerRetention`): entries whose stamp (an integer in the entry, e.g. an
+ingest's landing-file time) is below a horizon are dropped at publish: from the open chunk when it is
+re-encoded, and a sealed chunk as a whole once every entry in it is below. The highest stamp ever dropped
+is kept (``icecdc.ledger-dropped-upto``): a caller knows that the ledger no longer answers for anything
+stamped at or below it.
 """
 
 import base64
@@ -30,7 +36,7 @@ import json
 import os
 import signal
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -44,6 +50,7 @@ LAST_BATCH_PROPERTY = "icecdc.last-batch"  # table property: JSON of the last pu
 LEDGER_PROPERTY = "icecdc.ledger"          # table property: zlib+base64 JSON list of recorded batches' properties
 LEDGER_SEALED_PREFIX = LEDGER_PROPERTY + "."  # + n: sealed chunks of the ledger (oldest first), never rewritten
 LEDGER_CHUNK_ENTRIES = 1000
+LEDGER_DROPPED_PROPERTY = "icecdc.ledger-dropped-upto"  # table property: the highest stamp a retention dropped
 TARGET_SNAPSHOT_KEY = "icecdc.target-snapshot-id"  # in LAST_BATCH_PROPERTY: the snapshot the batch published
 STAGING_BRANCH = "icecdc_stage"
 STAGING_MAX_REF_AGE_MS = 1  # expire_snapshots drops the staging ref (and its snapshot) whenever it runs
@@ -108,17 +115,73 @@ def ledger_entries(properties: dict[str, str]) -> list[dict[str, str]]:
     return entries
 
 
+@dataclass(frozen=True)
+class LedgerRetention:
+    """Which ledger entries a publish keeps: those whose integer ``stamp_key`` is ``>= keep_from`` (and every
+    entry without one). The entry being appended is always kept, so a batch cut short between two tables is
+    still known when it is completed."""
+
+    stamp_key: str
+    keep_from: int
+
+    def stamp(self, entry: Mapping[str, str]) -> int | None:
+        value = entry.get(self.stamp_key)
+        return int(value) if value not in (None, "") else None
+
+    def drops(self, entry: Mapping[str, str]) -> bool:
+        stamp = self.stamp(entry)
+        return stamp is not None and stamp < self.keep_from
+
+
+@dataclass(frozen=True)
+class LedgerChanges:
+    """Table properties a publish sets and removes so that the ledger holds a new entry (and no expired one)."""
+
+    updates: dict[str, str]
+    removals: tuple[str, ...] = ()
+
+
 def ledger_update(properties: dict[str, str], entry: dict[str, str],
                   chunk_entries: int = LEDGER_CHUNK_ENTRIES) -> dict[str, str]:
     """The table properties to set so that the ledger also holds ``entry``: the open chunk re-encoded, or,
     once it is full, sealed under the next number (and an empty open chunk)."""
+    return ledger_changes(properties, entry, chunk_entries).updates
+
+
+def ledger_changes(properties: dict[str, str], entry: dict[str, str], chunk_entries: int = LEDGER_CHUNK_ENTRIES,
+                   retention: LedgerRetention | None = None) -> LedgerChanges:
+    """:func:`ledger_update`, and with a ``retention`` the entries below its horizon dropped: the open chunk's
+    at once, a sealed chunk (never rewritten) when all of its entries are below. Records the highest stamp
+    dropped in ``LEDGER_DROPPED_PROPERTY``."""
     open_chunk = decode_ledger(properties.get(LEDGER_PROPERTY))
-    open_chunk.append(entry)
-    if len(open_chunk) < chunk_entries:
-        return {LEDGER_PROPERTY: encode_ledger(open_chunk)}
     sealed = _sealed_chunks(properties)
+    removed: list[str] = []
+    dropped: list[int] = []
+    if retention is not None:
+        kept = [e for e in open_chunk if not retention.drops(e)]
+        dropped += [retention.stamp(e) or 0 for e in open_chunk if retention.drops(e)]
+        open_chunk = kept
+        for number, value in sealed:
+            chunk = _sealed_chunk(value)
+            if chunk and all(retention.drops(e) for e in chunk):
+                removed.append(f"{LEDGER_SEALED_PREFIX}{number}")
+                dropped += [retention.stamp(e) or 0 for e in chunk]
+    open_chunk.append(entry)
+    changes: dict[str, str] = {}
+    if dropped:
+        prior = int(properties.get(LEDGER_DROPPED_PROPERTY) or -(2 ** 62))
+        changes[LEDGER_DROPPED_PROPERTY] = str(max(prior, *dropped))
+    if len(open_chunk) < chunk_entries:
+        return LedgerChanges({**changes, LEDGER_PROPERTY: encode_ledger(open_chunk)}, tuple(removed))
     number = sealed[-1][0] + 1 if sealed else 0
-    return {f"{LEDGER_SEALED_PREFIX}{number}": encode_ledger(open_chunk), LEDGER_PROPERTY: encode_ledger([])}
+    changes.update({f"{LEDGER_SEALED_PREFIX}{number}": encode_ledger(open_chunk), LEDGER_PROPERTY: encode_ledger([])})
+    return LedgerChanges(changes, tuple(removed))
+
+
+def ledger_dropped_upto(properties: Mapping[str, str]) -> int | None:
+    """The highest stamp a retention dropped from this ledger (None: nothing was ever dropped)."""
+    value = properties.get(LEDGER_DROPPED_PROPERTY)
+    return int(value) if value else None
 
 
 def last_batch(jtable: Any) -> dict[str, str] | None:
@@ -227,11 +290,12 @@ def _stage(jtable: Any) -> None:
 
 
 def staged_commit(spark: Any, table: str, properties: dict[str, str], write: Callable[[str], T],
-                  ledger: bool = False) -> Published[T]:
+                  ledger: bool = False, retention: LedgerRetention | None = None) -> Published[T]:
     """Run ``write(branch_table_name)`` on the staging branch (at ``main``'s snapshot), then publish it to ``main``.
 
     ``ledger``: also append the batch to the table's ledger property (ingest targets: every batch id
-    must stay known after expiry). Returns the write's result and the published snapshot.
+    must stay known after expiry); ``retention``: drop the ledger's expired entries in the same commit.
+    Returns the write's result and the published snapshot.
     """
     jtable = java_table(spark, table)
     _stage(jtable)
@@ -251,7 +315,7 @@ def staged_commit(spark: Any, table: str, properties: dict[str, str], write: Cal
     if os.environ.get(FAULT_ENV) == FAULT_KILL_BEFORE_PUBLISH and table.endswith(os.environ.get(FAULT_TABLE_ENV, "")):
         # Test hook: die with the batch's files written and its snapshot staged, before main sees it.
         os.kill(os.getpid(), signal.SIGKILL)
-    snapshot_id = publish(jtable, {k: str(v) for k, v in properties.items()}, ledger, table)
+    snapshot_id = publish(jtable, {k: str(v) for k, v in properties.items()}, ledger, table, retention)
     parent = staged.parentId()
     parent_snapshot = jtable.snapshot(parent) if parent is not None else None
     return Published(result, snapshot_id, None if parent is None else int(parent), java_map(staged.summary()),
@@ -269,7 +333,8 @@ def _branch_head(jtable: Any, table: str) -> Any:
     return snap
 
 
-def publish(jtable: Any, properties: dict[str, str], ledger: bool, table: str = "") -> int:
+def publish(jtable: Any, properties: dict[str, str], ledger: bool, table: str = "",
+            retention: LedgerRetention | None = None) -> int:
     """Fast-forward ``main`` to the staged batch and record it in table properties: one metadata commit.
     The staging branch stays where it is (at ``main``'s new snapshot), ready for the next batch.
     Returns the published snapshot id."""
@@ -279,8 +344,11 @@ def publish(jtable: Any, properties: dict[str, str], ledger: bool, table: str = 
     update = txn.updateProperties().set(LAST_BATCH_PROPERTY,
                                         json.dumps({**properties, TARGET_SNAPSHOT_KEY: str(staged)}, sort_keys=True))
     if ledger:
-        for key, value in ledger_update(table_properties(jtable), properties).items():
+        changes = ledger_changes(table_properties(jtable), properties, LEDGER_CHUNK_ENTRIES, retention)
+        for key, value in changes.updates.items():
             update = update.set(key, value)
+        for key in changes.removals:
+            update = update.remove(key)
     update.commit()
     txn.commitTransaction()
     return staged

@@ -20,7 +20,8 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from icecdc_dagster.writer.exactly_once import BATCH_ID_PROPERTY, Published, is_committed, staged_commit
+from icecdc_dagster.writer.exactly_once import (BATCH_ID_PROPERTY, LedgerRetention, Published, is_committed,
+                                                staged_commit)
 
 OP_COLUMN = "_icecdc_op"
 ORDER_COLUMN = "_icecdc_order"
@@ -113,14 +114,16 @@ def _sql(literal: Column) -> str:
 
 def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[str], batch_id: str,
                 properties: dict[str, str] | None = None, exact_counts: bool = True, ledger: bool = False,
-                replace_all: bool = False, bounds: KeyBounds | None = None) -> WriteOutcome:
+                replace_all: bool = False, bounds: KeyBounds | None = None,
+                retention: LedgerRetention | None = None) -> WriteOutcome:
     """Write ``rows`` to ``table`` (full Spark name) once: skipped when ``batch_id`` is already in main's history.
 
     Counts: inserted / updated / deleted (keys that existed) / delete_missing (last op a delete of a
     key the table does not hold: nothing to do), or appended for key-less tables; exact, from the
     commit's own summary where that is provably exact (:func:`batch_counts`), else by a join of the
     batch's keys with the keys of the snapshot the MERGE read. ``exact_counts=False``: no counts.
-    ``ledger``: keep the batch id in the table's ledger property too (survives snapshot expiry).
+    ``ledger``: keep the batch id in the table's ledger property too (survives snapshot expiry);
+    ``retention``: the ledger's entries below its horizon are dropped in the same commit.
     ``bounds``: the batch's key range when the caller has it already (else one aggregate finds it).
     ``replace_all``: the batch is the table's whole new content (a resync export): one overwrite
     replaces every row, so rows the batch does not hold are gone (counts: ``replaced``).
@@ -137,7 +140,7 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
         def overwrite(name: str) -> None:
             content.writeTo(name).overwrite(F.lit(True))
 
-        published = staged_commit(spark, table, props, overwrite, ledger)
+        published = staged_commit(spark, table, props, overwrite, ledger, retention)
         count = int(published.summary.get("total-records") or 0)
         return WriteOutcome(table, batch_id, False, published.snapshot_id, {"replaced": count}, COUNTED_BY_SUMMARY)
     if not key_columns:
@@ -146,7 +149,7 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
         def append(name: str) -> None:
             appended.writeTo(name).append()
 
-        published = staged_commit(spark, table, props, append, ledger)
+        published = staged_commit(spark, table, props, append, ledger, retention)
         count = int(published.summary.get("added-records") or 0)
         return WriteOutcome(table, batch_id, False, published.snapshot_id, {"appended": count}, COUNTED_BY_SUMMARY)
 
@@ -178,7 +181,7 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
                       f"{update}"
                       f"WHEN NOT MATCHED AND s.{OP_COLUMN} <> '{OP_DELETE}' THEN INSERT ({cols}) VALUES ({vals})")
 
-        published = staged_commit(spark, table, props, merge, ledger)
+        published = staged_commit(spark, table, props, merge, ledger, retention)
         spark.catalog.dropTempView(view)
         counts: dict[str, int] = {}
         counted_by = ""

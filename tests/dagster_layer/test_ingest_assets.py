@@ -200,3 +200,31 @@ def test_run_batches_follow_the_recorded_ledger(tmp_path):
     (landing / "d.json").unlink()                          # never ingested and gone: an error
     with pytest.raises(IngestError, match=r"\['d.json'\] are no longer"):
         batches_for(entry, ["d.json"], recorded)
+
+
+def test_an_expired_landing_file_is_counted_by_its_run_and_by_status(spark, catalog_settings, catalog, instance,
+                                                                     tmp_path):
+    """A landing file older than max_file_age (against the newest file) that was never ingested: its partition's
+    run succeeds without writing it, with ``expired_files`` in the metadata, and ``icecdc status`` counts it."""
+    import os
+    import time
+
+    landing = tmp_path / "landing"
+    _land(landing, "001.json", [_envelope("c", after={"id": 1, "status": "old"})])
+    _land(landing, "002.json", [_envelope("c", after={"id": 2, "status": "new"})])
+    old = time.time() - 3 * 86400
+    os.utime(landing / "001.json", (old, old))
+    config = load_config(write_pipeline(
+        tmp_path / "p.yaml", catalog_settings, [],
+        ingest=[{"name": "orders_cdc", "landing": str(landing), "target": "db.orders", "identifier_columns": ["id"],
+                 "auto_create": True, "max_file_age": "P1D"}]))
+    defs = build_definitions(config)
+    ticks = drain_sensor(defs, instance, SENSOR, [INGEST])
+    assert all(all(t.succeeded) for t in ticks)
+    first, second = _metadata(instance, INGEST, "001.json"), _metadata(instance, INGEST, "002.json")
+    assert first["expired_files"] == 1 and first["expired"] == ["001.json"]
+    assert second["expired_files"] == 0 and second["inserted"] == 1
+    assert _rows(spark, f"{catalog_settings.name}.db.orders") == {2: "new"}
+    status = ingest_status(instance, config.ingest[0], defs)
+    assert status.expired_files == 1 and status.not_ingested == [] and status.error is None
+    assert "1 expired (older than max_file_age, never ingested)" in status.render()

@@ -1,0 +1,68 @@
+"""The Dagster instance on PostgreSQL (a database of its own per test, on 127.0.0.1:5432): the sensor's
+runs in commit order, and a killed run worker failed over, exactly as on SQLite; the line lock is then a
+PostgreSQL advisory lock that dies with its session."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from dagster import instance_for_test
+
+from icecdc_dagster.lease.holder import Holder
+from icecdc_dagster.lease.line_lock import LineLock, holding
+from icecdc_dagster.lease.pg_lock import PgLineLock
+from icecdc_dagster.errors import LineBusyError
+from tests.dagster_layer import test_sensor_runs
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def instance(postgres_url):
+    with instance_for_test(overrides={"storage": {"postgres": {"postgres_url": postgres_url}}}) as pg_instance:
+        yield pg_instance
+
+
+def test_the_line_lock_is_an_advisory_lock_that_dies_with_its_session(instance, postgres_url, tmp_path):
+    lock = LineLock.for_instance(instance, "db.items")
+    assert isinstance(lock, PgLineLock)
+    me = Holder.current()
+    with holding(lock, me):
+        other = LineLock.for_instance(instance, "db.items")
+        assert other.is_busy() and not other.try_acquire(me, grace_s=0.1)
+        with pytest.raises(LineBusyError, match=f"pid {os.getpid()}, holding it since"):
+            with holding(other, me):
+                pass
+        assert not LineLock.for_instance(instance, "db.other").is_busy()     # one lock per line
+    assert not lock.is_busy()
+    # A holder in another process is SIGKILLed: PostgreSQL ends its session, and with it the lock.
+    script = ("import sys, time\nfrom icecdc_dagster.lease.pg_lock import PgLineLock\n"
+              "from icecdc_dagster.lease.holder import Holder\n"
+              f"lock = PgLineLock({postgres_url!r}, 'db.items')\nassert lock.try_acquire(Holder.current())\n"
+              "print('held', flush=True)\ntime.sleep(600)\n")
+    holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert lock.is_busy()
+        assert lock.busy_owner().holder.pid == holder.pid
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    deadline = time.monotonic() + 10
+    while lock.is_busy():
+        assert time.monotonic() < deadline, "the advisory lock outlived its holder's session"
+        time.sleep(0.1)
+
+
+def test_sensor_runs_every_snapshot_in_commit_order_on_postgres(spark, catalog_settings, catalog, instance, tmp_path):
+    assert instance.run_storage.__class__.__name__ == "PostgresRunStorage"
+    test_sensor_runs.test_sensor_requests_every_snapshot_in_commit_order(spark, catalog_settings, catalog, instance,
+                                                                          tmp_path)
+
+
+def test_killed_run_worker_is_failed_over_on_postgres(spark, catalog_settings, catalog, instance, tmp_path):
+    test_sensor_runs.test_killed_sensor_launched_run_is_failed_over_by_the_next_tick(spark, catalog_settings, catalog,
+                                                                                      instance, tmp_path)

@@ -1,0 +1,54 @@
+"""The Spark resource is dagster-pyspark's ``LazyPySparkResource``: a Dagster user's ``spark_config``
+(flat or nested, from the pipeline file or from their own resource) reaches the session, which is still the
+process's one warm session, attached to the catalog and shared by every caller."""
+
+import json
+import subprocess
+import sys
+
+import yaml
+
+from dagster_pyspark import LazyPySparkResource, PySparkResource
+
+from icecdc_dagster.resources import SparkResource
+from tests.helpers import write_pipeline
+
+PROBE = """
+import json, sys
+from icecdc_dagster.config import load_config
+from icecdc_dagster.definitions import build_resources
+resources = build_resources(load_config(sys.argv[1]))
+spark, catalog = resources["spark"], resources["catalog"]
+session = spark.session(catalog)
+conf = session.sparkContext.getConf()
+print(json.dumps({"same": session is spark.spark_session and spark.spark_context is session.sparkContext,
+                  "memory": conf.get("spark.executor.memory"), "nested": conf.get("spark.icecdc.probe"),
+                  "partitions": session.conf.get("spark.sql.shuffle.partitions"),
+                  "tables": [r.namespace for r in session.sql("SHOW NAMESPACES IN " + catalog.name).collect()]}))
+"""
+
+
+def test_a_users_spark_config_reaches_the_session(spark, catalog_settings, catalog, tmp_path):
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {catalog_settings.name}.db")
+    path = write_pipeline(tmp_path / "p.yaml", catalog_settings, [])
+    config = yaml.safe_load(path.read_text())
+    config["spark"]["spark_config"] = {"spark.executor.memory": "1g", "spark": {"icecdc": {"probe": "nested-key"}}}
+    path.write_text(yaml.safe_dump(config))
+    out = subprocess.run([sys.executable, "-c", PROBE, str(path)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen == {"same": True, "memory": "1g", "nested": "nested-key", "partitions": "4", "tables": ["db"]}
+
+
+def test_a_users_pyspark_resource_is_taken_unchanged():
+    for theirs in (LazyPySparkResource(spark_config={"spark.executor.memory": "3g", "spark.master": "local[1]"}),
+                   PySparkResource(spark_config={"spark": {"driver": {"memory": "1g"}}})):
+        ours = SparkResource.from_pyspark(theirs, conf={"spark.sql.shuffle.partitions": "3"})
+        assert isinstance(ours, LazyPySparkResource)
+        settings = ours.settings()
+        assert {k: settings.conf[k] for k in ("spark.sql.shuffle.partitions",)} == {"spark.sql.shuffle.partitions": "3"}
+        expected = {"spark.executor.memory": "3g"} if "spark.master" in theirs.spark_config else {
+            "spark.driver.memory": "1g"}
+        assert expected.items() <= settings.conf.items()
+    assert SparkResource.from_pyspark(LazyPySparkResource(spark_config={"spark.master": "local[1]"})).settings(
+    ).master == "local[1]"
