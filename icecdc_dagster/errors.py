@@ -88,3 +88,7 @@ class TableRecreatedError(LineDivergedError):
 
 class SupersededPartitionError(IcecdcError):
     """A partition before the line's latest resync was (re-)executed: it belongs to a superseded line."""
+
+
+class StreamInputError(IngestError):
+    """A stream input (NATS JetStream, Redis Streams) cannot deliver a batch: names the input and what to do."""

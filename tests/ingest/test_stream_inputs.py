@@ -1,0 +1,172 @@
+"""Stream inputs against the machine's real brokers (NATS JetStream, Redis Streams), real Spark and Iceberg.
+
+The Debezium conformance fixtures are published to a fresh JetStream subject / Redis stream and ingested
+through the input contract (read a bounded batch, commit, acknowledge); the target must hold the
+hand-written rows (or the rows the landing-file path writes from the same lines). A failure between the
+commit and the acknowledgement must lose nothing and write nothing twice; a dead consumer's pending
+Redis entries are taken over.
+"""
+
+from pathlib import Path
+
+import pytest
+import redis
+
+from icecdc_dagster.config import IngestConfig
+from icecdc_dagster.ingest import IngestSettings, ingest_files
+from icecdc_dagster.ingest.pipeline import recorded_batches
+from icecdc_dagster.pipeline.ingest import ingest_settings, ingest_stream_batch
+from tests.ingest.brokers import (NATS_URL, REDIS_URL, jetstream_subject, publish_nats, publish_redis,
+                                  redis_stream)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "debezium"
+CUSTOMERS = [line.encode() for line in (FIXTURES / "mysql_tutorial_customers.jsonl").read_text().splitlines()]
+PG_TYPES = [line.encode() for name in ("postgresql_types_1.jsonl", "postgresql_types_2.jsonl")
+            for line in (FIXTURES / name).read_text().splitlines()]
+CUSTOMER_ROWS = {  # written by hand: the tutorial's snapshot, Anne -> Anne Marie, 1004 deleted (+ tombstone)
+    1001: {"id": 1001, "first_name": "Sally", "last_name": "Thomas", "email": "sally.thomas@acme.com"},
+    1002: {"id": 1002, "first_name": "George", "last_name": "Bailey", "email": "gbailey@foobar.com"},
+    1003: {"id": 1003, "first_name": "Edward", "last_name": "Walker", "email": "ed@walker.com"},
+}
+
+
+def _nats_entry(stream: str, subject: str, target: str = "db.customers", **extra) -> IngestConfig:
+    return IngestConfig.model_validate({
+        "name": "customers", "target": target, "identifier_columns": ["id"], "auto_create": True,
+        "schema_evolution": True, "input": {"nats_jetstream": {"url": NATS_URL, "stream": stream, "subject": subject,
+                                                                "durable": "icecdc_test", **extra}}})
+
+
+def _redis_entry(key: str, target: str = "db.customers", **extra) -> IngestConfig:
+    return IngestConfig.model_validate({
+        "name": "customers", "target": target, "identifier_columns": ["id"], "auto_create": True,
+        "schema_evolution": True, "input": {"redis_stream": {"url": REDIS_URL, "key": key, **extra}}})
+
+
+def _rows(spark, cat, table):
+    return {r.id: r.asDict(recursive=True) for r in spark.table(f"{cat}.{table}").collect()}
+
+
+def _drain(spark, cat, entry):
+    """Batches until the input has nothing waiting; returns the runs."""
+    runs = []
+    with entry.input.open() as reader:
+        while True:
+            run = ingest_stream_batch(spark, cat, entry, reader)
+            runs.append(run)
+            if run.result is None and not run.batch.already_committed:
+                return runs
+
+
+def _batch_ids(spark, cat, entry):
+    return sorted(recorded_batches(spark, cat, ingest_settings(entry)))
+
+
+def test_nats_customers_fixture_in_two_batches(spark, catalog, catalog_settings):
+    cat = catalog_settings.name
+    with jetstream_subject() as (stream, subject):
+        seqs = publish_nats(subject, CUSTOMERS)
+        entry = _nats_entry(stream, subject, max_messages=4, fetch_wait="PT0.2S")
+        with entry.input.open() as reader:
+            assert reader.lag().waiting == 7
+        runs = _drain(spark, cat, entry)
+        assert _rows(spark, cat, "db.customers") == CUSTOMER_ROWS
+        first, second = runs[0].result, runs[1].result
+        assert first.batch_id == f"nats-jetstream://{stream}/{subject}#{seqs[0]}..{seqs[3]}"
+        assert second.batch_id == f"nats-jetstream://{stream}/{subject}#{seqs[4]}..{seqs[6]}"
+        assert first.targets["db.customers"].counts["inserted"] == 4
+        assert second.tombstones == 1 and second.targets["db.customers"].counts["deleted"] == 1
+        assert runs[-1].lag_after.waiting == 0
+        assert _batch_ids(spark, cat, entry) == sorted([first.batch_id, second.batch_id])
+
+
+def test_redis_pg_types_equal_the_landing_path(spark, catalog, catalog_settings, tmp_path):
+    """Schema blocks, every Debezium type mapping, a delete: the same rows as the landing files give."""
+    cat = catalog_settings.name
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / "001.json").write_bytes(b"\n".join(PG_TYPES) + b"\n")
+    from_files = ingest_files(spark, cat, catalog, IngestSettings(str(landing), "db.from_files", ("id",), True, None,
+                                                                  True), [str(landing / "001.json")])
+    with redis_stream() as key:
+        ids = publish_redis(key, PG_TYPES)
+        entry = _redis_entry(key, "db.from_redis", block="PT0.1S")
+        runs = _drain(spark, cat, entry)
+        assert runs[0].result.batch_id == f"redis-stream://{key}#{ids[0]}..{ids[-1]}"
+        assert runs[0].result.totals() == from_files.totals()  # 3 events, 2 upserts, one insert cancelled by its
+        assert runs[0].result.totals()["dead_lettered"] == 0     # delete inside the batch, nothing dead-lettered
+    assert _rows(spark, cat, "db.from_redis") == _rows(spark, cat, "db.from_files")
+    files_types = [(f.name, f.dataType) for f in spark.table(f"{cat}.db.from_files").schema.fields]
+    assert [(f.name, f.dataType) for f in spark.table(f"{cat}.db.from_redis").schema.fields] == files_types
+
+
+class _AckLost(Exception):
+    pass
+
+
+def _commit_without_ack(spark, cat, entry):
+    """One batch committed, then the acknowledgement fails (the process 'dies' with the broker's delivery
+    outstanding): the reader's connection is dropped without an ack."""
+    reader = entry.input.open()
+
+    def die(batch):  # noqa: ANN001, ANN202
+        raise _AckLost(batch.batch_id)
+
+    reader.acknowledge = die
+    try:
+        with pytest.raises(_AckLost):
+            ingest_stream_batch(spark, cat, entry, reader)
+    finally:
+        reader.close()
+
+
+def test_nats_failure_between_commit_and_ack_loses_nothing_and_writes_nothing_twice(spark, catalog,
+                                                                                   catalog_settings):
+    cat = catalog_settings.name
+    with jetstream_subject() as (stream, subject):
+        publish_nats(subject, CUSTOMERS[:4])
+        entry = _nats_entry(stream, subject, fetch_wait="PT0.2S")
+        _commit_without_ack(spark, cat, entry)
+        [committed] = _batch_ids(spark, cat, entry)
+        publish_nats(subject, CUSTOMERS[4:])            # the stream goes on while the batch is unacknowledged
+        runs = _drain(spark, cat, entry)
+        assert runs[0].redelivered_skipped == 4 and runs[0].result.batch_id != committed
+        assert _rows(spark, cat, "db.customers") == CUSTOMER_ROWS
+        assert len(_batch_ids(spark, cat, entry)) == 2  # the first batch is in the ledger once
+        inserted = spark.sql(f"SELECT count(*) FROM {cat}.db.customers.snapshots "
+                             "WHERE summary['icecdc.batch-id'] IS NOT NULL").first()[0]
+        assert inserted == 2
+        assert runs[-1].lag_after.waiting == 0
+
+
+def test_redis_failure_between_commit_and_ack_loses_nothing_and_writes_nothing_twice(spark, catalog,
+                                                                                    catalog_settings):
+    cat = catalog_settings.name
+    with redis_stream() as key:
+        publish_redis(key, CUSTOMERS[:4])
+        entry = _redis_entry(key, block="PT0.1S")
+        _commit_without_ack(spark, cat, entry)
+        publish_redis(key, CUSTOMERS[4:])
+        runs = _drain(spark, cat, entry)
+        assert runs[0].redelivered_skipped == 4 and runs[0].result is None  # pending first, skipped by the ledger
+        assert _rows(spark, cat, "db.customers") == CUSTOMER_ROWS
+        assert len(_batch_ids(spark, cat, entry)) == 2
+        assert runs[-1].lag_after.waiting == 0
+
+
+def test_redis_dead_consumers_pending_entries_are_taken_over(spark, catalog, catalog_settings):
+    cat = catalog_settings.name
+    with redis_stream() as key:
+        ids = publish_redis(key, CUSTOMERS)
+        client = redis.Redis.from_url(REDIS_URL)
+        client.xgroup_create(key, "icecdc", id="0")
+        held = client.xreadgroup("icecdc", "worker-that-died", {key: ">"}, count=4)  # delivered, never acked
+        assert [i.decode() for i, _ in held[0][1]] == ids[:4]
+        entry = _redis_entry(key, block="PT0.1S")
+        with entry.input.open() as reader:
+            assert (reader.lag().pending, reader.lag().unacknowledged) == (3, 4)
+        runs = _drain(spark, cat, entry)
+        assert runs[0].result.batch_id.endswith(f"#{ids[0]}..{ids[3]}")  # the taken-over entries first, in order
+        assert _rows(spark, cat, "db.customers") == CUSTOMER_ROWS
+        assert client.xpending(key, "icecdc")["pending"] == 0
+        client.close()
