@@ -69,12 +69,17 @@ class IngestStatus:
     files: int
     not_ingested: list[str]
     failed: list[str]
+    consumer_lag: int | None = None        # stream inputs: messages waiting (not delivered + unacknowledged)
+    unacknowledged: int | None = None      # of which delivered but not acknowledged (a batch in flight or died)
 
     def render(self) -> str:
         waiting = f", next: {self.not_ingested[0]}" if self.not_ingested else ""
+        failed = f", FAILED: {', '.join(self.failed)}" if self.failed else ""
+        if self.consumer_lag is not None:
+            return (f"ingest {self.name} ({self.landing}): consumer lag {self.consumer_lag} messages "
+                    f"({self.unacknowledged} unacknowledged){waiting}{failed}")
         return (f"ingest {self.name} ({self.landing}): {self.files} landing files, "
-                f"{len(self.not_ingested)} not yet ingested{waiting}"
-                + (f", FAILED: {', '.join(self.failed)}" if self.failed else ""))
+                f"{len(self.not_ingested)} not yet ingested{waiting}{failed}")
 
 
 def ingest_status(instance: DagsterInstance, entry: IngestConfig) -> IngestStatus:
@@ -83,17 +88,22 @@ def ingest_status(instance: DagsterInstance, entry: IngestConfig) -> IngestStatu
     Reads what the sensor reads: the known files after the line's frontier (newest first, a page at a
     time) and the listed files not known yet; files before the frontier are ingested (in order).
     """
-    from icecdc_dagster.pipeline.ingest import landing_keys
+    from icecdc_dagster.pipeline.ingest import input_keys
     from icecdc_dagster.sensors.ingest import ingest_line, unknown_keys
 
-    files = landing_keys(entry)
+    files = input_keys(entry)
     entry_line = ingest_line(entry)
     waiting = lines.pending_keys(instance, entry_line)
     keys = waiting + unknown_keys(instance, entry_line, files)
     statuses = lines.pending_statuses(instance, entry_line, waiting)
-    return IngestStatus(entry.name, entry.landing, len(files),
-                        [k for k in keys if statuses.get(k) is not KeyStatus.DONE],
-                        [k for k in waiting if statuses.get(k) is KeyStatus.FAILED])
+    status = IngestStatus(entry.name, entry.source, len(files),
+                          [k for k in keys if statuses.get(k) is not KeyStatus.DONE],
+                          [k for k in waiting if statuses.get(k) is KeyStatus.FAILED])
+    if entry.input is not None:  # broker metadata only: what waits, not what Dagster knows
+        with entry.input.open() as reader:
+            lag = reader.lag()
+        status.files, status.consumer_lag, status.unacknowledged = 0, lag.waiting, lag.unacknowledged
+    return status
 
 
 @dataclass(frozen=True)

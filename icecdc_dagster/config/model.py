@@ -12,16 +12,16 @@ from pydantic import Discriminator, Field, PrivateAttr, Tag, field_validator, mo
 from icecdc_dagster.errors import ConfigError
 from icecdc_dagster.fields import (Duration, Flag, LocationOrUri, Model, Names, NonNegativeInt, PositiveInt, Secret,
                                    TableName, parse_duration)
-from icecdc_dagster.ingest.inputs.base import InputConfig
-from icecdc_dagster.ingest.inputs.registry import INPUT_KINDS
+from icecdc_dagster.inputs.base import InputConfig
+from icecdc_dagster.inputs.registry import INPUT_KINDS
 from icecdc_dagster.runtime.catalog import CATALOG_TYPES, CatalogSettings
 from icecdc_dagster.runtime.spark import SparkSettings
 from icecdc_dagster.sinks.kind import SinkConfig
 from icecdc_dagster.sinks.registry import SINK_KINDS
 
 
-def _sink_entry(kind: str, config: type[SinkConfig]) -> Any:
-    """``{<kind>: {settings}}``: the YAML shape of one sink, as its own small model."""
+def _sink_entry(kind: str, config: type[SinkConfig] | type[InputConfig]) -> Any:
+    """``{<kind>: {settings}}``: the YAML shape of one sink (or stream input), as its own small model."""
     from pydantic import create_model
 
     fields: dict[str, Any] = {kind: (config, Field(description=config.__doc__))}

@@ -14,7 +14,7 @@ from typing import Any
 from icecdc_dagster.config import IngestConfig
 from icecdc_dagster.errors import IngestError
 from icecdc_dagster.ingest import landing, routing
-from icecdc_dagster.ingest.inputs.base import Lag, StreamBatch, StreamInput, fault_after_commit
+from icecdc_dagster.inputs.base import Lag, StreamBatch, StreamInput, fault_after_commit
 from icecdc_dagster.ingest.pipeline import IngestResult, IngestSettings, ingest_records, recorded_batches
 
 
@@ -28,6 +28,18 @@ def ingest_settings(entry: IngestConfig) -> IngestSettings:
 def fixed_target(entry: IngestConfig) -> str | None:
     """The one table an entry writes, or None for a routing template."""
     return None if routing.is_template(entry.target) else entry.target
+
+
+def input_keys(entry: IngestConfig) -> list[str]:
+    """The partition keys the entry's input offers now: landing file names, or for a stream input the
+    first unacknowledged position when messages wait (the next batch starts there; its last position is
+    known only once it is read, and is in the run's metadata and the Iceberg commit)."""
+    stream = entry.input
+    if stream is None:
+        return landing_keys(entry)
+    with stream.open() as reader:
+        position = reader.next_position()
+    return [] if position is None else [position]
 
 
 def landing_keys(entry: IngestConfig) -> list[str]:

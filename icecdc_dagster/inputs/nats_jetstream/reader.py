@@ -14,11 +14,11 @@ from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from icecdc_dagster.errors import StreamInputError
-from icecdc_dagster.ingest.inputs.base import (Lag, LedgerView, Message, StreamBatch, StreamInput, ledger_view,
+from icecdc_dagster.inputs.base import (Lag, LedgerView, Message, StreamBatch, StreamInput, ledger_view,
                                                split_batch)
 
 if TYPE_CHECKING:
-    from icecdc_dagster.ingest.inputs.nats_jetstream.config import NatsJetStreamConfig
+    from icecdc_dagster.inputs.nats_jetstream.config import NatsJetStreamConfig
 
 T = TypeVar("T")
 
@@ -125,6 +125,15 @@ class NatsJetStreamInput(StreamInput):
             return Lag(waiting, 0, {"consumer": "(not created yet)"})
         return Lag(int(info.num_pending or 0), int(info.num_ack_pending or 0),
                    {"ack_floor": int(info.ack_floor.stream_seq), "delivered": int(info.delivered.stream_seq)})
+
+    def next_position(self) -> str | None:
+        info = self._consumer_info()
+        if info is None:
+            stream = self._run(self._connect().stream_info(self.config.stream, subjects_filter=self.config.subject))
+            return str(stream.state.first_seq) if sum((stream.state.subjects or {}).values()) else None
+        if not (info.num_pending or info.num_ack_pending):
+            return None
+        return str(int(info.ack_floor.stream_seq) + 1)
 
     def close(self) -> None:
         if self._nc is not None:

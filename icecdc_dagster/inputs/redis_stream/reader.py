@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from icecdc_dagster.errors import StreamInputError
-from icecdc_dagster.ingest.inputs.base import Lag, Message, StreamBatch, StreamInput, ledger_view, split_batch
+from icecdc_dagster.inputs.base import Lag, Message, StreamBatch, StreamInput, ledger_view, split_batch
 
 if TYPE_CHECKING:
-    from icecdc_dagster.ingest.inputs.redis_stream.config import RedisStreamConfig
+    from icecdc_dagster.inputs.redis_stream.config import RedisStreamConfig
 
 
 def entry_key(position: str) -> tuple[int, int]:
@@ -98,7 +98,9 @@ class RedisStreamInput(StreamInput):
         if not pending:
             held = int(self._call("XPENDING", self._redis.xpending, self.config.key, self.config.group)["pending"])
             if held:  # another consumer's entries, not idle long enough to claim: nothing may pass them
-                return StreamBatch(self.source, ())
+                raise StreamInputError(f"{self.config.describe()}: {held} entries are pending with another consumer "
+                                       f"and not idle for {self.config.claim_min_idle} yet; they are claimed once "
+                                       "they are (the batch runs again then)")
             pending = self._entries(">", self.config.block_ms or None)
         pending.sort(key=lambda m: entry_key(m.position))
         return split_batch(self.source, pending, view, entry_key)
@@ -119,6 +121,18 @@ class RedisStreamInput(StreamInput):
         if lag is None:  # Redis cannot tell (entries deleted in between): count what follows the group's position
             lag = len(self._call("XRANGE", self._redis.xrange, c.key, f"({_text(group['last-delivered-id'])}", "+"))
         return Lag(int(lag), int(group["pending"]), {"last_delivered_id": _text(group["last-delivered-id"])})
+
+    def next_position(self) -> str | None:
+        c = self.config
+        if not self._redis.exists(c.key):
+            return None
+        groups = self._call("XINFO GROUPS", self._redis.xinfo_groups, c.key)
+        group = next((g for g in groups if _text(g["name"]) == c.group), None)
+        if group is not None and int(group["pending"]):
+            return _text(self._call("XPENDING", self._redis.xpending, c.key, c.group)["min"])
+        after = "-" if group is None else f"({_text(group['last-delivered-id'])}"
+        following = self._call("XRANGE", self._redis.xrange, c.key, after, "+", count=1)
+        return _text(following[0][0]) if following else None
 
     def close(self) -> None:
         self._redis.close()

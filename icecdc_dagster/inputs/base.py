@@ -103,8 +103,9 @@ def split_batch(source: str, fetched: Sequence[Message], view: LedgerView,
                 position_key: Callable[[str], Any]) -> StreamBatch:
     """The batch of ``fetched`` (position order): re-deliveries at or before the ledger's position are only
     acknowledged; a partially committed batch is rebuilt exactly; otherwise every newer message."""
-    done = [m for m in fetched if view.committed_through is not None and position_key(m.position) <= view.committed_through]
-    rest = [m for m in fetched if m not in done]
+    through = view.committed_through
+    done = [m for m in fetched if through is not None and position_key(m.position) <= through]
+    rest = fetched[len(done):]  # position order: the committed ones come first
     if view.partial is None:
         return StreamBatch(source, tuple(rest), tuple(done))
     first, last, bid = view.partial
@@ -139,6 +140,11 @@ class StreamInput(ABC):
     @abstractmethod
     def lag(self) -> Lag:
         """Messages waiting (cheap: broker metadata only)."""
+
+    @abstractmethod
+    def next_position(self) -> str | None:
+        """The first unacknowledged position (the next batch starts there or after), from broker metadata
+        only; None when nothing waits. The sensor names the next batch's partition by it."""
 
     def close(self) -> None:  # noqa: B027 - optional
         """Release the connection."""

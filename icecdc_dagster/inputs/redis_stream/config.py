@@ -5,7 +5,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from icecdc_dagster.fields import Duration, EnvOrText, NonNegativeInt, Secret, parse_duration
-from icecdc_dagster.ingest.inputs.base import InputConfig, StreamInput
+from icecdc_dagster.inputs.base import InputConfig, StreamInput
 
 
 class RedisStreamConfig(InputConfig):
@@ -45,6 +45,6 @@ class RedisStreamConfig(InputConfig):
         return f"Redis stream {self.key} (group {self.group}, consumer {self.consumer} at {self.url})"
 
     def open(self) -> StreamInput:
-        from icecdc_dagster.ingest.inputs.redis_stream.reader import RedisStreamInput
+        from icecdc_dagster.inputs.redis_stream.reader import RedisStreamInput
 
         return RedisStreamInput(self)

@@ -5,7 +5,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from icecdc_dagster.fields import Duration, EnvOrText, Secret, parse_duration
-from icecdc_dagster.ingest.inputs.base import InputConfig, StreamInput
+from icecdc_dagster.inputs.base import InputConfig, StreamInput
 
 
 class NatsJetStreamConfig(InputConfig):
@@ -42,6 +42,6 @@ class NatsJetStreamConfig(InputConfig):
         return f"JetStream {self.stream} subject {self.subject} (consumer {self.durable} at {self.url})"
 
     def open(self) -> StreamInput:
-        from icecdc_dagster.ingest.inputs.nats_jetstream.reader import NatsJetStreamInput
+        from icecdc_dagster.inputs.nats_jetstream.reader import NatsJetStreamInput
 
         return NatsJetStreamInput(self)

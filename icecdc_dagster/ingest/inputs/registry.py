@@ -1,7 +1,0 @@
-"""The stream input kinds: YAML key -> config class (adding a kind is one line here)."""
-
-from icecdc_dagster.ingest.inputs.base import InputConfig
-from icecdc_dagster.ingest.inputs.nats_jetstream.config import NatsJetStreamConfig
-from icecdc_dagster.ingest.inputs.redis_stream.config import RedisStreamConfig
-
-INPUT_KINDS: dict[str, type[InputConfig]] = {c.kind: c for c in (NatsJetStreamConfig, RedisStreamConfig)}
