@@ -170,3 +170,41 @@ def test_redis_dead_consumers_pending_entries_are_taken_over(spark, catalog, cat
         assert _rows(spark, cat, "db.customers") == CUSTOMER_ROWS
         assert client.xpending(key, "icecdc")["pending"] == 0
         client.close()
+
+
+def test_stream_input_config_is_validated_like_the_rest():
+    from pydantic import ValidationError
+
+    base = {"name": "c", "target": "db.c"}
+    nats = {"nats_jetstream": {"stream": "S", "subject": "a.b", "durable": "d"}}
+    assert IngestConfig.model_validate({**base, "input": nats}).source == "nats-jetstream://S/a.b"
+    for bad, says in [({**base}, "exactly one of 'landing'"),
+                      ({**base, "landing": "/x", "input": nats}, "exactly one of 'landing'"),
+                      ({**base, "input": {"kafka": {}}}, "unknown input type (expected one of: nats_jetstream, "
+                                                         "redis_stream)"),
+                      ({**base, "input": {"redis_stream": {"key": "k", "password": "plain"}}}, "env"),
+                      ({**base, "input": {"nats_jetstream": {**nats["nats_jetstream"], "max_messages": 0}}},
+                       "greater than or equal to 1"),
+                      ({**base, "input": {"redis_stream": {"key": "k", "block": "1s"}}}, "duration")]:
+        with pytest.raises(ValidationError, match=None) as error:
+            IngestConfig.model_validate(bad)
+        assert says in str(error.value), str(error.value)
+
+
+def test_ledger_positions_skip_redeliveries_and_rebuild_a_partial_batch():
+    from icecdc_dagster.errors import StreamInputError
+    from icecdc_dagster.inputs.base import Message, ledger_view, split_batch
+    from icecdc_dagster.inputs.redis_stream.reader import entry_key
+
+    src = "redis-stream://k"
+    msgs = [Message(p, b"{}") for p in ("9-0", "10-0", "10-1", "11-0")]
+    complete = ledger_view(src, {f"{src}#1-0..10-0": True, "other#1-0..99-0": True}, entry_key)
+    assert complete.committed_through == (10, 0)           # numeric, not text order ("9-0" > "10-0" as text)
+    batch = split_batch(src, msgs, complete, entry_key)
+    assert [m.position for m in batch.already_committed] == ["9-0", "10-0"]
+    assert batch.batch_id == f"{src}#10-1..11-0"
+    partial = ledger_view(src, {f"{src}#1-0..10-0": True, f"{src}#10-1..10-1": False}, entry_key)
+    rebuilt = split_batch(src, msgs, partial, entry_key)
+    assert rebuilt.batch_id == f"{src}#10-1..10-1" and [m.position for m in rebuilt.messages] == ["10-1"]
+    with pytest.raises(StreamInputError, match="committed to only some of its tables"):
+        split_batch(src, msgs[:2], partial, entry_key)
