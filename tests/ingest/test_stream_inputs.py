@@ -208,3 +208,40 @@ def test_ledger_positions_skip_redeliveries_and_rebuild_a_partial_batch():
     assert rebuilt.batch_id == f"{src}#10-1..10-1" and [m.position for m in rebuilt.messages] == ["10-1"]
     with pytest.raises(StreamInputError, match="committed to only some of its tables"):
         split_batch(src, msgs[:2], partial, entry_key)
+
+
+def _event(op, row=None, before=None, snapshot="false"):
+    import json
+
+    return json.dumps({"payload": {"op": op, "before": before, "after": row, "ts_ms": 1,
+                                   "source": {"db": "shop", "table": "c", "snapshot": snapshot}}}).encode()
+
+
+def test_snapshot_then_stream_hand_off_also_when_the_snapshot_is_re_sent(spark, catalog, catalog_settings):
+    """Debezium's snapshot (``op: r``) arrives before the stream and overlaps it (a row inserted while the
+    snapshot ran is both read and streamed); the connector then re-sends its snapshot (``snapshot.mode`` always,
+    or a restart before the offset was flushed): the target equals the source after every hand-off."""
+    cat = catalog_settings.name
+    snapshot = [_event("r", {"id": 1, "v": "a"}, snapshot="first"), _event("r", {"id": 2, "v": "b"}, snapshot="true"),
+                _event("r", {"id": 3, "v": "c"}, snapshot="last")]
+    stream = [_event("c", {"id": 3, "v": "c"}),                              # overlaps the snapshot's last row
+              _event("u", {"id": 1, "v": "a2"}, before={"id": 1, "v": "a"}),
+              _event("d", None, before={"id": 2, "v": "b"}), b"",           # delete + tombstone
+              _event("c", {"id": 4, "v": "d"})]
+    resent = [_event("r", {"id": 1, "v": "a2"}, snapshot="first"), _event("r", {"id": 3, "v": "c"}, snapshot="true"),
+              _event("r", {"id": 4, "v": "d"}, snapshot="last")]
+    after_resend = [_event("u", {"id": 4, "v": "d2"}, before={"id": 4, "v": "d"})]
+    source = {1: "a2", 3: "c", 4: "d"}
+    with redis_stream() as key:
+        entry = _redis_entry(key, "db.handoff", block="PT0.1S", max_messages=5)  # batches cut across the hand-off
+        publish_redis(key, snapshot[:2])
+        _drain(spark, cat, entry)
+        publish_redis(key, snapshot + stream)  # the first snapshot attempt died: Debezium sends it whole again
+        _drain(spark, cat, entry)
+        assert {r.id: r.v for r in spark.table(f"{cat}.db.handoff").collect()} == source
+        publish_redis(key, resent)
+        _drain(spark, cat, entry)
+        assert {r.id: r.v for r in spark.table(f"{cat}.db.handoff").collect()} == source
+        publish_redis(key, after_resend)
+        _drain(spark, cat, entry)
+        assert {r.id: r.v for r in spark.table(f"{cat}.db.handoff").collect()} == {**source, 4: "d2"}
