@@ -245,3 +245,53 @@ def test_snapshot_then_stream_hand_off_also_when_the_snapshot_is_re_sent(spark, 
         publish_redis(key, after_resend)
         _drain(spark, cat, entry)
         assert {r.id: r.v for r in spark.table(f"{cat}.db.handoff").collect()} == {**source, 4: "d2"}
+
+
+KILLED_STEP = """
+import sys
+from icecdc_dagster.config import IngestConfig
+from icecdc_dagster.pipeline.ingest import ingest_stream_batch
+from icecdc_dagster.runtime.catalog import CatalogSettings
+from icecdc_dagster.runtime.spark import SparkSettings, attach_catalog, build_spark_session
+
+name, uri, warehouse, entry_json = sys.argv[1:5]
+spark = build_spark_session(SparkSettings(master="local[1]", app_name="killed-step",
+                                          conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}))
+attach_catalog(spark, CatalogSettings(name=name, uri=uri, warehouse=warehouse))
+entry = IngestConfig.model_validate_json(entry_json)
+with entry.input.open() as reader:
+    ingest_stream_batch(spark, name, entry, reader)   # ICECDC_FAULT kills the process after the commit
+print("acknowledged", flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["nats", "redis"])
+def test_sigkill_between_commit_and_ack_loses_nothing_and_writes_nothing_twice(spark, catalog, catalog_settings,
+                                                                              kind):
+    """The real thing: a process SIGKILLed by the fault hook right after the commit, before the acknowledgement."""
+    import os
+    import subprocess
+    import sys
+
+    cat = catalog_settings.name
+    with (jetstream_subject() if kind == "nats" else redis_stream()) as where:
+        if kind == "nats":
+            publish_nats(where[1], CUSTOMERS[:4])
+            entry = _nats_entry(*where, fetch_wait="PT0.2S")
+        else:
+            publish_redis(where, CUSTOMERS[:4])
+            entry = _redis_entry(where, block="PT0.1S")
+        env = {**os.environ, "ICECDC_FAULT": "kill-after-commit-before-ack"}
+        done = subprocess.run([sys.executable, "-c", KILLED_STEP, cat, catalog_settings.uri,
+                               catalog_settings.warehouse, entry.model_dump_json(by_alias=True)],
+                              env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == -9 and "acknowledged" not in done.stdout, done.stderr[-2000:]
+        [committed] = _batch_ids(spark, cat, entry)
+        (publish_nats(where[1], CUSTOMERS[4:]) if kind == "nats" else publish_redis(where, CUSTOMERS[4:]))
+        runs = _drain(spark, cat, entry)
+        assert runs[0].redelivered_skipped == 4
+        assert _rows(spark, cat, "db.customers") == CUSTOMER_ROWS
+        ids = _batch_ids(spark, cat, entry)
+        assert committed in ids and len(ids) == 2
+        assert runs[-1].lag_after.waiting == 0
