@@ -182,7 +182,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from icecdc_dagster.demo.run import run_demo
 
-    return run_demo(Path(args.dir), opensearch_url=args.opensearch_url)
+    return run_demo(Path(args.dir), opensearch_url=args.opensearch_url, input_kind=args.input)
 
 
 def cmd_rest_server(args: argparse.Namespace) -> int:
@@ -256,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--dir", default="icecdc-demo", help="where the demo's warehouse, catalog and instance live")
     demo.add_argument("--opensearch-url", default=os.environ.get("ICECDC_DEMO_OPENSEARCH_URL"),
                       help="also sync into this OpenSearch cluster")
+    demo.add_argument("--input", choices=("files", "nats"), default="files",
+                      help="where the customers events come from: landing files, or a NATS JetStream subject "
+                           "($ICECDC_DEMO_NATS_URL, default nats://127.0.0.1:4222)")
     demo.set_defaults(func=cmd_demo)
     rest = sub.add_parser("rest-server", help="a local Iceberg REST catalog for trials (JdbcCatalog on SQLite)")
     rest.add_argument("--dir", default="icecdc-rest", help="where its catalog file and warehouse live")

@@ -94,3 +94,7 @@ class SchemaChangeError(SinkWriteError):
     """A source schema change a target cannot follow in place (identifier fields changed, a type that
     cannot be widened to the source's, a replica a by-name version left with two columns for one field):
     names the table, column and snapshot, and the ``icecdc resync`` command that rebuilds the target."""
+
+
+class StreamInputError(IngestError):
+    """A stream input (NATS JetStream, Redis Streams) cannot deliver a batch: names the input and what to do."""

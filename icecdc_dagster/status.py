@@ -71,15 +71,20 @@ class IngestStatus:
     failed: list[str]
     expired_files: int = 0   # past the ledger's horizon (max_file_age), never ingested: set aside
     error: str | None = None
+    consumer_lag: int | None = None        # stream inputs: messages waiting (not delivered + unacknowledged)
+    unacknowledged: int | None = None      # of which delivered but not acknowledged (a batch in flight or died)
 
     def render(self) -> str:
         waiting = f", next: {self.not_ingested[0]}" if self.not_ingested else ""
+        failed = f", FAILED: {', '.join(self.failed)}" if self.failed else ""
+        error = f" (error: {self.error})" if self.error else ""
+        if self.consumer_lag is not None:
+            return (f"ingest {self.name} ({self.landing}): consumer lag {self.consumer_lag} messages "
+                    f"({self.unacknowledged} unacknowledged){waiting}{failed}{error}")
         expired = (f", {self.expired_files} expired (older than max_file_age, never ingested)"
                    if self.expired_files else "")
         return (f"ingest {self.name} ({self.landing}): {self.files} landing files, "
-                f"{len(self.not_ingested)} not yet ingested{waiting}{expired}"
-                + (f", FAILED: {', '.join(self.failed)}" if self.failed else "")
-                + (f" (error: {self.error})" if self.error else ""))
+                f"{len(self.not_ingested)} not yet ingested{waiting}{expired}{failed}{error}")
 
 
 def ingest_status(instance: DagsterInstance, entry: IngestConfig, defs: Definitions | None = None) -> IngestStatus:
@@ -88,18 +93,22 @@ def ingest_status(instance: DagsterInstance, entry: IngestConfig, defs: Definiti
     Reads what the sensor reads: the known files after the line's frontier (newest first, a page at a
     time) and the listed files not known yet; files before the frontier are ingested (in order).
     """
-    from icecdc_dagster.pipeline.ingest import landing_keys
+    from icecdc_dagster.pipeline.ingest import input_keys
     from icecdc_dagster.sensors.ingest import ingest_line, unknown_keys
 
-    files = landing_keys(entry)
+    files = input_keys(entry)
     entry_line = ingest_line(entry)
     waiting = lines.pending_keys(instance, entry_line)
     keys = waiting + unknown_keys(instance, entry_line, files)
     statuses = lines.pending_statuses(instance, entry_line, waiting)
-    status = IngestStatus(entry.name, entry.landing, len(files),
+    status = IngestStatus(entry.name, entry.source, len(files),
                           [k for k in keys if statuses.get(k) is not KeyStatus.DONE],
                           [k for k in waiting if statuses.get(k) is KeyStatus.FAILED])
-    if defs is not None:
+    if entry.input is not None:  # broker metadata only: what waits, not what Dagster knows
+        with entry.input.open() as reader:
+            lag = reader.lag()
+        status.files, status.consumer_lag, status.unacknowledged = 0, lag.waiting, lag.unacknowledged
+    elif defs is not None:
         _count_expired(defs, entry, status)
     return status
 

@@ -5,6 +5,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from icecdc_dagster.cli import main
 from icecdc_dagster.demo import workload
 
@@ -187,3 +189,30 @@ def test_sync_on_a_terminal_shows_live_progress_and_elsewhere_one_line_per_batch
     runs = re.search(r"^db\.items: (\d+)/(\d+) runs succeeded; ok", done.stdout, re.M)
     assert runs and int(runs.group(1)) == int(runs.group(2)) == len(batches)   # a line for every batch run
     assert spark.table(f"{catalog_settings.name}.db.copy").count() == 2
+
+
+@pytest.mark.slow
+def test_demo_takes_its_customers_from_nats_with_the_same_result(spark, tmp_path, monkeypatch, capsys):
+    """``icecdc demo --input nats``: the customers events from a JetStream subject, the same table as from files."""
+    import asyncio
+    import uuid
+
+    import nats
+
+    stream = f"ICECDC_DEMO_{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("ICECDC_DEMO_NATS_STREAM", stream)
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    try:
+        assert main(["demo", "--dir", str(tmp_path / "demo"), "--input", "nats"]) == 0
+        out = capsys.readouterr().out
+        assert f"published 67 Debezium events to JetStream {stream}" in out
+        ingested = next(line for line in out.splitlines() if line.startswith("ingested customers:"))
+        assert ingested.startswith("ingested customers: 45 rows (10 gold, columns ")
+        assert ingested.endswith("dead letters: 1")
+    finally:
+        async def delete() -> None:
+            nc = await nats.connect("nats://127.0.0.1:4222")
+            await nc.jetstream().delete_stream(stream)
+            await nc.close()
+
+        asyncio.run(delete())

@@ -1,4 +1,4 @@
-"""The engine can be read and tested alone: no Dagster import in changelog/, sinks/ (but a sink
+"""The engine can be read and tested alone: no Dagster import in changelog/, sinks/, inputs/ (but a sink
 kind's ``resource.py``, its Dagster adapter), writer/, ingest/ or pipeline/; and the Dagster layer
 never branches on a sink's kind."""
 
@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).parent.parent / "icecdc_dagster"
-ENGINE = ("changelog", "sinks", "writer", "ingest", "pipeline")
+ENGINE = ("changelog", "sinks", "inputs", "writer", "ingest", "pipeline")
 
 
 def _imports(path: Path) -> set[str]:

@@ -1,4 +1,6 @@
-"""``ingest/<name>``: Debezium landing files written into Iceberg, one partition per landing file.
+"""``ingest/<name>``: Debezium landing files written into Iceberg, one partition per landing file; or one
+bounded batch of a stream input per run (partition: the first waiting position; the batch's range, its
+messages, re-deliveries skipped and the consumer lag are in the run's metadata).
 
 A run covers consecutive files (at most ``files_per_batch``) as one batch; the engine records the
 batch id in the targets' snapshot summaries and skips a batch already committed. A file already
@@ -25,7 +27,7 @@ from icecdc_dagster.assets.table_metadata import (COLUMN_SCHEMA, PARTITION_ROW_C
 from icecdc_dagster.config import IngestConfig
 from icecdc_dagster.ingest import dead_letters, routing
 from icecdc_dagster.ingest.pipeline import IngestResult, ingest_files, recorded_batches
-from icecdc_dagster.pipeline.ingest import batches_for, fixed_target, ingest_settings
+from icecdc_dagster.pipeline.ingest import batches_for, fixed_target, ingest_settings, ingest_stream_batch
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 
 
@@ -41,9 +43,9 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
         backfill_policy=BackfillPolicy.single_run(),
         group_name=naming.ingest_group_name(entry),
         kinds={"iceberg", "spark"},
-        description=(f"Debezium events from {entry.landing} upserted into "
+        description=(f"Debezium events from {entry.landing or entry.input.describe()} upserted into "  # type: ignore[union-attr]
                      f"{target or 'the tables named by ' + entry.target}; bad events go to dead-letter tables."),
-        metadata={"landing": entry.landing, "target": entry.target,
+        metadata={"landing" if entry.input is None else "input": entry.source, "target": entry.target,
                   "identifier_columns": ", ".join(entry.identifier_columns) or "(table's own or none)",
                   **{k: v for k, v in (described or {}).items() if k != ROW_COUNT}},
     )
@@ -51,14 +53,11 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
                 catalog: IcebergCatalogResource) -> MaterializeResult:
         started = time.monotonic()
         session = spark.session(catalog)
-        settings = ingest_settings(entry)
-        recorded = recorded_batches(session, catalog.name, settings)
-        results = []
-        for batch in batches_for(entry, context.partition_keys, recorded):
-            if batch.committed:  # already in every table it writes: a re-execution changes nothing
-                results.append(IngestResult(batch.batch_id or "", batch.files, True))
-            else:
-                results.append(ingest_files(session, catalog.name, catalog.load(), settings, list(batch.files)))
+        stream_metadata: dict[str, Any] = {}
+        if entry.input is None:
+            results = _landing_batches(context, session, catalog, entry)
+        else:
+            results, stream_metadata = _stream_batch(context, session, catalog, entry)
         files = [f for r in results for f in r.files]
         expired = [f.rsplit("/", 1)[-1] for r in results for f in r.expired]
         if expired:
@@ -90,7 +89,8 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
         context.log.info(f"ingest {entry.name}: {'skipped (already committed)' if skipped else 'committed'} "
                          f"{len(files)} file(s) in {len(results)} batch(es): {totals}")
         return MaterializeResult(metadata={
-            "files": MetadataValue.json([f.rsplit("/", 1)[-1] for f in files]),
+            **({"files": MetadataValue.json([f.rsplit("/", 1)[-1] for f in files])} if entry.input is None
+               else stream_metadata),
             "batch_id": " | ".join(r.batch_id for r in results),
             "skipped_already_committed": skipped,
             **({"expired": MetadataValue.json(expired)} if expired else {}),
@@ -101,6 +101,38 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
         })
 
     return _ingest
+
+
+def _landing_batches(context: AssetExecutionContext, session: Any, catalog: IcebergCatalogResource,
+                     entry: IngestConfig) -> list[IngestResult]:
+    """The run's landing files as engine batches (a recorded batch re-run as itself), each ingested once."""
+    settings = ingest_settings(entry)
+    recorded = recorded_batches(session, catalog.name, settings)
+    results = []
+    for batch in batches_for(entry, context.partition_keys, recorded):
+        if batch.committed:  # already in every table it writes: a re-execution changes nothing
+            results.append(IngestResult(batch.batch_id or "", batch.files, True))
+        else:
+            results.append(ingest_files(session, catalog.name, catalog.load(), settings, list(batch.files)))
+    return results
+
+
+def _stream_batch(context: AssetExecutionContext, session: Any, catalog: IcebergCatalogResource,
+                  entry: IngestConfig) -> tuple[list[IngestResult], dict[str, Any]]:
+    """One bounded batch of the stream input: read, commit, acknowledge. Metadata: the batch's position range,
+    messages, re-deliveries the ledger skipped, and the consumer lag after the acknowledgement."""
+    assert entry.input is not None
+    with entry.input.open() as reader:
+        run = ingest_stream_batch(session, catalog.name, entry, reader)
+    batch = run.batch
+    result = run.result or IngestResult(batch.batch_id or "", (entry.source,), True)
+    context.log.info(f"ingest {entry.name}: batch {batch.first}..{batch.last} ({len(batch.messages)} messages), "
+                     f"{run.redelivered_skipped} re-deliveries already committed, lag {run.lag_after.waiting}")
+    return [result], {
+        "input": entry.input.describe(), "first_position": batch.first or "", "last_position": batch.last or "",
+        "messages": len(batch.messages), "redelivered_skipped": run.redelivered_skipped,
+        "consumer_lag": run.lag_after.waiting, "lag_pending": run.lag_after.pending,
+        "lag_unacknowledged": run.lag_after.unacknowledged}
 
 
 def build_dead_letter_asset(entries: Sequence[IngestConfig], catalog_name: str,

@@ -12,14 +12,16 @@ from pydantic import Discriminator, Field, PrivateAttr, Tag, ValidationInfo, fie
 from icecdc_dagster.errors import ConfigError
 from icecdc_dagster.fields import (Duration, EnvRef, Flag, LocationOrUri, Model, Names, NonNegativeInt, PositiveInt,
                                    PropertyValue, Secret, TableName, is_secret_property, local_path, parse_duration)
+from icecdc_dagster.inputs.base import InputConfig
+from icecdc_dagster.inputs.registry import INPUT_KINDS
 from icecdc_dagster.runtime.catalog import CATALOG_TYPES, CatalogSettings
 from icecdc_dagster.runtime.spark import SparkSettings
 from icecdc_dagster.sinks.kind import SinkConfig
 from icecdc_dagster.sinks.registry import SINK_KINDS
 
 
-def _sink_entry(kind: str, config: type[SinkConfig]) -> Any:
-    """``{<kind>: {settings}}``: the YAML shape of one sink, as its own small model."""
+def _sink_entry(kind: str, config: type[SinkConfig] | type[InputConfig]) -> Any:
+    """``{<kind>: {settings}}``: the YAML shape of one sink (or stream input), as its own small model."""
     from pydantic import create_model
 
     fields: dict[str, Any] = {kind: (config, Field(description=config.__doc__))}
@@ -39,6 +41,13 @@ _ENTRIES = tuple(_sink_entry(kind, config) for kind, config in SINK_KINDS.items(
 SinkEntry = Annotated[Union[_ENTRIES],  # type: ignore[valid-type]  # noqa: UP007 - built from the registry
                       Discriminator(_sink_kind, custom_error_type="sink_kind", custom_error_message="unknown sink type",
                                     custom_error_context={"expected": ", ".join(sorted(SINK_KINDS))})]
+
+
+_INPUTS = tuple(_sink_entry(kind, config) for kind, config in INPUT_KINDS.items())
+InputEntry = Annotated[Union[_INPUTS],  # type: ignore[valid-type]  # noqa: UP007 - built from the registry
+                       Discriminator(_sink_kind, custom_error_type="input_kind",
+                                     custom_error_message="unknown input type (expected one of: "
+                                                          f"{', '.join(sorted(INPUT_KINDS))})")]
 
 
 class TableConfig(Model):
@@ -83,10 +92,14 @@ class TableConfig(Model):
 
 
 class IngestConfig(Model):
-    """Debezium-style change events from landing files into Iceberg tables."""
+    """Debezium-style change events from landing files or a stream (NATS JetStream, Redis Streams) into Iceberg."""
 
     name: str = Field(min_length=1, description="names the ingest asset, sensor and line")
-    landing: LocationOrUri = Field(description="directory of landing files (relative to the pipeline file)")
+    landing: LocationOrUri | None = Field(default=None, description="directory of landing files (relative to the "
+                                                                    "pipeline file); or give 'input'")
+    input_entry: InputEntry | None = Field(default=None, alias="input",
+                                           description="a stream input instead of landing files: "
+                                                       "{nats_jetstream: {...}} or {redis_stream: {...}}")
     target: str = Field(description="target table, or a template over envelope fields: db.{source.table}")
     identifier_columns: Names | dict[str, Names] = Field(
         default=(), description="upsert key; per routed target: {table or short name: [columns]}")
@@ -113,6 +126,26 @@ class IngestConfig(Model):
         return self.schema_
 
     @property
+    def input(self) -> InputConfig | None:
+        """The stream input, or None for landing files."""
+        if self.input_entry is None:
+            return None
+        return getattr(self.input_entry, _sink_kind(self.input_entry) or "")
+
+    @property
+    def landing_path(self) -> str:
+        """The landing directory (an entry with a stream input has none: an error names the entry)."""
+        if self.landing is None:
+            raise ConfigError(f"ingest {self.name}: reads a stream input, not landing files")
+        return self.landing
+
+    @property
+    def source(self) -> str:
+        """What the ledger names as this entry's source: the landing location or the stream input's name."""
+        stream = self.input
+        return stream.source if stream is not None else self.landing_path
+
+    @property
     def polling_interval_s(self) -> float:
         return parse_duration(self.polling_interval)
 
@@ -134,6 +167,8 @@ class IngestConfig(Model):
         if self.schema_ is not None and routing.is_template(self.target):
             raise ValueError("a declared schema describes one table, but the target is a routing template that "
                              "writes many: drop 'schema' (the schema is inferred per table) or use a fixed target")
+        if (self.landing is None) == (self.input_entry is None):
+            raise ValueError("give exactly one of 'landing' (a directory of landing files) and 'input' (a stream)")
         if isinstance(self.identifier_columns, dict) and not routing.is_template(self.target):
             raise ValueError("identifier_columns per target only applies to a routing template; "
                              "give a list of columns for a fixed target")

@@ -5,11 +5,14 @@ import json
 from typing import Any
 
 from icecdc_dagster.config.load import config_schema
+from icecdc_dagster.inputs.registry import INPUT_KINDS
 from icecdc_dagster.sinks.registry import SINK_KINDS
 
 _SECTIONS = (("catalog", "CatalogConfig"), ("spark", "SparkConfig"), ("tables[]", "TableConfig"),
              *((f"tables[].sinks[].{kind}", config.__name__) for kind, config in SINK_KINDS.items()),
-             ("ingest[]", "IngestConfig"), ("lineage", "LineageConfig"), ("instance", "InstanceConfig"))
+             ("ingest[]", "IngestConfig"),
+             *((f"ingest[].input.{kind}", config.__name__) for kind, config in INPUT_KINDS.items()),
+             ("lineage", "LineageConfig"), ("instance", "InstanceConfig"))
 
 
 def markdown_reference() -> str:
@@ -41,7 +44,9 @@ def _default(prop: dict[str, Any]) -> str:
 def _type(prop: dict[str, Any], defs: dict[str, Any]) -> str:
     if "$ref" in prop:
         name = prop["$ref"].rsplit("/", 1)[-1]
-        return "sink" if name.endswith("Entry") else name
+        if name.endswith("Entry"):
+            return "input" if name[:-len("Entry")] in {c.__name__ for c in INPUT_KINDS.values()} else "sink"
+        return name
     if "enum" in prop:
         return " \\| ".join(f"`{json.dumps(v)}`" for v in prop["enum"])
     if "const" in prop:

@@ -18,7 +18,23 @@ if TYPE_CHECKING:
     from icecdc_dagster.sync import TableSyncReport
 
 
-def write_config(directory: Path, opensearch_url: str | None) -> Path:
+def _nats() -> tuple[str, str, str]:
+    """(url, stream, subject) of ``--input nats`` ($ICECDC_DEMO_NATS_URL, $ICECDC_DEMO_NATS_STREAM)."""
+    stream = os.environ.get("ICECDC_DEMO_NATS_STREAM", "ICECDC_DEMO")
+    return (os.environ.get("ICECDC_DEMO_NATS_URL", "nats://127.0.0.1:4222"), stream,
+            f"{stream.lower()}.inventory.customers")
+
+
+def _customers_input(input_kind: str) -> dict:
+    """Where the demo's customers events come from: landing files, or a JetStream subject (``--input nats``)."""
+    if input_kind == "nats":
+        url, stream, subject = _nats()
+        return {"input": {"nats_jetstream": {"url": url, "stream": stream, "subject": subject,
+                                             "durable": "icecdc_demo_customers"}}}
+    return {"landing": "landing/customers"}
+
+
+def write_config(directory: Path, opensearch_url: str | None, input_kind: str = "files") -> Path:
     sinks: list[dict] = [{"iceberg": {"table_name": workload.REPLICA_TABLE}}]
     if opensearch_url:
         sinks.append({"opensearch": {"hosts": [opensearch_url], "index": "demo-orders", "verify_certs": False}})
@@ -29,7 +45,7 @@ def write_config(directory: Path, opensearch_url: str | None) -> Path:
                     "polling_interval": "PT5S", "max_snapshots_per_run": 1, "sinks": sinks},
                    # Written by the ingest entry below: the chain landing -> Iceberg -> changelog.
                    {"table_name": workload.CUSTOMERS_TABLE, "polling_interval": "PT5S"}],
-        "ingest": [{"name": "customers_cdc", "landing": "landing/customers", "target": workload.CUSTOMERS_TABLE,
+        "ingest": [{"name": "customers_cdc", **_customers_input(input_kind), "target": workload.CUSTOMERS_TABLE,
                     "identifier_columns": ["id"], "auto_create": True, "schema_evolution": True,
                     "polling_interval": "PT5S"}],
     }
@@ -38,7 +54,7 @@ def write_config(directory: Path, opensearch_url: str | None) -> Path:
     return path
 
 
-def run_demo(directory: Path, opensearch_url: str | None = None) -> int:
+def run_demo(directory: Path, opensearch_url: str | None = None, input_kind: str = "files") -> int:
     from dagster import DagsterInstance
 
     from icecdc_dagster.config import load_config
@@ -52,7 +68,7 @@ def run_demo(directory: Path, opensearch_url: str | None = None) -> int:
     home.mkdir(exist_ok=True)
     if not (home / "dagster.yaml").exists():
         (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    config_path = write_config(directory, opensearch_url)
+    config_path = write_config(directory, opensearch_url, input_kind)
     config = load_config(config_path)
     # The demo creates its source table below, with the session these definitions build.
     defs = build_definitions(config, check_tables=False)
@@ -67,8 +83,14 @@ def run_demo(directory: Path, opensearch_url: str | None = None) -> int:
         workload.create_source(spark, name)
         workload.initial_load(spark, name)
         print("demo: created demo.orders with 1000 orders")
-    landed = workload.land_customer_stream(directory / "landing" / "customers")
-    print(f"demo: landed Debezium files {', '.join(landed)} for {workload.CUSTOMERS_TABLE}")
+    if input_kind == "nats":
+        url, stream, subject = _nats()
+        published = workload.publish_customer_stream(url, stream, subject)
+        print(f"demo: published {published} Debezium events to JetStream {stream} subject {subject} "
+              f"for {workload.CUSTOMERS_TABLE}")
+    else:
+        landed = workload.land_customer_stream(directory / "landing" / "customers")
+        print(f"demo: landed Debezium files {', '.join(landed)} for {workload.CUSTOMERS_TABLE}")
     reports = sync_all(config, defs, instance)
     print(f"demo: first sync (export): {_runs(reports)}")
     for description in workload.apply_changes(spark, name):

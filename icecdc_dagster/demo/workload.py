@@ -63,10 +63,9 @@ def _envelope(op: str, before: dict | None, after: dict | None, ts_ms: int) -> s
                                    "source": {"connector": "postgresql", "schema": "public", "table": "customers"}}})
 
 
-def land_customer_stream(landing: Path) -> list[str]:
-    """Two landing files as a Debezium connector would write them: a snapshot (``op: r``) of 50
-    customers, then a stream with updates, deletes, a new column, a tombstone and one bad line."""
-    landing.mkdir(parents=True, exist_ok=True)
+def customer_stream() -> tuple[list[str], list[str]]:
+    """A Debezium connector's events for the customers table: a snapshot (``op: r``) of 50 customers, then a
+    stream with updates, deletes, a new column, a tombstone and one bad line."""
     snapshot = [_envelope("r", None, {"id": i, "name": f"customer-{i}", "tier": "basic"}, 1000 + i)
                 for i in range(50)]
     stream = [_envelope("u", {"id": i, "name": f"customer-{i}", "tier": "basic"},
@@ -75,6 +74,40 @@ def land_customer_stream(landing: Path) -> list[str]:
     stream += [_envelope("d", {"id": i, "name": f"customer-{i}", "tier": "basic"}, None, 3000 + i)
                for i in range(1, 50, 10)]
     stream += ["null", '{"payload": {"op": "u", "after": {"id": "not-a-number"}}}']
+    return snapshot, stream
+
+
+def publish_customer_stream(url: str, stream_name: str, subject: str) -> int:
+    """The same events on a JetStream subject, as Debezium Server's nats-jetstream sink writes them (once: a
+    stream that exists already keeps what it has). Returns the messages published."""
+    import asyncio
+
+    import nats
+    from nats.js.errors import NotFoundError
+
+    async def publish() -> int:
+        nc = await nats.connect(url)
+        try:
+            js = nc.jetstream()
+            try:
+                await js.stream_info(stream_name)
+                return 0
+            except NotFoundError:
+                await js.add_stream(name=stream_name, subjects=[subject])
+            snapshot, stream = customer_stream()
+            for line in snapshot + stream:
+                await js.publish(subject, b"" if line == "null" else line.encode())
+            return len(snapshot) + len(stream)
+        finally:
+            await nc.close()
+
+    return asyncio.run(publish())
+
+
+def land_customer_stream(landing: Path) -> list[str]:
+    """Two landing files as a Debezium connector would write them: the snapshot, then the stream."""
+    landing.mkdir(parents=True, exist_ok=True)
+    snapshot, stream = customer_stream()
     names = []
     for name, lines in (("0001-snapshot.json", snapshot), ("0002-stream.json", stream)):
         path = landing / name

@@ -235,13 +235,23 @@ def schema_branch(line: str) -> SchemaBranch | None:
 
 def sample_branches(files: Sequence[landing.LandingFile]) -> list[SchemaBranch]:
     """Schema branches of the first lines of each file (a block that appears only later is routed)."""
+    return line_branches(raw.decode("utf-8", errors="replace") for f in files for _, raw in
+                         itertools.islice(landing.read_line_bytes(f.uri, 0, min(f.size, _SAMPLE_BYTES)), _SAMPLE_LINES))
+
+
+def line_branches(lines: Iterable[str]) -> list[SchemaBranch]:
+    """Schema branches of sample lines (landing lines or stream messages), at most ``MAX_BRANCHES``."""
     branches: dict[str, SchemaBranch] = {}
-    for f in files:
-        for _, raw in itertools.islice(landing.read_line_bytes(f.uri, 0, min(f.size, _SAMPLE_BYTES)), _SAMPLE_LINES):
-            branch = schema_branch(raw.decode("utf-8", errors="replace"))
-            if branch is not None and branch.prefix not in branches and len(branches) < MAX_BRANCHES:
-                branches[branch.prefix] = branch
+    for line in lines:
+        branch = schema_branch(line)
+        if branch is not None and branch.prefix not in branches and len(branches) < MAX_BRANCHES:
+            branches[branch.prefix] = branch
     return list(branches.values())
+
+
+def sample_records(records: Sequence[str]) -> list[SchemaBranch]:
+    """Schema branches of a stream batch's first messages (as many as a landing file's sample)."""
+    return line_branches(itertools.islice(records, _SAMPLE_LINES))
 
 
 def _quote(name: str) -> str:

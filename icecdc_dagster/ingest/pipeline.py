@@ -203,30 +203,50 @@ def expired_files(spark: Any, catalog_name: str, settings: IngestSettings) -> li
 
 def _parse_partition(target: str, home: str) -> Callable[[Iterable[tuple]], Iterator[tuple]]:
     """Executor function: byte ranges -> parsed rows (routed, with field types or a dead-letter reason)."""
-    templated = routing.is_template(target)
+
+    parse = _line_parser(target, home)
 
     def run(ranges: Iterable[tuple]) -> Iterator[tuple]:
         for file_index, uri, start, end in ranges:
             for offset, line in landing.read_lines(uri, start, end):
-                routed = target
-                try:
-                    env = parse_line(line)
-                    if env is None:
-                        yield (file_index, uri, offset, None, home, TOMBSTONE, None, None)
-                        continue
-                    if templated:
-                        routed = routing.route(target, env.payload)
-                    yield (file_index, uri, offset, line, routed, env.op, None, list(env.field_types.items()))
-                except EventError as exc:
-                    if templated:
-                        routed = home
-                        try:
-                            doc = loads(line)
-                            routed = routing.route(target, doc.get("payload") or doc)
-                        except Exception:  # noqa: BLE001 - unroutable: stays in the home table
-                            pass
-                    yield (file_index, uri, offset, line, routed, None, str(exc), None)
+                yield parse(file_index, uri, offset, line)
     return run
+
+
+def _parse_records(target: str, home: str) -> Callable[[Iterable["Row"]], Iterator[tuple]]:
+    """Executor function: a stream batch's messages (rows of ``native.LINE_SCHEMA``) -> parsed rows, by the
+    same per-line rules as landing lines (:func:`_line_parser`)."""
+    parse = _line_parser(target, home)
+
+    def run(rows: Iterable["Row"]) -> Iterator[tuple]:
+        for row in rows:
+            yield parse(row.file_index, row.source_file, row.source_offset, row.raw)
+    return run
+
+
+def _line_parser(target: str, home: str) -> Callable[[int, str, int, str], tuple]:
+    """One line (or message) -> its parsed row: routed, with field types, a tombstone, or a dead-letter reason."""
+    templated = routing.is_template(target)
+
+    def parse(file_index: int, uri: str, offset: int, line: str) -> tuple:
+        routed = target
+        try:
+            env = parse_line(line)
+            if env is None:
+                return (file_index, uri, offset, None, home, TOMBSTONE, None, None)
+            if templated:
+                routed = routing.route(target, env.payload)
+            return (file_index, uri, offset, line, routed, env.op, None, list(env.field_types.items()))
+        except EventError as exc:
+            if templated:
+                routed = home
+                try:
+                    doc = loads(line)
+                    routed = routing.route(target, doc.get("payload") or doc)
+                except Exception:  # noqa: BLE001 - unroutable: stays in the home table
+                    pass
+            return (file_index, uri, offset, line, routed, None, str(exc), None)
+    return parse
 
 
 def _coerce_partition(columns: list[tuple[str, str, bool]], keys: tuple[str, ...], known: set[str],
@@ -427,7 +447,8 @@ def _ingest_new(spark: Any, catalog_name: str, settings: IngestSettings, describ
         raise TargetTableMissingError(f"ingest {settings.landing}: target table {settings.target} does not exist "
                                       "and auto_create is off")
     if _native_eligible(spark, catalog_name, settings, templated):
-        return _ingest_native(spark, catalog_name, settings, described, bid, uris, stamp)
+        return _ingest_native(spark, catalog_name, settings, native.lines_frame(spark, described),
+                              native.sample_branches(described), bid, uris, stamp)
     home = _home_table(settings)
     ranges = landing.chunks(described)
     parsed_rdd = spark.sparkContext.parallelize(ranges, max(len(ranges), 1)).mapPartitions(
@@ -584,17 +605,18 @@ def _native_eligible(spark: Any, catalog_name: str, settings: IngestSettings, te
     return table_exists(spark, catalog_name, settings.target) or bool(settings.auto_create and settings.schema)
 
 
-def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, described: Sequence[Any], bid: str,
-                   uris: tuple[str, ...], stamp: _Stamp) -> IngestResult:
-    """One batch into a fixed target: native reading and typing, the Python rules only for routed lines."""
+def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, lines: DataFrame,
+                   branches: Sequence[Any], bid: str, uris: tuple[str, ...], stamp: _Stamp) -> IngestResult:
+    """One batch into a fixed target: native reading and typing, the Python rules only for routed lines.
+    ``lines``: the batch as ``native.LINE_SCHEMA`` rows (landing lines or stream messages); ``branches``: the
+    schema blocks sampled from its first lines."""
     target = settings.target
     added_columns, _ = _prepare_target(spark, catalog_name, settings, target, {})
     fields = spark.table(f"{catalog_name}.{target}").schema.fields
     keys = _table_keys(spark, catalog_name, settings, target)
     known = [f.name for f in fields]
-    lines = native.lines_frame(spark, described)
     classified = native.coerce_lines(lines, native.columns_of(T.StructType(fields)), keys, known,
-                                     native.utc(spark), ORDER_FILE_SHIFT, native.sample_branches(described)
+                                     native.utc(spark), ORDER_FILE_SHIFT, branches
                                      ).persist(StorageLevel.MEMORY_AND_DISK)
     fast, routed = native.split(classified)
     columns = [(f.name, f.dataType.json(), f.nullable) for f in fields]
@@ -620,3 +642,34 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, desc
     finally:
         classified.unpersist()
     return IngestResult(bid, uris, False, results, int(stats["tombstones"] or 0), int(stats["events_read"] or 0))
+
+
+def ingest_records(spark: Any, catalog_name: str, settings: IngestSettings, bid: str,
+                   records: Sequence[tuple[str, bytes]]) -> IngestResult:
+    """Ingest one stream batch (messages in source-position order, each ``(position, bytes)``) exactly once.
+
+    Every message takes the path of a landing line: the same parsing, routing, coercion, dead letters,
+    tombstones and per-key ordering (its index in the batch orders it, as a line's offset does); a dead
+    letter names ``<source>#<position>``. ``settings.landing`` is the input's ledger name."""
+    if bid in committed_batches(spark, catalog_name, settings):
+        return IngestResult(bid, (settings.landing,), True)
+    templated = routing.is_template(settings.target)
+    if not templated and not settings.auto_create and not table_exists(spark, catalog_name, settings.target):
+        raise TargetTableMissingError(f"ingest {settings.landing}: target table {settings.target} does not exist "
+                                      "and auto_create is off")
+    texts = [data.decode("utf-8", errors="replace") for _, data in records]
+    rows = [(0, f"{settings.landing}#{position}", index, text)
+            for index, ((position, _), text) in enumerate(zip(records, texts, strict=True))]
+    slices = max(min(len(rows) // 5000, int(spark.sparkContext.defaultParallelism)), 1)
+    lines = spark.createDataFrame(spark.sparkContext.parallelize(rows, slices), native.LINE_SCHEMA)
+    uris = (settings.landing,)
+    if _native_eligible(spark, catalog_name, settings, templated):
+        return _ingest_native(spark, catalog_name, settings, lines, native.sample_records(texts), bid, uris,
+                              _Stamp())
+    home = _home_table(settings)
+    parsed = spark.createDataFrame(lines.rdd.mapPartitions(_parse_records(settings.target, home)),
+                                   PARSED_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        return _ingest_parsed(spark, catalog_name, settings, parsed, bid, uris, home, templated, _Stamp())
+    finally:
+        parsed.unpersist()

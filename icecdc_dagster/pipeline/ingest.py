@@ -1,4 +1,4 @@
-"""An ``ingest:`` entry as the engine sees it (no Dagster): settings, and landing files as keys.
+"""An ``ingest:`` entry as the engine sees it (no Dagster): settings, landing files as keys, stream batches.
 
 A partition key is a landing file's name; a run of consecutive keys is one batch (at most
 ``files_per_batch`` files). A file that the targets' ledger already records as part of a batch is
@@ -9,15 +9,17 @@ partial commit, is then a no-op or completes the batch, and never writes a file 
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from icecdc_dagster.config import IngestConfig
 from icecdc_dagster.errors import IngestError
 from icecdc_dagster.ingest import landing, routing
-from icecdc_dagster.ingest.pipeline import IngestSettings
+from icecdc_dagster.inputs.base import Lag, StreamBatch, StreamInput, fault_after_commit
+from icecdc_dagster.ingest.pipeline import IngestResult, IngestSettings, ingest_records, recorded_batches
 
 
 def ingest_settings(entry: IngestConfig) -> IngestSettings:
-    return IngestSettings(landing=entry.landing, target=entry.target,
+    return IngestSettings(landing=entry.source, target=entry.target,
                           identifier_columns=entry.identifier_columns, auto_create=entry.auto_create,
                           schema=entry.schema, schema_evolution=entry.schema_evolution,
                           files_per_batch=entry.files_per_batch, max_file_age_s=entry.max_file_age_s,
@@ -29,9 +31,21 @@ def fixed_target(entry: IngestConfig) -> str | None:
     return None if routing.is_template(entry.target) else entry.target
 
 
+def input_keys(entry: IngestConfig) -> list[str]:
+    """The partition keys the entry's input offers now: landing file names, or for a stream input the
+    first unacknowledged position when messages wait (the next batch starts there; its last position is
+    known only once it is read, and is in the run's metadata and the Iceberg commit)."""
+    stream = entry.input
+    if stream is None:
+        return landing_keys(entry)
+    with stream.open() as reader:
+        position = reader.next_position()
+    return [] if position is None else [position]
+
+
 def landing_keys(entry: IngestConfig) -> list[str]:
     """Names of the landing files, in name order (writers' hidden/``_`` files excluded)."""
-    return [_name(f.uri) for f in landing.list_files(entry.landing)]
+    return [_name(f.uri) for f in landing.list_files(entry.landing_path)]
 
 
 @dataclass(frozen=True)
@@ -55,7 +69,7 @@ def batches_for(entry: IngestConfig, keys: Sequence[str], recorded: Mapping[str,
         for part in bid.split(";"):
             by_part[part] = bid
             by_uri[part.rsplit("#", 1)[0]] = bid
-    present = {_name(f.uri): f for f in landing.list_files(entry.landing)}
+    present = {_name(f.uri): f for f in landing.list_files(entry.landing_path)}
     known_uris = {_name(uri): uri for uri in by_uri}
     batches: list[Batch] = []
     fresh: list[str] = []
@@ -78,7 +92,7 @@ def batches_for(entry: IngestConfig, keys: Sequence[str], recorded: Mapping[str,
             parts = tuple(p.rsplit("#", 1)[0] for p in recorded_id.split(";"))
             batches.append(Batch(parts, recorded_id, recorded[recorded_id]))
     if missing:
-        raise IngestError(f"ingest {entry.name}: landing file(s) {missing} are no longer in {entry.landing}")
+        raise IngestError(f"ingest {entry.name}: landing file(s) {missing} are no longer in {entry.landing_path}")
     if fresh:
         batches.append(Batch(tuple(fresh)))
     return batches
@@ -86,3 +100,34 @@ def batches_for(entry: IngestConfig, keys: Sequence[str], recorded: Mapping[str,
 
 def _name(uri: str) -> str:
     return uri.rstrip("/").rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class StreamRun:
+    """One bounded batch of a stream input: what was read, written and acknowledged."""
+
+    result: IngestResult | None   # None: nothing new to write
+    batch: StreamBatch
+    lag_after: Lag
+
+    @property
+    def redelivered_skipped(self) -> int:
+        return len(self.batch.already_committed)
+
+
+def ingest_stream_batch(spark: Any, catalog_name: str, entry: IngestConfig, reader: StreamInput) -> StreamRun:
+    """Read a bounded batch, commit it (its position range is the batch id in every commit), then acknowledge.
+
+    A crash after the commit leaves the batch unacknowledged: the broker delivers it again and the ledger
+    skips it (acknowledged, not written); a batch committed to only some of its tables is rebuilt with the
+    same range and completed."""
+    settings = ingest_settings(entry)
+    batch = reader.read(recorded_batches(spark, catalog_name, settings))
+    result = None
+    if batch.messages:
+        bid = batch.batch_id
+        assert bid is not None
+        result = ingest_records(spark, catalog_name, settings, bid, [(m.position, m.data) for m in batch.messages])
+        fault_after_commit()
+    reader.acknowledge(batch)
+    return StreamRun(result, batch, reader.lag())

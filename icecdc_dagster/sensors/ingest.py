@@ -1,12 +1,13 @@
-"""The per-entry landing sensor: new landing files become partitions (name order) and are
-ingested strictly in order, one batch at a time, with the same retry/blocking rule as tables."""
+"""The per-entry ingest sensor: new landing files become partitions (name order) and are ingested
+strictly in order, one batch at a time, with the same retry/blocking rule as tables. For a stream input
+the partition is the first unacknowledged position whenever messages wait (one batch per run)."""
 
 from typing import TYPE_CHECKING
 from dagster import DefaultSensorStatus, SensorDefinition, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import IngestConfig
-from icecdc_dagster.pipeline.ingest import landing_keys
+from icecdc_dagster.pipeline.ingest import input_keys
 from icecdc_dagster.pipeline.ordering import Blocked, NextRun
 from icecdc_dagster.sensors import line
 
@@ -16,14 +17,15 @@ if TYPE_CHECKING:
 
 def ingest_line(entry: IngestConfig) -> line.Line:
     return line.Line(line_id=naming.ingest_line_id(entry), partitions_def=naming.ingest_partitions_def(entry),
-                     asset_keys=(naming.ingest_key(entry),), max_keys_per_run=entry.files_per_batch,
+                     asset_keys=(naming.ingest_key(entry),),
+                     max_keys_per_run=entry.files_per_batch if entry.input is None else 1,
                      max_retries=entry.max_retries)
 
 
 def evaluate(instance: "DagsterInstance", entry: IngestConfig) -> tuple[list[str], NextRun | Blocked | None]:
-    """Landing files not yet known as partitions, and the next run to request."""
+    """Landing files (or a stream's next position) not yet known as partitions, and the next run to request."""
     entry_line = ingest_line(entry)
-    new_keys = unknown_keys(instance, entry_line, landing_keys(entry))
+    new_keys = unknown_keys(instance, entry_line, input_keys(entry))
     return new_keys, line.plan(instance, entry_line, new_keys)
 
 
@@ -41,7 +43,9 @@ def build_ingest_sensor(entry: IngestConfig) -> SensorDefinition:
         minimum_interval_seconds=line.minimum_interval(entry.polling_interval_s),
         asset_selection=[naming.ingest_key(entry)],
         default_status=DefaultSensorStatus.RUNNING,
-        description=f"Adds each new landing file of {entry.landing} as a partition and ingests them in order.",
+        description=(f"Adds each new landing file of {entry.landing} as a partition and ingests them in order."
+                     if entry.input is None else f"Requests a run (a partition named by the first waiting position) "
+                                                 f"whenever messages wait in {entry.input.describe()}."),
     )
     def _sensor(context: SensorEvaluationContext) -> SensorResult | SkipReason:
         line.share_instance(context)
@@ -52,7 +56,8 @@ def build_ingest_sensor(entry: IngestConfig) -> SensorDefinition:
         if isinstance(planned, NextRun) and busy is None:
             return SensorResult(run_requests=[line.run_request(ingest_line(entry), planned)],
                                 dynamic_partitions_requests=add)
-        reason = busy or (planned.reason if isinstance(planned, Blocked) else "every landing file is ingested")
+        idle = "every landing file is ingested" if entry.input is None else "no message waits"
+        reason = busy or (planned.reason if isinstance(planned, Blocked) else idle)
         return SensorResult(skip_reason=SkipReason(reason), dynamic_partitions_requests=add)
 
     return _sensor

@@ -1,0 +1,1 @@
+"""``input: {nats_jetstream: {...}}``: a durable JetStream pull consumer on a subject filter."""

@@ -1,0 +1,1 @@
+"""``input: {redis_stream: {...}}``: a Redis stream read by a consumer group."""
