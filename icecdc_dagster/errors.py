@@ -88,3 +88,8 @@ class TableRecreatedError(LineDivergedError):
 
 class SupersededPartitionError(IcecdcError):
     """A partition before the line's latest resync was (re-)executed: it belongs to a superseded line."""
+
+
+class ReindexError(SinkWriteError):
+    """A new index version cannot be built or swapped in (names the index, the version and why);
+    the alias and the live version's checkpoint are left where they were."""

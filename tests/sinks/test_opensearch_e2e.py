@@ -17,7 +17,7 @@ from icecdc_dagster import changelog
 from icecdc_dagster.batch import BatchInfo, Checkpoint
 from icecdc_dagster.errors import SinkWriteError
 from icecdc_dagster.sinks.opensearch import OpenSearchSink, OpenSearchSinkSettings, write_events
-from tests.sinks.test_opensearch_support import CuttableProxy, all_documents
+from tests.sinks.test_opensearch_support import CuttableProxy, all_documents, live_mappings
 
 UTC = dt.timezone.utc
 TABLE = "db.products"
@@ -174,7 +174,7 @@ def test_export_and_ten_cdc_batches_converge_with_failures_reruns_and_replays(sp
         docs = index_documents(opensearch_url, "products")
         assert len(expected) > 20 and docs == expected
         assert any(d.get("note") for d in docs.values()) and any(d["qty"] < 0 for d in docs.values())
-        props = direct.indices.get_mapping(index="products")["products"]["mappings"]["properties"]
+        props = live_mappings(opensearch_url, "products")["properties"]
         assert {k: props[k].get("type") for k in ("price", "qty", "updated_at", "born", "payload", "name")} == {
             "price": "keyword", "qty": "long", "updated_at": "date", "born": "date", "payload": "binary",
             "name": "text"}
