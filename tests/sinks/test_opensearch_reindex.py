@@ -37,8 +37,8 @@ def test_field_id_comparison_tells_renames_drops_and_type_changes_from_in_place_
                    it.NestedField(5, "ratio", it.FloatType()),
                    it.NestedField(6, "attrs", it.StructType(it.NestedField(7, "color", it.StringType()))))
     recorded = field_map(base)
-    assert recorded["2"] == {"name": "name", "type": "string"} and recorded["7"] == {"name": "attrs.color",
-                                                                                     "type": "string"}
+    assert recorded["2"] == {"name": "name", "field": "name", "type": "string"}
+    assert recorded["7"] == {"name": "attrs.color", "field": "color", "type": "string"}
     widened = _schema(it.NestedField(1, "id", it.LongType()), it.NestedField(2, "name", it.StringType()),
                       it.NestedField(3, "qty", it.LongType()), it.NestedField(4, "price", it.DecimalType(18, 2)),
                       it.NestedField(5, "ratio", it.FloatType()),

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pyiceberg import types as it
 from pyiceberg.schema import Schema, index_by_id, index_name_by_id
 
-FieldMap = dict[str, dict[str, str]]  # str(field id) -> {"name": dotted path, "type": type}
+FieldMap = dict[str, dict[str, str]]  # str(field id) -> {"name": dotted path, "field": own name, "type": type}
 
 
 def _type_label(field_type: it.IcebergType) -> str:
@@ -36,7 +36,7 @@ def _type_label(field_type: it.IcebergType) -> str:
 def field_map(schema: Schema) -> FieldMap:
     """The field id -> name/type map an index version records (JSON-ready: ids as strings)."""
     names = index_name_by_id(schema)
-    return {str(fid): {"name": names[fid], "type": _type_label(f.field_type)}
+    return {str(fid): {"name": names[fid], "field": f.name, "type": _type_label(f.field_type)}
             for fid, f in sorted(index_by_id(schema).items())}
 
 
@@ -71,10 +71,6 @@ class SchemaChange:
         return "; ".join(self.reindex)
 
 
-def _leaf(path: str) -> str:
-    return path.rsplit(".", 1)[-1]
-
-
 def compare(recorded: FieldMap, current: FieldMap) -> SchemaChange:
     """Field by field id: renames, drops and type changes the documents cannot take need a reindex."""
     reindex: list[str] = []
@@ -84,7 +80,7 @@ def compare(recorded: FieldMap, current: FieldMap) -> SchemaChange:
         if now is None:
             reindex.append(f"column {was['name']} (field id {fid}) was dropped; documents still carry it")
             continue
-        if now["name"] != was["name"] and _leaf(now["name"]) != _leaf(was["name"]):
+        if now.get("field") != was.get("field"):  # a field's own name (a parent's rename is the parent's)
             reindex.append(f"column {was['name']} (field id {fid}) was renamed to {now['name']}")
         if now["type"] != was["type"]:
             change = f"column {now['name']} (field id {fid}) changed type {was['type']} -> {now['type']}"
