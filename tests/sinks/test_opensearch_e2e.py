@@ -120,8 +120,11 @@ def test_export_and_ten_cdc_batches_converge_with_failures_reruns_and_replays(sp
     spark.sql(_insert(fq, "range(1, 21)", 0))
     proxy = CuttableProxy(opensearch_url)
     direct = OpenSearch(hosts=[opensearch_url])
+    # Delete tombstones must outlive the test for the stale replays below to be refused by them
+    # (index.gc_deletes is 60 s by default; a loaded machine takes longer than that).
     settings = OpenSearchSinkSettings(hosts=(proxy.url,), index="products", chunk_size=4, parallelism=1,
-                                      max_retries=1, initial_backoff_s=0.05)
+                                      max_retries=1, initial_backoff_s=0.05,
+                                      index_settings={"index": {"gc_deletes": "1h"}})
     applied: list[tuple[BatchInfo, object]] = []
     with_delete_files: list[int] = []
 

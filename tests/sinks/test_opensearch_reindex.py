@@ -275,6 +275,10 @@ def test_plain_index_is_migrated_once_by_name_while_a_reader_polls_it(spark, cat
     assert migrated.details["index_version"] == "people_v1" and p.live() == "people_v1"
     assert migrated_too.details["index_version"] == "people_v1" and "reindexed" not in migrated_too.details
     assert p.sink().target_state() == "index people -> people_v1"
+    client = OpenSearch(hosts=[opensearch_url])
+    # The plain index's own mapping of a column carries over (`name` was text without a keyword field).
+    assert client.indices.get_mapping(index=INDEX)["people_v1"]["mappings"]["properties"]["name"] == {"type": "text"}
+    client.close()
     p.assert_index_equals_source()
     assert reader.errors == [] and len(reader.counts) >= 10
     assert min(reader.counts) >= 300 - 5 and set(reader.counts) <= {300, 295, 296}, sorted(set(reader.counts))

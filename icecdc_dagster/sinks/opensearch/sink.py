@@ -161,11 +161,19 @@ class OpenSearchSink:
                 raise
             return vs.version_name(self.alias, 1)
 
-    def _new_mappings(self, schema: Schema) -> dict[str, Any]:
+    def _new_mappings(self, schema: Schema, carried: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A new version's mappings: the template's, or ``mapping``, or derived from ``schema``.
+        ``carried``: the mappings of a plain index being migrated: what it maps for a current column
+        (made by hand, or by an older ``mapping``) is what its documents were indexed with, so it wins."""
         if self.settings.template_name:
             self._check_template()
             return {}
-        return self.settings.mapping or self.desired_mapping(schema)
+        mappings = self.settings.mapping or self.desired_mapping(schema)
+        if carried:
+            names = {f.name for f in schema.fields}
+            kept = {k: v for k, v in (carried.get("properties") or {}).items() if k in names}
+            mappings = {**mappings, "properties": {**(mappings.get("properties") or {}), **kept}}
+        return mappings
 
     def _evolve_mapping(self, index: str, schema: Schema) -> None:
         """Map columns the version does not know yet (an addition is an in-place change)."""
@@ -270,7 +278,8 @@ class OpenSearchSink:
         if keep is not None:
             return keep
         meta = vs.build_meta(number, wanted, batch.snapshot_id, batch.line, reason)
-        name = vs.create_version(self.client, self.alias, number, self._new_mappings(self.source_schema),
+        carried = layout.live.mappings if layout.plain and layout.live is not None else None
+        name = vs.create_version(self.client, self.alias, number, self._new_mappings(self.source_schema, carried),
                                  self.settings.index_settings, meta, with_alias=False)
         self._evolve_mapping(name, self.source_schema)
         return vs.Version(name, number, cp.index_mappings(self.client, name) or {})
