@@ -192,6 +192,7 @@ def test_additions_and_widening_stay_in_place_type_change_and_drop_reindex(
     assert not any("note" in d for d in all_documents(opensearch_url, INDEX).values())
 
 
+@pytest.mark.slow  # test_lifecycle's rollback test resyncs through the alias in the default run
 def test_resync_builds_a_new_version_and_swaps_the_alias(spark, catalog, catalog_settings, opensearch_url):
     p = Pipeline(spark, catalog, catalog_settings.name, opensearch_url)
     _create_people(spark, p.fq, rows=10)
