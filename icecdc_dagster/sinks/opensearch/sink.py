@@ -3,13 +3,14 @@
 Why it is safe to rerun anything: every action carries the source commit's
 sequence number as an external version, so the index only ever moves forward
 per document (a replayed or stale batch answers 409, counted as already
-applied); and the checkpoint in the index ``_meta`` advances only after every
-action of the batch succeeded and the index was refreshed.
+applied); and the checkpoint in the live index version's ``_meta`` advances only
+after every action of the batch succeeded and the index was refreshed.
 
 Documents hold the source table's columns only: change columns, event
 columns and v3 lineage columns are dropped (``include_iceberg_metadata``
 keeps iceberg_operation (the row's change) / iceberg_snapshot_operation /
 iceberg_table_name / iceberg_snapshot_id).
+
 Users query ``settings.index``, an alias over versioned indexes (:mod:`.versions`): a change the
 documents cannot take in place (:mod:`.evolution`), a resync, or the migration of a plain index is
 built into a new version from an export of the source, then the alias moves atomically.
