@@ -98,3 +98,8 @@ class SchemaChangeError(SinkWriteError):
 
 class StreamInputError(IngestError):
     """A stream input (NATS JetStream, Redis Streams) cannot deliver a batch: names the input and what to do."""
+
+
+class ReindexError(SinkWriteError):
+    """A new index version cannot be built or swapped in (names the index, the version and why);
+    the alias and the live version's checkpoint are left where they were."""

@@ -31,6 +31,7 @@ class SinkStatus:
     pending_snapshots: int
     lag_s: float | None
     error: str | None = None
+    target: str | None = None  # what the sink writes, when it says (an OpenSearch alias: version, reindex)
 
 
 @dataclass
@@ -57,8 +58,9 @@ class TableStatus:
         for sink in self.sinks:
             lag = f"{sink.lag_s:.1f}s" if sink.lag_s is not None else "-"
             detail = f" (error: {sink.error})" if sink.error else ""
+            target = f"; {sink.target}" if sink.target else ""
             lines.append(f"  {sink.name}: checkpoint {sink.checkpoint_snapshot_id}, "
-                         f"{sink.pending_snapshots} snapshots pending, lag {lag}{detail}")
+                         f"{sink.pending_snapshots} snapshots pending, lag {lag}{detail}{target}")
         return "\n".join(lines)
 
 
@@ -179,10 +181,14 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
             target = open_configured_sink(sink, table, spark=spark, catalog=catalog, source_table=source,
                                           connection=resource(defs, key) if key else None)
             checkpoint = target.read_checkpoint()
+            # Optional on a sink: where its target stands (OpenSearch: the index version, a reindex).
+            state = getattr(target, "target_state", None)
+            described = state() if state is not None else None
         except Exception as exc:  # noqa: BLE001 - status reports, it does not fail
             status.sinks.append(SinkStatus(sink.name, None, line_keys.count, None, error=str(exc)[:200]))
             continue
         status.sinks.append(_sink_status(source, table, sink.name, checkpoint, line_keys, status.line, config_path))
+        status.sinks[-1].target = described
         if checkpoint is not None and status.sinks[-1].error is None and status.sinks[-1].pending_snapshots:
             needed.append(checkpoint.snapshot_id)
     # The retention guard: the table's own expiry settings must not expire what the slowest sink needs.

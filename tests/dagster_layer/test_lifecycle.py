@@ -109,6 +109,8 @@ def test_rollback_is_named_everywhere_then_resync_converges_both_sinks(
     assert _rows(spark, f"{catalog_settings.name}.db.items_replica") == expected
     status = table_status(defs, instance, table, path)
     assert status.problem is None and status.line == report.key and status.superseded_partitions == 3
+    # The resync built a new index version behind the alias; status names it.
+    assert f"opensearch/{INDEX}: checkpoint" in status.render() and "index items -> items_v2" in status.render()
     assert all(s.error is None and s.pending_snapshots == 0 for s in status.sinks), status.render()
     old = instance.get_dynamic_partitions(naming.partitions_name(table))[0]
     job = defs.resolve_implicit_global_asset_job_def()

@@ -17,7 +17,7 @@ from icecdc_dagster import changelog
 from icecdc_dagster.batch import BatchInfo, Checkpoint
 from icecdc_dagster.errors import SinkWriteError
 from icecdc_dagster.sinks.opensearch import OpenSearchSink, OpenSearchSinkSettings, write_events
-from tests.sinks.test_opensearch_support import CuttableProxy, all_documents
+from tests.sinks.test_opensearch_support import CuttableProxy, all_documents, live_mappings
 
 UTC = dt.timezone.utc
 TABLE = "db.products"
@@ -120,8 +120,11 @@ def test_export_and_ten_cdc_batches_converge_with_failures_reruns_and_replays(sp
     spark.sql(_insert(fq, "range(1, 21)", 0))
     proxy = CuttableProxy(opensearch_url)
     direct = OpenSearch(hosts=[opensearch_url])
+    # Delete tombstones must outlive the test for the stale replays below to be refused by them
+    # (index.gc_deletes is 60 s by default; a loaded machine takes longer than that).
     settings = OpenSearchSinkSettings(hosts=(proxy.url,), index="products", chunk_size=4, parallelism=1,
-                                      max_retries=1, initial_backoff_s=0.05)
+                                      max_retries=1, initial_backoff_s=0.05,
+                                      index_settings={"index": {"gc_deletes": "1h"}})
     applied: list[tuple[BatchInfo, object]] = []
     with_delete_files: list[int] = []
 
@@ -174,7 +177,7 @@ def test_export_and_ten_cdc_batches_converge_with_failures_reruns_and_replays(sp
         docs = index_documents(opensearch_url, "products")
         assert len(expected) > 20 and docs == expected
         assert any(d.get("note") for d in docs.values()) and any(d["qty"] < 0 for d in docs.values())
-        props = direct.indices.get_mapping(index="products")["products"]["mappings"]["properties"]
+        props = live_mappings(opensearch_url, "products")["properties"]
         assert {k: props[k].get("type") for k in ("price", "qty", "updated_at", "born", "payload", "name")} == {
             "price": "keyword", "qty": "long", "updated_at": "date", "born": "date", "payload": "binary",
             "name": "text"}

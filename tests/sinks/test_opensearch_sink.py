@@ -16,7 +16,7 @@ from icecdc_dagster.sinks.opensearch import (DeleteWithoutDocumentIdError, OpenS
                                              write_events)
 from icecdc_dagster.sinks.opensearch.sink import prepare_events
 from tests.sinks.test_opensearch_support import (CuttableProxy, all_documents, batch_info, document_versions,
-                                                 events_frame)
+                                                 events_frame, live_mappings)
 
 UTC = dt.timezone.utc
 TYPES_DDL = ("id long, name string, price decimal(12,4), qty int, ratio double, active boolean, born date, "
@@ -92,7 +92,7 @@ def test_every_type_lands_as_mapped_and_checkpoint_is_stored(spark, opensearch_u
     for row in rows:
         assert normalise_times(docs[str(row[0])]) == expected_document(row)
     assert docs["6"] == {"id": 6, **{k: None for k in expected_document(rows[0]) if k != "id"}}
-    mapping = OpenSearch(hosts=[opensearch_url]).indices.get_mapping(index="items")["items"]["mappings"]
+    mapping = live_mappings(opensearch_url, "items")
     props = mapping["properties"]
     assert props["price"]["type"] == "keyword" and props["payload"]["type"] == "binary"
     assert props["updated_at"]["type"] == "date" and props["born"]["type"] == "date"
@@ -232,7 +232,7 @@ def test_schema_evolution_adds_new_columns_to_the_mapping(spark, opensearch_url)
                           [(b.INSERT, 2, "b", 2, Decimal("12.50"), dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC))],
                           11, 2)
     new_sink.apply(batch_info(11, 2, 10), events)
-    props = OpenSearch(hosts=[opensearch_url]).indices.get_mapping(index="items")["items"]["mappings"]["properties"]
+    props = live_mappings(opensearch_url, "items")["properties"]
     assert props["amount"] == {"type": "keyword"} and props["seen"]["type"] == "date"
     docs = all_documents(opensearch_url, "items")
     assert docs["2"] == {"id": 2, "name": "b", "qty": 2, "amount": "12.50", "seen": "2024-01-02T03:04:05.000000Z"}
@@ -274,7 +274,7 @@ def test_index_template_metadata_fields_and_wait_for_refresh(spark, opensearch_u
                                    refresh="wait_for"), SIMPLE_SCHEMA)
     sink.apply(batch_info(10, 1, None, export=True, table="db.items"),
                events_frame(spark, SIMPLE_DDL, [(b.INSERT, 1, "a", 1)], 10, 1, table="db.items"))
-    props = client.indices.get_mapping(index="items")["items"]["mappings"]["properties"]
+    props = live_mappings(opensearch_url, "items")["properties"]
     assert props["name"] == {"type": "keyword"}  # the template's choice wins
     assert props["qty"]["type"] == "long" and props["iceberg_snapshot_id"]["type"] == "long"
     assert all_documents(opensearch_url, "items") == {"1": {

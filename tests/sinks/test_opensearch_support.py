@@ -183,3 +183,12 @@ class CuttableProxy:
             except OSError:
                 pass
             s.close()
+
+
+def live_mappings(url: str, alias: str) -> dict[str, Any]:
+    """The mappings of the one index version the alias names."""
+    client = OpenSearch(hosts=[url])
+    found = client.indices.get_mapping(index=alias)
+    client.close()
+    assert len(found) == 1, found
+    return next(iter(found.values()))["mappings"]

@@ -8,6 +8,10 @@ sequence_number, table, applied_at_ms, line}`` (``line``: the resync key, absent
 line) (ids as strings: they are 64-bit).
 ``_meta`` is replaced as a whole by put_mapping, so other keys are read first
 and written back.
+
+Behind the alias (:mod:`.versions`) each index version holds its own checkpoint: the one the
+alias names is the sink's; a version being built carries the checkpoint of the snapshot it was
+built to, and becomes the sink's the moment the alias moves to it.
 """
 
 import time
@@ -17,6 +21,7 @@ from icecdc_dagster.batch import BatchInfo, Checkpoint
 from icecdc_dagster.errors import CheckpointError
 
 META_KEY = "icecdc"
+VERSION_KEY = "index_version"  # what the index version was built for (see versions.py)
 
 
 def index_mappings(client: Any, index: str) -> dict | None:
@@ -35,8 +40,11 @@ def index_mappings(client: Any, index: str) -> dict | None:
 
 def read_checkpoint(client: Any, index: str, sink_name: str) -> Checkpoint | None:
     mappings = index_mappings(client, index)
-    if mappings is None:
-        return None
+    return None if mappings is None else checkpoint_in(mappings, index, sink_name)
+
+
+def checkpoint_in(mappings: dict, index: str, sink_name: str) -> Checkpoint | None:
+    """The sink's checkpoint in an index's ``mappings`` (as get_mapping returns them)."""
     entry = ((mappings.get("_meta") or {}).get(META_KEY) or {}).get("checkpoints", {}).get(sink_name)
     if entry is None:
         return None
@@ -46,7 +54,10 @@ def read_checkpoint(client: Any, index: str, sink_name: str) -> Checkpoint | Non
         raise CheckpointError(f"{sink_name}: unreadable checkpoint in _meta of index {index}: {entry!r}") from exc
 
 
-def write_checkpoint(client: Any, index: str, sink_name: str, batch: BatchInfo) -> Checkpoint:
+def write_checkpoint(client: Any, index: str, sink_name: str, batch: BatchInfo,
+                     schema: dict | None = None) -> Checkpoint:
+    """Advance the checkpoint; ``schema``: the field map the version's documents now follow
+    (recorded with it in one put_mapping, see :mod:`.versions`)."""
     mappings = index_mappings(client, index)
     if mappings is None:
         raise CheckpointError(f"{sink_name}: index {index} disappeared before snapshot {batch.snapshot_id} "
@@ -63,6 +74,8 @@ def write_checkpoint(client: Any, index: str, sink_name: str, batch: BatchInfo) 
     if batch.line is not None:
         checkpoints[sink_name]["line"] = batch.line
     ours["checkpoints"] = checkpoints
+    if schema is not None:
+        ours[VERSION_KEY] = {**(ours.get(VERSION_KEY) or {}), "schema": schema}
     meta[META_KEY] = ours
     client.indices.put_mapping(index=index, body={"_meta": meta})
     return batch.checkpoint

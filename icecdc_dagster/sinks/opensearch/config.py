@@ -36,7 +36,8 @@ class OpenSearchSinkConfig(SinkConfig):
     tags: ClassVar[frozenset[str]] = frozenset({"opensearch", "spark"})
     needs_spark: ClassVar[bool] = False
 
-    index: str = Field(description="target index (lowercase; created with a mapping from the Iceberg schema)")
+    index: str = Field(description="the alias users query (lowercase), over versioned indexes <index>_v<n> "
+                                   "created with a mapping from the Iceberg schema")
     hosts: tuple[str, ...] = Field(default=("http://localhost:9200",), min_length=1, description="cluster URLs")
     username: EnvOrText | None = Field(default=None, description="basic-auth user (plain or {env: VARIABLE})")
     password: Secret | None = Field(default=None, description="{env: VARIABLE}; never written in the file")
@@ -54,8 +55,9 @@ class OpenSearchSinkConfig(SinkConfig):
                                   "false: the index's refresh interval")
     mapping: dict[str, Any] | None = Field(default=None, description="the index's mappings body (instead of derived)")
     template_name: str | None = Field(default=None, description="an index template that must exist and shapes "
-                                                                "the index (not with mapping)")
-    index_settings: dict[str, Any] | None = Field(default=None, description="settings of a newly created index")
+                                                                "each index version: its patterns must match "
+                                                                "<index>_v* (not with mapping)")
+    index_settings: dict[str, Any] | None = Field(default=None, description="settings of each new index version")
     evolve_mapping: Flag = Field(default=True, description="add mappings for columns added to the source")
     include_iceberg_metadata: Flag = Field(default=False, description="also store iceberg_operation, "
                                            "iceberg_snapshot_operation, iceberg_table_name, iceberg_snapshot_id")
@@ -131,8 +133,10 @@ class OpenSearchSinkConfig(SinkConfig):
 
     def open(self, context: SinkContext) -> "OpenSearchSink":
         from icecdc_dagster.sinks.opensearch.sink import OpenSearchSink
+        from icecdc_dagster.sinks.opensearch.source import source_export
 
-        return OpenSearchSink(self.settings(context.connection), context.source_table.schema(), name=self.name)
+        return OpenSearchSink(self.settings(context.connection), context.source_table.schema(), name=self.name,
+                              export=source_export(context))
 
     def compare(self, context: SinkContext, sink: Any, checkpoint: "Checkpoint", source_rows: "DataFrame",
                 source_count: int, sample_size: int) -> Comparison:
