@@ -14,6 +14,7 @@ import struct
 import tempfile
 import zipfile
 from pathlib import Path
+from icecdc_dagster.errors import RuntimeSetupError
 
 SOURCE_PREFIX = b"org/apache/iceberg/shaded/org/apache/parquet/shaded/com/fasterxml/jackson"
 TARGET_PREFIX = b"org/apache/iceberg/shaded/com/fasterxml/jackson"
@@ -27,7 +28,7 @@ _FIXED_CP_SIZES = {3: 4, 4: 4, 5: 8, 6: 8, 7: 2, 8: 2, 9: 4, 10: 4, 11: 4, 12: 4
 _FORMAT_VERSION = "1"
 
 
-class ClassFileError(ValueError):
+class ClassFileError(RuntimeSetupError, ValueError):
     """A class file could not be parsed for relocation."""
 
 
