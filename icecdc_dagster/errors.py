@@ -149,6 +149,9 @@ class DefinitionChangedError(ConfigError):
 
 
 TRANSIENT, TERMINAL, UNCLASSIFIED = "transient", "terminal", "unclassified"
+# Errors of libraries we call that mean "the service did not answer" (opensearch-py's connection errors
+# are not the builtin ConnectionError).
+FOREIGN_TRANSIENT = frozenset({"ConnectionError", "ConnectionTimeout", "SSLError"})
 
 
 def error_classes() -> list[type[IcecdcError]]:
@@ -167,6 +170,8 @@ def classify(exc: BaseException) -> tuple[str, str]:
     (the most specific name found wins); ``unclassified`` otherwise (retried up to ``max_retries``)."""
     if isinstance(exc, IcecdcError):
         return (TRANSIENT if exc.transient else TERMINAL), type(exc).__name__
+    if isinstance(exc, ConnectionError | TimeoutError) or type(exc).__name__ in FOREIGN_TRANSIENT:
+        return TRANSIENT, type(exc).__name__
     text = str(exc)
     named = [cls for cls in error_classes() if f"{cls.__name__}:" in text]
     if named:

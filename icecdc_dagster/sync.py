@@ -132,8 +132,9 @@ def execute_run(context: SyncContext, line: lines.Line, planned: NextRun) -> tup
     waits and, on a stop request, cancels the run (it ends CANCELED)."""
     instance = context.instance
     request = lines.run_request(line, planned)
+    assets, checks = lines.run_selection(line, planned)
     job = context.defs.resolve_implicit_global_asset_job_def().get_subset(
-        asset_selection=set(line.asset_keys), asset_check_selection=set(line.check_keys) or None)
+        asset_selection=set(assets), asset_check_selection=set(checks) if checks is not None else None)
     run_id = make_new_run_id()
     tags = {**request.tags, **context.holder.tags(), HEARTBEAT_TAG: f"{time.time():.3f}"}
     errors: list[BaseException] = []
@@ -192,7 +193,7 @@ def _drain(context: SyncContext, line: lines.Line, evaluate: Callable[[], tuple[
         if isinstance(planned, Blocked) and planned.failed and context.retry_failed and planned.key not in retried:
             # The operator's re-execution, once per sync: the line continues only if it succeeds.
             retried.add(planned.key)
-            planned = NextRun(planned.key, planned.key, (planned.key,), attempt=0)
+            planned = NextRun(planned.key, planned.key, (planned.key,), attempt=0, assets=planned.assets)
         if isinstance(planned, Blocked):
             running = lines.active_run(instance, line)
             if running is not None:  # a live worker (e.g. a daemon run waiting for this lock)

@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 
 from icecdc_dagster import batch as b
 from icecdc_dagster.batch import BatchInfo, Checkpoint, Decision, decide
-from icecdc_dagster.errors import CheckpointError, ConfigError, SinkWriteError
+from icecdc_dagster.errors import CheckpointError, ConfigError, SinkUnavailableError, SinkWriteError
 from icecdc_dagster.sinks.base import ApplyResult
 from icecdc_dagster.sinks.opensearch import checkpoint as cp
 from icecdc_dagster.pipeline.lifecycle import version_offset
@@ -196,7 +196,11 @@ class OpenSearchSink:
             summary.merge(stale, self.settings.max_reported_failures)
             summary.counts["stale_deleted"] = stale.counts.get(DELETED, 0)
         if not summary.ok:
-            raise SinkWriteError(self._failure_message(batch, before, summary))
+            # Every action answered and some were rejected: the same batch is rejected again (terminal).
+            # A partition stopped because the cluster did not answer: it may later (transient).
+            unavailable = summary.fatal and not summary.counts[FAILED]
+            error = SinkUnavailableError if unavailable else SinkWriteError
+            raise error(self._failure_message(batch, before, summary))
         if self.settings.refresh is True:
             self.client.indices.refresh(index=self.settings.index)
         # The guard ran before the writes; a concurrent run may have moved the checkpoint since.
