@@ -116,7 +116,7 @@ def _store_batch(context: AssetExecutionContext, table: TableConfig, lineage: Li
     session = spark.session(catalog)
     source = catalog.source_table(context.run_id, table.table_name)
     request = batch_request(context, table, source)
-    line_record.remember_identifier_columns(table.table_name, request.identifier_columns)
+    line_record.remember_identifier_columns(f"{catalog.name}.{table.table_name}", request.identifier_columns)
     store = ChangelogStore(session, catalog.name, table.table_name)
     with lineage_run(lineage, context, naming.changelog_key(table), table.table_name,
                      inputs=lambda: [iceberg_dataset(catalog.name, source)],

@@ -6,7 +6,8 @@ columns are refused, naming the ``icecdc resync`` that rebuilds the line; a sink
 the file is *left behind* (``icecdc status`` lists its target and last checkpoint), and a sink of the
 same kind with another target is named as the replacement of the old one.
 
-One JSON file, ``$DAGSTER_HOME/icecdc/lines.json`` (next to the table metadata cache), rewritten only
+One JSON file, ``$DAGSTER_HOME/icecdc/lines.json`` (next to the table metadata cache), keyed by
+``<catalog>.<namespace>.<table>`` (as ``dagster/table_name``), rewritten only
 when a value changes (a batch that changes nothing writes nothing), under an OS file lock, atomically.
 """
 
@@ -36,7 +37,7 @@ def record_path() -> Path:
 
 
 def recorded(table_name: str) -> dict[str, Any]:
-    """The table's record (empty when nothing was recorded yet)."""
+    """The table's record (empty when nothing was recorded yet); ``table_name``: with its catalog."""
     entry = _read(record_path()).get(table_name)
     return entry if isinstance(entry, dict) else {}
 
@@ -108,7 +109,7 @@ def check_pipeline(config: "PipelineConfig", sources: Mapping[str, "Table"], reb
     from icecdc_dagster.pipeline.batches import identifier_columns_of
 
     for table in config.tables:
-        record = recorded(table.table_name)
+        record = recorded(f"{config.catalog.name}.{table.table_name}")
         source = sources.get(table.table_name)
         before = record.get(IDENTIFIER_COLUMNS)
         if source is not None and before is not None and table.table_name not in rebuilt:
@@ -125,10 +126,10 @@ def check_pipeline(config: "PipelineConfig", sources: Mapping[str, "Table"], reb
                          f"lists it; delete it once nobody reads it)")
 
 
-def left_behind(table: "TableConfig") -> dict[str, dict[str, Any]]:
+def left_behind(catalog_name: str, table: "TableConfig") -> dict[str, dict[str, Any]]:
     """Sinks the line recorded that the pipeline file no longer has: name -> kind, target, asset key."""
     configured = {sink.name for sink in table.sinks}
-    sinks = recorded(table.table_name).get(SINKS) or {}
+    sinks = recorded(f"{catalog_name}.{table.table_name}").get(SINKS) or {}
     return {name: value for name, value in sinks.items() if name not in configured}
 
 

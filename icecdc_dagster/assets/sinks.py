@@ -46,7 +46,8 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitt
     def _sink(context: AssetExecutionContext) -> MaterializeResult:
         with retry.classified(context.instance, context.run_id):
             result = _apply(context, table, sink, lineage)
-        line_record.remember_sink(table.table_name, sink.name, sink.kind, sink.target,
+        catalog_name = context.resources.catalog.name
+        line_record.remember_sink(f"{catalog_name}.{table.table_name}", sink.name, sink.kind, sink.target,
                                   naming.sink_key(sink).to_user_string())
         return result
 

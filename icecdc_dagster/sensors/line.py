@@ -172,6 +172,11 @@ def _latest_ids(instance: "DagsterInstance", asset_key: AssetKey, event_type: Da
     return found
 
 
+def materialised_keys(instance: "DagsterInstance", asset_key: AssetKey, keys: Sequence[str]) -> set[str]:
+    """Those of ``keys`` the asset has materialised (indexed queries, a chunk of keys at a time)."""
+    return set(_latest_ids(instance, asset_key, DagsterEventType.ASSET_MATERIALIZATION, list(keys)))
+
+
 def done_in_every_asset(instance: "DagsterInstance", line: Line, keys: Sequence[str]) -> set[str]:
     """Those of ``keys`` that every asset of the line has materialised (one indexed query per asset)."""
     done = set(keys)
@@ -256,7 +261,7 @@ def failures_of(instance: "DagsterInstance", line: Line, key: str) -> int:
 
 def plan(instance: "DagsterInstance", line: Line, new_keys: Sequence[str] = (),
          detected_by: Holder | None = None, window: Sequence[str] | None = None,
-         config_path: str | None = None) -> NextRun | Blocked | None:
+         config_path: str | None = None, done: Collection[str] | None = None) -> NextRun | Blocked | None:
     """The next run of the line. Runs whose worker died are failed over first; a live run blocks the
     line until it ends.
 
@@ -266,12 +271,14 @@ def plan(instance: "DagsterInstance", line: Line, new_keys: Sequence[str] = (),
     tick, not yet added as partitions). The first key not done is retried by what failed it
     (``lease.retry``): a dead worker at once, a transient error after its backoff, a terminal error
     never (the line stops, naming the command), anything else up to ``max_retries``; pending keys after
-    it may join a catch-up range. ``config_path``: named in the recovery commands.
+    it may join a catch-up range. ``config_path``: named in the recovery commands; ``done``: the
+    window's keys done in every asset, when the caller knows them.
     """
     failover.fail_dead_runs(instance, line.line_id, detected_by)
     running = active_run(instance, line)
     keys = list(window) if window is not None else [*pending_keys(instance, line), *new_keys]
-    done = done_in_every_asset(instance, line, keys) if window is not None else set()
+    if done is None:
+        done = done_in_every_asset(instance, line, keys) if window is not None else set()
     first = next((key for key in keys if key not in done), None)
     if running is not None:
         return Blocked(first or "", f"a run of {line.line_id} is in progress: {describe_run(running)}")

@@ -108,6 +108,20 @@ class TableWindow:
     # Sinks added to the running line (never materialised) and the key the others applied last.
     joining: tuple[AssetKey, ...] = ()
     applied_key: str | None = None
+    anchors: tuple[tuple[AssetKey, int], ...] = ()  # each asset's latest materialised snapshot
+
+    def done(self, instance: "DagsterInstance", assets: tuple[AssetKey, ...]) -> set[str]:
+        """The window's keys done in every one of ``assets``. The line runs in order, so an asset has
+        applied every key up to its latest one even without a materialisation of each (a sink that
+        joined the line at its export has none before it)."""
+        position = {str(sid): i for i, sid in enumerate(self.keys)}
+        latest = dict(self.anchors)
+        done = set(self.keys)
+        for asset_key in assets:
+            reached = set(self.keys[:position.get(str(latest.get(asset_key)), -1) + 1])
+            rest = [key for key in done if key not in reached]
+            done = (done & reached) | line.materialised_keys(instance, asset_key, rest)
+        return done
 
 
 def ancestry_window(instance: "DagsterInstance", table_line_: line.Line, source_table: "Table") -> list[str] | None:
@@ -138,6 +152,7 @@ def table_window(instance: "DagsterInstance", table_line_: line.Line, source_tab
     lines: set[str | None] = set()
     joining: list[AssetKey] = []
     keys: dict[int, str] = {}
+    latest: dict[AssetKey, int] = {}
     for asset_key in table_line_.asset_keys:
         records = instance.fetch_materializations(asset_key, limit=1).records
         if not records or records[0].partition_key is None:
@@ -147,6 +162,7 @@ def table_window(instance: "DagsterInstance", table_line_: line.Line, source_tab
             return None
         anchors.add(lifecycle.snapshot_id_of(records[0].partition_key))
         keys[lifecycle.snapshot_id_of(records[0].partition_key)] = records[0].partition_key
+        latest[asset_key] = lifecycle.snapshot_id_of(records[0].partition_key)
         materialization = records[0].asset_materialization
         token = materialization.metadata.get("line") if materialization else None
         text = getattr(token, "value", token)
@@ -167,7 +183,7 @@ def table_window(instance: "DagsterInstance", table_line_: line.Line, source_tab
     next_resync = [f"{sid}{lifecycle.RESYNC_MARK}{epoch + 1}" for sid in [*anchors, *window]]
     if instance.get_existing_dynamic_partitions(table_line_.partitions_name, next_resync):
         return None
-    return TableWindow(window, current_line, applied, tuple(joining), keys[applied])
+    return TableWindow(window, current_line, applied, tuple(joining), keys[applied], tuple(latest.items()))
 
 
 def evaluate(instance: "DagsterInstance", table: TableConfig, source_table: "Table",
@@ -205,8 +221,11 @@ def evaluate_window(instance: "DagsterInstance", table_line_: line.Line, source_
     keys = window.keys
     known = instance.get_existing_dynamic_partitions(table_line_.partitions_name, keys) if keys else set()
     new_keys = [key for key in keys if key not in known]
-    planned = line.plan(instance, table_line_, window=keys, config_path=config_path)
-    if planned is None and window.joining and window.applied_key is not None:
+    # What the line has applied is what its other assets have: a joining sink has nothing yet.
+    following = tuple(key for key in table_line_.asset_keys if key not in window.joining)
+    planned = line.plan(instance, table_line_, window=keys, config_path=config_path,
+                        done=window.done(instance, following))
+    if planned is None and window.joining:
         planned = join_run(instance, table_line_, window, config_path)
     return new_keys, planned
 
@@ -219,7 +238,7 @@ def join_run(instance: "DagsterInstance", table_line_: line.Line, window: TableW
     the next batch then follows all of them (an export ahead of the others would be refused by it)."""
     from icecdc_dagster.lease import retry
 
-    key = window.applied_key
+    key = window.keys[-1] if window.keys else window.applied_key  # every window key is done: the newest
     assert key is not None
     attempts = retry.attempts_at(instance, table_line_.line_id, key)
     assets = tuple(k.to_user_string() for k in window.joining)
