@@ -264,7 +264,8 @@ def sync_table(defs: Definitions, instance: DagsterInstance, table: TableConfig,
             source = catalog.load_table(table.table_name)
         except NoSuchTableError:  # written by an auto-creating ingest entry that has not run yet
             return [], None
-        new_keys, planned = snapshots.evaluate(instance, table, source, context.config_path)
+        # An operator's sync re-executes a batch whose worker died at once, however often it did.
+        new_keys, planned = snapshots.evaluate(instance, table, source, context.config_path, patient=False)
         # As the sensor does: each new partition observed with its snapshot id as data version.
         for observation in source_observations(table, catalog.name, source, new_keys):
             instance.report_runless_asset_event(observation)
@@ -277,7 +278,7 @@ def sync_ingest(defs: Definitions, instance: DagsterInstance, entry: IngestConfi
                 max_runs: int = 1000, retry_failed: bool = False,
                 context: SyncContext | None = None) -> TableSyncReport:
     return _sync_line(_context(defs, instance, retry_failed, context), ingest_sensor.ingest_line(entry),
-                      lambda: ingest_sensor.evaluate(instance, entry), max_runs)
+                      lambda: ingest_sensor.evaluate(instance, entry, patient=False), max_runs)
 
 
 def sync_all(config: PipelineConfig, defs: Definitions, instance: DagsterInstance,

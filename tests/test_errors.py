@@ -101,10 +101,14 @@ def test_dead_workers_and_transient_errors_never_spend_retries_terminal_stops_at
     instance.add_dynamic_partitions(LINE.partitions_name, ["s1", "s2"])
     for _ in range(7):                                                   # seven kills in a row
         _failed(instance, "s1", **{FAILED_OVER_TAG: "worker died: pid 1 is gone"})
-    planned = lines.plan(instance, LINE)
+    planned = lines.plan(instance, LINE, patient=False)                  # icecdc sync: at once
     assert planned == NextRun("s1", "s2", ("s1", "s2"), 8)              # a new run key, nothing spent
     assert lines.failures_of(instance, LINE, "s1") == 0
+    unattended = lines.plan(instance, LINE)                             # the sensor: an OOM loop is slowed
+    assert isinstance(unattended, Blocked) and not unattended.failed and unattended.retry_at is not None
+    assert "died 7 times in a row" in unattended.reason
 
+    monkeypatch.setattr(retry, "RETRY_BACKOFF_S", 600.0)
     error = errors.SinkUnavailableError("opensearch/i: the cluster did not answer")
     run_id = _failed(instance, "s1")
     retry.record_failure(instance, run_id, error)

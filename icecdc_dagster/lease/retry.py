@@ -3,7 +3,9 @@
 A failed run of a batch is one of four things, told apart by tags on the run:
 
 - its worker died (``lease.failover`` tagged it ``icecdc/failed_over``): not a failure of the batch.
-  It is re-executed at once and never spends the batch's ``max_retries``, whatever the number of kills;
+  It never spends the batch's ``max_retries``, whatever the number of kills; ``icecdc sync`` re-executes
+  it at once. Unattended (the sensor), a batch whose worker died ``DEAD_STREAK_FREE`` times in a row
+  (an OOM kill every time?) is retried with the backoff below, so it cannot loop hot;
 - a *transient* error (``errors.IcecdcError.transient``: a service away, another writer): retried with
   exponential backoff (``RETRY_BACKOFF_S`` doubling up to ``RETRY_BACKOFF_MAX_S``), never stops the line
   and never spends ``max_retries``;
@@ -39,6 +41,7 @@ FAILURE_MESSAGE_TAG = "icecdc/failure"        # its message (cut to MESSAGE_CHAR
 MESSAGE_CHARS = 1500
 RETRY_BACKOFF_S = float(os.environ.get("ICECDC_RETRY_BACKOFF_S", "5"))
 RETRY_BACKOFF_MAX_S = float(os.environ.get("ICECDC_RETRY_BACKOFF_MAX_S", "300"))
+DEAD_STREAK_FREE = 3  # dead workers in a row retried at once by the sensor; then with backoff
 RECORDS_READ = 200  # failed runs of one key read to judge it (newest first)
 _SEVERITY = {TRANSIENT: 0, UNCLASSIFIED: 1, TERMINAL: 2}
 
@@ -85,11 +88,20 @@ class Attempts:
     spent: int                 # those that count against max_retries (unclassified and terminal)
     transient_streak: int      # transient failures since the last unclassified or terminal one
     latest: Failure | None     # the newest failure that was not a dead worker
+    dead_streak: int = 0       # the newest failed runs whose worker died, in a row
+    dead_ended_at: float = 0.0  # when the newest of those was failed over
 
     def backoff_s(self) -> float:
         if not self.transient_streak:
             return 0.0
         return min(RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_S * 2 ** (self.transient_streak - 1))
+
+    def dead_retry_at(self) -> float | None:
+        """When the sensor may retry a batch whose worker keeps dying (None: at once)."""
+        if self.dead_streak < DEAD_STREAK_FREE:
+            return None
+        backoff = min(RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_S * 2 ** (self.dead_streak - DEAD_STREAK_FREE))
+        return self.dead_ended_at + backoff
 
     def retry_at(self) -> float | None:
         """When a transient failure may be retried (None: not waiting for one)."""
@@ -113,14 +125,19 @@ def attempts_at(instance: "DagsterInstance", line_id: str, key: str) -> Attempts
     records = instance.get_run_records(RunsFilter(
         tags=of_key, statuses=[DagsterRunStatus.FAILURE, DagsterRunStatus.SUCCESS]), limit=RECORDS_READ)
     spent, streak, latest, streak_open, runs = 0, 0, None, True, 0
-    settled = False
+    settled, dead, dead_open, dead_at = False, 0, True, 0.0
     for record in records:
         if record.dagster_run.status == DagsterRunStatus.SUCCESS:
             settled = True
             continue
         runs += 1
-        if settled or record.dagster_run.tags.get(FAILED_OVER_TAG):
+        if settled:
             continue
+        if record.dagster_run.tags.get(FAILED_OVER_TAG):
+            dead_at = dead_at or _failure(record).ended_at
+            dead += 1 if dead_open else 0
+            continue
+        dead_open = False
         failure = _failure(record)
         latest = latest or failure
         if failure.kind == TRANSIENT:
@@ -130,7 +147,8 @@ def attempts_at(instance: "DagsterInstance", line_id: str, key: str) -> Attempts
         spent += 1
     if len(records) >= RECORDS_READ:
         runs = instance.get_runs_count(RunsFilter(tags=of_key, statuses=[DagsterRunStatus.FAILURE]))
-    return Attempts(runs=runs, spent=spent, transient_streak=streak, latest=latest)
+    return Attempts(runs=runs, spent=spent, transient_streak=streak, latest=latest, dead_streak=dead,
+                    dead_ended_at=dead_at)
 
 
 def recovery(failure: Failure, line_id: str, config_path: str | None) -> str:

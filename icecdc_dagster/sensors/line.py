@@ -261,7 +261,8 @@ def failures_of(instance: "DagsterInstance", line: Line, key: str) -> int:
 
 def plan(instance: "DagsterInstance", line: Line, new_keys: Sequence[str] = (),
          detected_by: Holder | None = None, window: Sequence[str] | None = None,
-         config_path: str | None = None, done: Collection[str] | None = None) -> NextRun | Blocked | None:
+         config_path: str | None = None, done: Collection[str] | None = None,
+         patient: bool = True) -> NextRun | Blocked | None:
     """The next run of the line. Runs whose worker died are failed over first; a live run blocks the
     line until it ends.
 
@@ -272,7 +273,8 @@ def plan(instance: "DagsterInstance", line: Line, new_keys: Sequence[str] = (),
     (``lease.retry``): a dead worker at once, a transient error after its backoff, a terminal error
     never (the line stops, naming the command), anything else up to ``max_retries``; pending keys after
     it may join a catch-up range. ``config_path``: named in the recovery commands; ``done``: the
-    window's keys done in every asset, when the caller knows them.
+    window's keys done in every asset, when the caller knows them; ``patient``: a batch whose worker
+    keeps dying waits for a backoff (the sensor); False: retried at once (``icecdc sync``, an operator).
     """
     failover.fail_dead_runs(instance, line.line_id, detected_by)
     running = active_run(instance, line)
@@ -285,7 +287,7 @@ def plan(instance: "DagsterInstance", line: Line, new_keys: Sequence[str] = (),
     if first is None:
         return None
     attempts = retry.attempts_at(instance, line.line_id, first)
-    waiting = retry_verdict(line, first, attempts, config_path)
+    waiting = retry_verdict(line, first, attempts, config_path, patient=patient)
     if waiting is not None:
         return waiting
     status = {key: KeyStatus.DONE for key in done} | ({first: KeyStatus.FAILED} if attempts.spent else {})
@@ -294,16 +296,23 @@ def plan(instance: "DagsterInstance", line: Line, new_keys: Sequence[str] = (),
 
 
 def retry_verdict(line: Line, key: str, attempts: retry.Attempts, config_path: str | None,
-                  now: float | None = None) -> Blocked | None:
+                  now: float | None = None, patient: bool = True) -> Blocked | None:
     """Why the line's first key may not run yet: a terminal failure stops the line (retried once only
-    by ``--retry-failed``), a transient one waits for its backoff. None: it may run."""
+    by ``--retry-failed``), a transient one waits for its backoff, and (``patient``) so does a batch
+    whose worker died again and again. None: it may run."""
+    now = time.time() if now is None else now
+    dead_retry_at = attempts.dead_retry_at() if patient else None
+    if dead_retry_at is not None and dead_retry_at > now:
+        return Blocked(key, f"the worker running {key} died {attempts.dead_streak} times in a row (killed, or "
+                            f"out of memory?): retried in {dead_retry_at - now:.0f}s; icecdc sync retries it at "
+                            f"once", retry_at=dead_retry_at)
     latest = attempts.latest
-    if latest is None:
+    if latest is None or attempts.dead_streak:
         return None
     if latest.kind == TERMINAL:
         return Blocked(key, retry.terminal_reason(key, attempts, line.line_id, config_path), failed=True)
     retry_at = attempts.retry_at()
-    if retry_at is not None and retry_at > (time.time() if now is None else now):
+    if retry_at is not None and retry_at > now:
         return Blocked(key, retry.waiting_reason(key, attempts, now), retry_at=retry_at)
     return None
 

@@ -187,11 +187,12 @@ def table_window(instance: "DagsterInstance", table_line_: line.Line, source_tab
 
 
 def evaluate(instance: "DagsterInstance", table: TableConfig, source_table: "Table",
-             config_path: str | None = None) -> tuple[list[str], NextRun | Blocked | None]:
+             config_path: str | None = None, patient: bool = True) -> tuple[list[str], NextRun | Blocked | None]:
     """New keys to add and the next run to request, for this tick (shared by the CLI's sync).
-    A table that changed under the line gives ``Blocked`` with the diagnosis (no new keys)."""
+    A table that changed under the line gives ``Blocked`` with the diagnosis (no new keys).
+    ``patient``: see ``line.plan`` (False for ``icecdc sync``)."""
     table_line_ = table_line(table)
-    fast = evaluate_window(instance, table_line_, source_table, config_path)
+    fast = evaluate_window(instance, table_line_, source_table, config_path, patient)
     if fast is not None:
         _, planned = fast
         # The window starts after applied keys, so its first key is never a bootstrap: it may need its
@@ -208,11 +209,13 @@ def evaluate(instance: "DagsterInstance", table: TableConfig, source_table: "Tab
         return [], Blocked(lifecycle.active_keys(known)[-1], problem.message)
     active = lifecycle.active_keys(known)
     new_keys = discover_new_keys(source_table, active[-1] if active else None)
-    return new_keys, line.plan(instance, table_line_, window=active + new_keys, config_path=config_path)
+    return new_keys, line.plan(instance, table_line_, window=active + new_keys, config_path=config_path,
+                               patient=patient)
 
 
 def evaluate_window(instance: "DagsterInstance", table_line_: line.Line, source_table: "Table",
-                    config_path: str | None = None) -> tuple[list[str], NextRun | Blocked | None] | None:
+                    config_path: str | None = None,
+                    patient: bool = True) -> tuple[list[str], NextRun | Blocked | None] | None:
     """:func:`evaluate` when the line follows the table (the usual tick): its cost follows the
     backlog, not the history. None when :func:`table_window` cannot tell."""
     window = table_window(instance, table_line_, source_table)
@@ -224,14 +227,14 @@ def evaluate_window(instance: "DagsterInstance", table_line_: line.Line, source_
     # What the line has applied is what its other assets have: a joining sink has nothing yet.
     following = tuple(key for key in table_line_.asset_keys if key not in window.joining)
     planned = line.plan(instance, table_line_, window=keys, config_path=config_path,
-                        done=window.done(instance, following))
+                        done=window.done(instance, following), patient=patient)
     if planned is None and window.joining:
-        planned = join_run(instance, table_line_, window, config_path)
+        planned = join_run(instance, table_line_, window, config_path, patient)
     return new_keys, planned
 
 
 def join_run(instance: "DagsterInstance", table_line_: line.Line, window: TableWindow,
-             config_path: str | None) -> NextRun | Blocked | None:
+             config_path: str | None, patient: bool = True) -> NextRun | Blocked | None:
     """Nothing is pending but sinks were added: a run of the key the others applied last, for the
     joining sinks only (each exports the table at that snapshot; nothing else runs again). Exporting at
     the line's applied snapshot, not the table's newest, keeps every sink of the line at one checkpoint:
@@ -242,7 +245,7 @@ def join_run(instance: "DagsterInstance", table_line_: line.Line, window: TableW
     assert key is not None
     attempts = retry.attempts_at(instance, table_line_.line_id, key)
     assets = tuple(k.to_user_string() for k in window.joining)
-    waiting = line.retry_verdict(table_line_, key, attempts, config_path)
+    waiting = line.retry_verdict(table_line_, key, attempts, config_path, patient=patient)
     if waiting is None and attempts.spent > table_line_.max_retries:
         waiting = Blocked(key, f"the export of the sinks joining at {key} ({', '.join(assets)}) failed "
                                f"{attempts.spent} times; re-execute it (icecdc sync --retry-failed)", failed=True)
