@@ -108,7 +108,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
             return stop.exit_code
     if any(r.blocked or not all(ok for *_, ok in r.runs) for r in reports):
         return 1
-    return EXIT_BUSY if any(r.busy for r in reports) else 0
+    # Busy with another writer, or waiting out a transient failure's backoff: try again later.
+    return EXIT_BUSY if any(r.busy or r.waiting for r in reports) else 0
 
 
 def cmd_resync(args: argparse.Namespace) -> int:

@@ -88,11 +88,12 @@ class TableSyncReport:
     blocked: str | None = None      # the line waits for an operator (or its batch failed again)
     busy: str | None = None         # another writer holds the line
     stopped: str | None = None      # where a stop request (SIGINT/SIGTERM) left the line
+    waiting: str | None = None      # a transient failure's backoff: the line retries by itself later
     failed_over: list[str] = field(default_factory=list)  # runs of dead workers failed over first
 
     @property
     def ok(self) -> bool:
-        return (self.blocked is None and self.busy is None and self.stopped is None
+        return (self.blocked is None and self.busy is None and self.stopped is None and self.waiting is None
                 and all(success for *_, success in self.runs))
 
     def render(self) -> str:
@@ -102,6 +103,8 @@ class TableSyncReport:
             return head + f"STOPPED: {self.stopped}"
         if self.busy:
             return head + f"BUSY: {self.busy}"
+        if self.waiting:
+            return head + f"WAITING: {self.waiting}"
         if not self.ok:
             return head + f"BLOCKED: {self.blocked or 'a run failed'}"
         return head + "ok"
@@ -199,6 +202,9 @@ def _drain(context: SyncContext, line: lines.Line, evaluate: Callable[[], tuple[
             if running is not None:  # a live worker (e.g. a daemon run waiting for this lock)
                 report.busy = planned.reason
                 return running.run_id
+            if planned.retry_at is not None:  # transient: the line is not stopped, it retries after the backoff
+                report.waiting = planned.reason
+                return None
             report.blocked = planned.reason
             return None
         if planned is None:

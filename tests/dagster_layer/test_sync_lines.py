@@ -27,13 +27,14 @@ def test_one_blocked_table_does_not_stop_the_other(spark, catalog_settings, cata
     proxy.cut()
     blocked, flowing = sync_all(config, defs, instance)
     assert blocked.table_name == "db.a" and not blocked.ok and [ok for *_, ok in blocked.runs] == [False]
-    assert "transient" in blocked.blocked and "retried in" in blocked.blocked
+    assert blocked.blocked is None and "transient" in blocked.waiting and "retried in" in blocked.waiting
+    assert "WAITING" in blocked.render()
     assert flowing.ok and len(flowing.runs) == 1                   # export of b
 
     spark.sql(f"INSERT INTO {cat}.db.b VALUES (3, 'w')")
     proxy.restore()
     waiting, flowing = sync_all(config, defs, instance)            # within the backoff: a waits, b flows
-    assert not waiting.ok and waiting.runs == [] and "transient" in waiting.blocked
+    assert not waiting.ok and waiting.runs == [] and "transient" in waiting.waiting
     assert flowing.ok and len(flowing.runs) == 1
     assert sorted((r.id, r.v) for r in spark.table(f"{cat}.db.b_copy").collect()) == [
         (1, "x"), (2, "z"), (3, "w")]
