@@ -40,17 +40,18 @@ def _instance(config_path: str | None, dagster_home: str | None) -> "DagsterInst
 EXIT_BUSY = 75  # EX_TEMPFAIL: another writer holds a line; try again later (or use --wait)
 
 
-def _sync_context(args: argparse.Namespace, stop: "StopRequest",
+def _sync_context(args: argparse.Namespace, stop: "StopRequest", rebuilt: tuple[str, ...] = (),
                   **options: Any) -> "tuple[PipelineConfig, SyncContext]":
-    """The pipeline file, its definitions and the instance, as a sync or resync works with them."""
+    """The pipeline file, its definitions and the instance, as a sync or resync works with them.
+    ``rebuilt``: the table a resync rebuilds (a changed key of it is what the resync is for)."""
     from icecdc_dagster.config import load_config
     from icecdc_dagster.definitions import build_definitions
     from icecdc_dagster.lease.holder import Holder
     from icecdc_dagster.sync import SyncContext
 
     config = load_config(args.config)
-    defs = build_definitions(config)
-    instance = _instance(args.config, args.dagster_home)
+    instance = _instance(args.config, args.dagster_home)  # first: the load compares with its line records
+    defs = build_definitions(config, rebuilt=rebuilt)
     context = SyncContext(defs=defs, instance=instance, holder=Holder.current(), wait=args.wait, stop=stop,
                           say=lambda message: print(message, flush=True), log_level=args.log_level,
                           config_path=args.config, **options)
@@ -112,7 +113,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
             return stop.exit_code
     if any(r.blocked or not all(ok for *_, ok in r.runs) for r in reports):
         return 1
-    return EXIT_BUSY if any(r.busy for r in reports) else 0
+    # Busy with another writer, or waiting out a transient failure's backoff: try again later.
+    return EXIT_BUSY if any(r.busy or r.waiting for r in reports) else 0
 
 
 def cmd_resync(args: argparse.Namespace) -> int:
@@ -122,7 +124,7 @@ def cmd_resync(args: argparse.Namespace) -> int:
 
     set_process_role("icecdc resync")
     with StopRequest().installed() as stop:
-        config, context = _sync_context(args, stop)
+        config, context = _sync_context(args, stop, rebuilt=(args.table,))
         try:
             report = resync_table(config, context.defs, context.instance, args.table, context=context)
         except LineBusyError as busy:
@@ -140,8 +142,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     from icecdc_dagster.status import ingest_status, table_status
 
     config = load_config(args.config)
-    defs = build_definitions(config)
     instance = _instance(args.config, args.dagster_home)
+    defs = build_definitions(config)
     tables = [table_status(defs, instance, table, args.config) for table in config.tables]
     ingests = [ingest_status(instance, entry, defs) for entry in config.ingest]
     if args.json:

@@ -4,6 +4,7 @@ Nothing is read at import: ``dagster dev`` and run workers call :func:`defs`, th
 :func:`build_definitions` with the file it was given, so ``--config B`` never loads ``$ICECDC_CONFIG``.
 """
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from dagster import (AssetChecksDefinition, AssetsDefinition, AssetSpec, Definitions, EnvVar, ScheduleDefinition,
@@ -126,13 +127,16 @@ def check_sinks_can_follow(config: PipelineConfig, table: TableConfig, source: "
             raise ConfigError(f"{config.source}: tables: {problem}")
 
 
-def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Definitions:
+def build_definitions(config: PipelineConfig, check_tables: bool = True, rebuilt: Collection[str] = ()) -> Definitions:
+    """``rebuilt``: tables an ``icecdc resync`` rebuilds (their changed identifier columns are accepted)."""
     # The source tables are loaded once at load for the checks; their schemas become the source
     # assets' definition metadata, so an asset page shows its columns without another catalog call.
     # The tables the assets write: derived from the source (replicas) or remembered from the last
     # batch that wrote them (changelog store, ingest targets): no catalog call either.
     sources = check_tables_exist(config) if check_tables else {}
-    from icecdc_dagster.assets import metadata_cache
+    from icecdc_dagster.assets import line_record, metadata_cache
+
+    line_record.check_pipeline(config, sources, rebuilt)
 
     remembered = metadata_cache.load() if config.tables or config.ingest else {}
     assets: list[AssetsDefinition | AssetSpec | SourceAsset] = []

@@ -1,20 +1,47 @@
-"""Named exceptions: every error says which table, snapshot, key or file it is about."""
+"""Named exceptions: every error says which table, snapshot, key or file it is about.
+
+Every class is either *transient* (``transient = True``: the same batch may succeed later - a
+service away, another writer, a stop request; the line retries it with backoff and never stops for
+it) or *terminal* (``transient = False``: retrying gives the same answer; the line stops at once and
+names the cause and ``recovery``, the one command that continues it). The retry logic
+(``lease.retry``) reads these two class attributes and nothing else; :func:`classify` finds them
+for any exception, also for one that crossed a Spark executor (then only its name is left).
+"""
+
+from typing import ClassVar
+
+RETRY_COMMAND = "fix the cause, then run icecdc sync --config {config} --retry-failed"
+RESYNC_COMMAND = "icecdc resync --config {config} --table {table}"
+CONFIG_COMMAND = "fix {config}, then run icecdc sync --config {config} --retry-failed"
 
 
 class IcecdcError(Exception):
     """Base class of every error this project raises on purpose."""
 
+    transient: ClassVar[bool] = False
+    # The command that continues the line after this error ({config}, {table}: the pipeline file, the table).
+    recovery: ClassVar[str] = RETRY_COMMAND
+
 
 class ConfigError(IcecdcError):
     """The pipeline YAML is invalid (names the file and the key)."""
+
+    transient = False
+    recovery = CONFIG_COMMAND
 
 
 class RuntimeSetupError(IcecdcError):
     """Java, a jar or a driver needed to start Spark cannot be found."""
 
+    transient = False
+    recovery = CONFIG_COMMAND
+
 
 class SnapshotNotFoundError(IcecdcError):
     """A snapshot is not in the table's history or not an ancestor of its current snapshot."""
+
+    transient = False
+    recovery = RESYNC_COMMAND
 
 
 class ChangelogError(IcecdcError):
@@ -32,6 +59,9 @@ class DuplicateKeyChangeError(ChangelogError):
 class CheckpointError(IcecdcError):
     """A batch does not follow the sink's checkpoint (out of order or gap)."""
 
+    transient = False
+    recovery = RESYNC_COMMAND
+
 
 class SinkWriteError(IcecdcError):
     """A sink rejected part of a batch; the checkpoint was not advanced."""
@@ -43,6 +73,8 @@ class IngestError(IcecdcError):
 
 class StagingBranchLostError(IcecdcError):
     """A table's staging branch vanished between a batch's write and its publish (nothing was published)."""
+
+    transient = True
 
 
 class TargetTableMissingError(IngestError):
@@ -56,17 +88,26 @@ class SchemaDeclarationError(IngestError):
 class TableHasNoSnapshotError(SnapshotNotFoundError):
     """The table exists but has never been written: there is no snapshot to read changes from."""
 
+    transient = True
+
 
 class UnsupportedFormatVersionError(ChangelogError):
     """The table's Iceberg format version cannot order its changes (v1 has no sequence numbers)."""
+
+    transient = False
+    recovery = CONFIG_COMMAND
 
 
 class LineBusyError(IcecdcError):
     """Another writer holds the line (names the line and the holder: role, host, pid, since when)."""
 
+    transient = True
+
 
 class SyncInterruptedError(IcecdcError):
     """A sync was stopped by SIGINT/SIGTERM before it finished (names where it stopped)."""
+
+    transient = True
 
 
 class LineDivergedError(SnapshotNotFoundError):
@@ -89,17 +130,74 @@ class TableRecreatedError(LineDivergedError):
 class SupersededPartitionError(IcecdcError):
     """A partition before the line's latest resync was (re-)executed: it belongs to a superseded line."""
 
+    transient = False
+    recovery = "nothing to do: the partition is never applied again; run icecdc sync --config {config}"
+
 
 class SchemaChangeError(SinkWriteError):
     """A source schema change a target cannot follow in place (identifier fields changed, a type that
     cannot be widened to the source's, a replica a by-name version left with two columns for one field):
     names the table, column and snapshot, and the ``icecdc resync`` command that rebuilds the target."""
 
+    recovery = RESYNC_COMMAND
+
 
 class StreamInputError(IngestError):
-    """A stream input (NATS JetStream, Redis Streams) cannot deliver a batch: names the input and what to do."""
+    """A stream input (NATS JetStream, Redis Streams) cannot deliver a batch: names the input and what to do
+    (terminal: a broker that does not answer raises the client's own connection errors, which are transient)."""
 
 
 class ReindexError(SinkWriteError):
     """A new index version cannot be built or swapped in (names the index, the version and why);
     the alias and the live version's checkpoint are left where they were."""
+
+
+class SinkUnavailableError(SinkWriteError):
+    """A sink's service did not answer (connection, timeout, overload) after the client's own retries:
+    the batch may succeed later, so the line retries it with backoff instead of stopping."""
+
+    transient = True
+
+
+class DefinitionChangedError(ConfigError):
+    """The pipeline file changes what a running line was built on (its identifier columns): the
+    message names the old and new values and the ``icecdc resync`` command that rebuilds the line."""
+
+    recovery = RESYNC_COMMAND
+
+
+TRANSIENT, TERMINAL, UNCLASSIFIED = "transient", "terminal", "unclassified"
+# Errors of libraries we call that mean "the service did not answer" (opensearch-py's connection errors
+# are not the builtin ConnectionError).
+FOREIGN_TRANSIENT = frozenset({"ConnectionError", "ConnectionTimeout", "SSLError"})
+
+
+def error_classes() -> list[type[IcecdcError]]:
+    """Every class of the tree (loaded subclasses included), base first."""
+    found, todo = [], [IcecdcError]
+    while todo:
+        cls = todo.pop(0)
+        found.append(cls)
+        todo.extend(sorted(cls.__subclasses__(), key=lambda c: c.__name__))
+    return found
+
+
+def classify(exc: BaseException) -> tuple[str, str]:
+    """(kind, class name) of an exception: ``transient``/``terminal`` for the tree's classes, found by
+    type or - for one raised on a Spark executor and re-raised by Py4J - by its name in the message
+    (the most specific name found wins); ``unclassified`` otherwise (retried up to ``max_retries``)."""
+    if isinstance(exc, IcecdcError):
+        return (TRANSIENT if exc.transient else TERMINAL), type(exc).__name__
+    if isinstance(exc, ConnectionError | TimeoutError) or type(exc).__name__ in FOREIGN_TRANSIENT:
+        return TRANSIENT, type(exc).__name__
+    text = str(exc)
+    named = [cls for cls in error_classes() if f"{cls.__name__}:" in text]
+    if named:
+        deepest = max(named, key=lambda cls: len(cls.__mro__))
+        return (TRANSIENT if deepest.transient else TERMINAL), deepest.__name__
+    return UNCLASSIFIED, type(exc).__name__
+
+
+def recovery_of(class_name: str) -> str | None:
+    """The recovery command template of a tree class named ``class_name`` (None: not in the tree)."""
+    return next((cls.recovery for cls in error_classes() if cls.__name__ == class_name), None)

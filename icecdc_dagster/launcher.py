@@ -516,6 +516,9 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
                 if failover.fail_over(instance, run, Holder.current(role="warm launcher (daemon)")):
                     failed.append(run.run_id)
                 continue
+            # A dead process, not a failed batch: tagged so it never spends the batch's max_retries.
+            gone = f"worker died: pid {run.tags[PID_TAG]} is gone"
+            instance.add_run_tags(run.run_id, {failover.FAILED_OVER_TAG: gone})
             instance.report_run_failed(
                 run, f"icecdc warm launcher: the process that ran it (pid {run.tags[PID_TAG]}) is gone")
             failed.append(run.run_id)
@@ -536,6 +539,7 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
         for run_id in waiting:
             run = self._instance.get_run_by_id(run_id)
             if run is not None and not run.is_finished:
+                self._instance.add_run_tags(run_id, {failover.FAILED_OVER_TAG: "worker died: shut down before the run"})
                 self._instance.report_run_failed(run, "icecdc warm launcher: shut down before the run started")
 
 

@@ -46,6 +46,7 @@ class TableStatus:
     line: str | None = None             # resync key of the active line (None: the original line)
     superseded_partitions: int = 0
     warnings: list[str] = field(default_factory=list)
+    left_behind: list["LeftBehind"] = field(default_factory=list)  # sinks removed from the pipeline file
 
     def render(self) -> str:
         line = f", line {self.line} ({self.superseded_partitions} superseded partitions)" if self.line else ""
@@ -61,7 +62,23 @@ class TableStatus:
             target = f"; {sink.target}" if sink.target else ""
             lines.append(f"  {sink.name}: checkpoint {sink.checkpoint_snapshot_id}, "
                          f"{sink.pending_snapshots} snapshots pending, lag {lag}{detail}{target}")
+        lines += [f"  LEFT BEHIND: {left.render()}" for left in self.left_behind]
         return "\n".join(lines)
+
+
+@dataclass
+class LeftBehind:
+    """A sink the line had that the pipeline file no longer names: its target stays as it was."""
+
+    name: str
+    kind: str
+    target: str
+    last_checkpoint_snapshot_id: str | None  # what its last batch left (None: no batch recorded)
+
+    def render(self) -> str:
+        return (f"{self.name} ({self.kind} {self.target}) is no longer in the pipeline file; it was left at "
+                f"snapshot {self.last_checkpoint_snapshot_id or 'none'} and is not updated (delete it, or add "
+                f"the sink back)")
 
 
 @dataclass
@@ -196,7 +213,26 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
     warning = retention_warning(source, table.table_name, slowest)
     if warning:
         status.warnings.append(warning)
+    status.left_behind = left_behind(instance, catalog.name, table)
     return status
+
+
+def left_behind(instance: DagsterInstance, catalog_name: str, table: TableConfig) -> list[LeftBehind]:
+    """The sinks removed from the table's entry, with the checkpoint their last batch recorded
+    (read from the instance: the target itself may be gone)."""
+    from dagster import AssetKey
+
+    from icecdc_dagster.assets import line_record
+
+    found = []
+    for name, value in sorted(line_record.left_behind(catalog_name, table).items()):
+        records = instance.fetch_materializations(AssetKey.from_user_string(value["asset_key"]), limit=1).records
+        materialization = records[0].asset_materialization if records else None
+        entry = materialization.metadata.get("checkpoint_snapshot_id") if materialization else None
+        checkpoint = getattr(entry, "value", entry)
+        found.append(LeftBehind(name, str(value.get("kind")), str(value.get("target")),
+                                str(checkpoint) if checkpoint not in (None, "none") else None))
+    return found
 
 
 def _window_status(instance: DagsterInstance, table: TableConfig, table_line_: lines.Line, source: "Table",
@@ -204,7 +240,7 @@ def _window_status(instance: DagsterInstance, table: TableConfig, table_line_: l
                    config_path: str | None) -> tuple[TableStatus, _LineKeys]:
     """Status of a line that follows its table, from its window: every key before the window is done
     in every asset (the line runs in order); the partition counts are aggregate queries."""
-    done = lines.done_in_every_asset(instance, table_line_, window.keys)
+    done = window.done(instance, table_line_.asset_keys)
     partitions = instance.get_existing_dynamic_partitions(table_line_.partitions_name, window.keys)
     waiting = [k for k in window.keys if k not in done]
     statuses = lines.pending_statuses(instance, table_line_, [k for k in waiting if k in partitions], done)

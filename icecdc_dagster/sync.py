@@ -88,11 +88,12 @@ class TableSyncReport:
     blocked: str | None = None      # the line waits for an operator (or its batch failed again)
     busy: str | None = None         # another writer holds the line
     stopped: str | None = None      # where a stop request (SIGINT/SIGTERM) left the line
+    waiting: str | None = None      # a transient failure's backoff: the line retries by itself later
     failed_over: list[str] = field(default_factory=list)  # runs of dead workers failed over first
 
     @property
     def ok(self) -> bool:
-        return (self.blocked is None and self.busy is None and self.stopped is None
+        return (self.blocked is None and self.busy is None and self.stopped is None and self.waiting is None
                 and all(success for *_, success in self.runs))
 
     def render(self) -> str:
@@ -102,6 +103,8 @@ class TableSyncReport:
             return head + f"STOPPED: {self.stopped}"
         if self.busy:
             return head + f"BUSY: {self.busy}"
+        if self.waiting:
+            return head + f"WAITING: {self.waiting}"
         if not self.ok:
             return head + f"BLOCKED: {self.blocked or 'a run failed'}"
         return head + "ok"
@@ -132,8 +135,9 @@ def execute_run(context: SyncContext, line: lines.Line, planned: NextRun) -> tup
     waits and, on a stop request, cancels the run (it ends CANCELED)."""
     instance = context.instance
     request = lines.run_request(line, planned)
+    assets, checks = lines.run_selection(line, planned)
     job = context.defs.resolve_implicit_global_asset_job_def().get_subset(
-        asset_selection=set(line.asset_keys), asset_check_selection=set(line.check_keys) or None)
+        asset_selection=set(assets), asset_check_selection=set(checks) if checks is not None else None)
     run_id = make_new_run_id()
     tags = {**request.tags, **context.holder.tags(), HEARTBEAT_TAG: f"{time.time():.3f}"}
     errors: list[BaseException] = []
@@ -192,12 +196,15 @@ def _drain(context: SyncContext, line: lines.Line, evaluate: Callable[[], tuple[
         if isinstance(planned, Blocked) and planned.failed and context.retry_failed and planned.key not in retried:
             # The operator's re-execution, once per sync: the line continues only if it succeeds.
             retried.add(planned.key)
-            planned = NextRun(planned.key, planned.key, (planned.key,), attempt=0)
+            planned = NextRun(planned.key, planned.key, (planned.key,), attempt=0, assets=planned.assets)
         if isinstance(planned, Blocked):
             running = lines.active_run(instance, line)
             if running is not None:  # a live worker (e.g. a daemon run waiting for this lock)
                 report.busy = planned.reason
                 return running.run_id
+            if planned.retry_at is not None:  # transient: the line is not stopped, it retries after the backoff
+                report.waiting = planned.reason
+                return None
             report.blocked = planned.reason
             return None
         if planned is None:
@@ -263,7 +270,8 @@ def sync_table(defs: Definitions, instance: DagsterInstance, table: TableConfig,
             source = catalog.load_table(table.table_name)
         except NoSuchTableError:  # written by an auto-creating ingest entry that has not run yet
             return [], None
-        new_keys, planned = snapshots.evaluate(instance, table, source, context.config_path)
+        # An operator's sync re-executes a batch whose worker died at once, however often it did.
+        new_keys, planned = snapshots.evaluate(instance, table, source, context.config_path, patient=False)
         # As the sensor does: each new partition observed with its snapshot id as data version.
         for observation in source_observations(table, catalog.name, source, new_keys):
             instance.report_runless_asset_event(observation)
@@ -276,7 +284,7 @@ def sync_ingest(defs: Definitions, instance: DagsterInstance, entry: IngestConfi
                 max_runs: int = 1000, retry_failed: bool = False,
                 context: SyncContext | None = None) -> TableSyncReport:
     return _sync_line(_context(defs, instance, retry_failed, context), ingest_sensor.ingest_line(entry),
-                      lambda: ingest_sensor.evaluate(instance, entry), max_runs)
+                      lambda: ingest_sensor.evaluate(instance, entry, patient=False), max_runs)
 
 
 def sync_all(config: PipelineConfig, defs: Definitions, instance: DagsterInstance,

@@ -158,6 +158,10 @@ def test_runs_of_a_dead_worker_process_are_failed(instance):  # noqa: ANN001
     assert launcher.check_run_worker_health(stale).status.value == "FAILED"
     assert launcher.fail_orphaned_runs() == [run.run_id]
     assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.FAILURE
+    from icecdc_dagster.lease.failover import FAILED_OVER_TAG
+
+    # A dead process is not a failed batch: the tag keeps it out of the batch's max_retries.
+    assert instance.get_run_by_id(run.run_id).tags[FAILED_OVER_TAG] == f"worker died: pid {gone} is gone"
 
 
 @job(executor_def=line_executor)

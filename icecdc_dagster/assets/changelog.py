@@ -11,7 +11,7 @@ import time
 from dagster import AssetExecutionContext, AssetsDefinition, DataVersion, BackfillPolicy, MaterializeResult, asset
 
 from icecdc_dagster import changelog
-from icecdc_dagster.assets import naming
+from icecdc_dagster.assets import line_record, naming
 from icecdc_dagster.assets.lineage import lineage_run
 from icecdc_dagster.assets.metadata import batch_metadata
 from icecdc_dagster.assets.table_metadata import COLUMN_LINEAGE, PARTITION_ROW_COUNT, column_lineage, described_table
@@ -21,6 +21,7 @@ from icecdc_dagster.pipeline.batches import (BatchRequest, compute_batch, identi
                                              row_stats)
 from icecdc_dagster.pipeline import lifecycle
 from icecdc_dagster.pipeline.changelog_store import ChangelogStore
+from icecdc_dagster.lease import retry
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 from icecdc_dagster.sensors.line import TAIL_PAGE
 
@@ -102,41 +103,49 @@ def build_changelog_asset(table: TableConfig, lineage: LineageEmitter | None = N
     )
     def _changelog(context: AssetExecutionContext, spark: SparkResource,
                    catalog: IcebergCatalogResource) -> MaterializeResult:
-        started = time.monotonic()
-        session = spark.session(catalog)
-        source = catalog.source_table(context.run_id, table.table_name)
-        request = batch_request(context, table, source)
-        store = ChangelogStore(session, catalog.name, table.table_name)
-        with lineage_run(lineage, context, naming.changelog_key(table), table.table_name,
-                         inputs=lambda: [iceberg_dataset(catalog.name, source)],
-                         outputs=lambda: _existing(catalog, store.table_name)) as outcome:
-            with changelog.staged_scans(session):
-                computed = compute_batch(session, catalog.name, source, request)
-                stored = store.write(computed.info, computed.rows, source.schema())
-                stats = row_stats(computed, stored.counts)  # may read the changed files: inside the block
-            if lineage is not None:
-                written = iceberg_dataset(catalog.name, catalog.load_table(stored.table_name))
-                outcome.outputs = [written]
-                outcome.rows[written.name] = stored.rows
-                outcome.column_lineage[written.name] = {c: [c] for c in changelog.data_columns(source)}
-        parent = changelog.parent_of(source, computed.info.first_snapshot_id)
-        line_meta = {naming.SOURCE_UUID_METADATA: lifecycle.table_uuid(source)}
-        if request.line is not None:
-            line_meta["line"] = request.line
-        context.log.info(f"{table.table_name}: stored {stored.rows} change rows of snapshots "
-                         f"{computed.info.first_snapshot_id}..{computed.info.snapshot_id} ({computed.kind})")
-        columns = changelog.data_columns(source)
-        described = {**described_table(catalog.name, catalog.load_table(stored.table_name)),
-                     COLUMN_LINEAGE: column_lineage(naming.source_key(table), {c: [c] for c in columns}),
-                     PARTITION_ROW_COUNT: stored.rows}
-        metadata = batch_metadata(
-            computed.info, parent, started, stored.counts,
-            {"batch_kind": computed.kind, "changelog_table": stored.table_name,
-             "changelog_snapshot_id": str(stored.snapshot_id), **line_meta, **stats})
-        return MaterializeResult(metadata={**metadata, **described},
-                                 data_version=DataVersion(str(computed.info.snapshot_id)))
+        with retry.classified(context.instance, context.run_id):
+            return _store_batch(context, table, lineage, spark, catalog)
 
     return _changelog
+
+
+def _store_batch(context: AssetExecutionContext, table: TableConfig, lineage: LineageEmitter | None,
+                 spark: SparkResource, catalog: IcebergCatalogResource) -> MaterializeResult:
+    """Compute the run's batch and store its change rows; the line records the keys it is built on."""
+    started = time.monotonic()
+    session = spark.session(catalog)
+    source = catalog.source_table(context.run_id, table.table_name)
+    request = batch_request(context, table, source)
+    line_record.remember_identifier_columns(f"{catalog.name}.{table.table_name}", request.identifier_columns)
+    store = ChangelogStore(session, catalog.name, table.table_name)
+    with lineage_run(lineage, context, naming.changelog_key(table), table.table_name,
+                     inputs=lambda: [iceberg_dataset(catalog.name, source)],
+                     outputs=lambda: _existing(catalog, store.table_name)) as outcome:
+        with changelog.staged_scans(session):
+            computed = compute_batch(session, catalog.name, source, request)
+            stored = store.write(computed.info, computed.rows, source.schema())
+            stats = row_stats(computed, stored.counts)  # may read the changed files: inside the block
+        if lineage is not None:
+            written = iceberg_dataset(catalog.name, catalog.load_table(stored.table_name))
+            outcome.outputs = [written]
+            outcome.rows[written.name] = stored.rows
+            outcome.column_lineage[written.name] = {c: [c] for c in changelog.data_columns(source)}
+    parent = changelog.parent_of(source, computed.info.first_snapshot_id)
+    line_meta = {naming.SOURCE_UUID_METADATA: lifecycle.table_uuid(source)}
+    if request.line is not None:
+        line_meta["line"] = request.line
+    context.log.info(f"{table.table_name}: stored {stored.rows} change rows of snapshots "
+                     f"{computed.info.first_snapshot_id}..{computed.info.snapshot_id} ({computed.kind})")
+    columns = changelog.data_columns(source)
+    described = {**described_table(catalog.name, catalog.load_table(stored.table_name)),
+                 COLUMN_LINEAGE: column_lineage(naming.source_key(table), {c: [c] for c in columns}),
+                 PARTITION_ROW_COUNT: stored.rows}
+    metadata = batch_metadata(
+        computed.info, parent, started, stored.counts,
+        {"batch_kind": computed.kind, "changelog_table": stored.table_name,
+         "changelog_snapshot_id": str(stored.snapshot_id), **line_meta, **stats})
+    return MaterializeResult(metadata={**metadata, **described},
+                             data_version=DataVersion(str(computed.info.snapshot_id)))
 
 
 def _existing(catalog: IcebergCatalogResource, table_name: str) -> list[LineageDataset]:

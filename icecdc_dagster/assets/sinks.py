@@ -11,7 +11,7 @@ from typing import Any
 from dagster import AssetExecutionContext, AssetsDefinition, DataVersion, BackfillPolicy, MaterializeResult, asset
 
 from icecdc_dagster import changelog
-from icecdc_dagster.assets import naming
+from icecdc_dagster.assets import line_record, naming
 from icecdc_dagster.assets.changelog import batch_request
 from icecdc_dagster.assets.lineage import lineage_run
 from icecdc_dagster.assets.metadata import batch_metadata
@@ -19,10 +19,12 @@ from icecdc_dagster.assets.table_metadata import (COLUMN_LINEAGE, PARTITION_ROW_
                                                   described_table)
 from icecdc_dagster.config import SinkConfig, TableConfig
 from icecdc_dagster.lineage import LineageDataset, LineageEmitter, iceberg_dataset
-from icecdc_dagster.pipeline.batches import batch_info, uses_row_id
+from icecdc_dagster.pipeline.batches import batch_info, join_export, uses_row_id
 from icecdc_dagster.pipeline.changelog_store import ChangelogStore
 from icecdc_dagster.pipeline.sinks import open_configured_sink
+from icecdc_dagster.lease import retry
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
+from icecdc_dagster.sinks.base import Sink
 
 
 def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitter | None = None,
@@ -42,47 +44,74 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitt
         metadata={"source_table": table.table_name, "target": sink.asset_name, **(described or {})},
     )
     def _sink(context: AssetExecutionContext) -> MaterializeResult:
-        started = time.monotonic()
-        spark: SparkResource = context.resources.spark
-        catalog: IcebergCatalogResource = context.resources.catalog
-        session = spark.session(catalog)
-        source = catalog.source_table(context.run_id, table.table_name)
-        request = batch_request(context, table, source)
-        info = batch_info(source, request)
-        connection = getattr(context.resources, resource_key) if resource_key else None
-        target = open_configured_sink(sink, table, spark=session, catalog=catalog, source_table=source,
-                                      connection=connection)
-        by_row_id = uses_row_id(source, info.identifier_columns)
-        store = ChangelogStore(session, catalog.name, table.table_name)
-        lineage_columns = sink.derived_columns(changelog.data_columns(source), info.identifier_columns, by_row_id)
-        with lineage_run(lineage, context, naming.sink_key(sink), table.table_name,
-                         inputs=lambda: [iceberg_dataset(catalog.name, catalog.load_table(store.table_name))],
-                         outputs=lambda: _target_dataset(sink, catalog)) as outcome:
-            result = target.apply(info, store.read_events(info, use_row_id=by_row_id))
-            if lineage is not None:
-                outcome.outputs = _target_dataset(sink, catalog)
-                for dataset in outcome.outputs:
-                    outcome.rows[dataset.name] = sum(result.counts.values())
-                    outcome.column_lineage[dataset.name] = lineage_columns
-        parent = changelog.parent_of(source, info.first_snapshot_id)
-        context.log.info(f"{target.name}: {'skipped (already applied)' if result.skipped else 'applied'} "
-                         f"snapshots {info.first_snapshot_id}..{info.snapshot_id}: {result.counts}")
-        checkpoint = result.checkpoint
-        described: dict[str, Any] = {COLUMN_LINEAGE: column_lineage(naming.source_key(table), lineage_columns),
-                     PARTITION_ROW_COUNT: sum(result.counts.values())}
-        written = sink.maintained_table()
-        if written is not None:
-            described |= described_table(catalog.name, catalog.load_table(written), info.identifier_columns)
-        metadata = batch_metadata(
-            info, parent, started, {},
-            {"sink": target.name, "skipped_already_applied": result.skipped,
-             "checkpoint_snapshot_id": str(checkpoint.snapshot_id) if checkpoint else "none",
-             **{f"sink_{k}": v for k, v in result.counts.items()}, **result.details,
-             **({"line": request.line} if request.line is not None else {})})
-        # The data version is the source snapshot the sink now holds, as the source observation records it.
-        return MaterializeResult(metadata={**metadata, **described}, data_version=DataVersion(str(info.snapshot_id)))
+        with retry.classified(context.instance, context.run_id):
+            result = _apply(context, table, sink, lineage)
+        catalog_name = context.resources.catalog.name
+        line_record.remember_sink(f"{catalog_name}.{table.table_name}", sink.name, sink.kind, sink.target,
+                                  naming.sink_key(sink).to_user_string())
+        return result
 
     return _sink
+
+
+def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
+           lineage: LineageEmitter | None) -> MaterializeResult:
+    """Apply the run's batch to the sink (a sink joining the running line: its own export)."""
+    started = time.monotonic()
+    spark: SparkResource = context.resources.spark
+    catalog: IcebergCatalogResource = context.resources.catalog
+    session = spark.session(catalog)
+    source = catalog.source_table(context.run_id, table.table_name)
+    request = batch_request(context, table, source)
+    resource_key = sink.resource_key()
+    connection = getattr(context.resources, resource_key) if resource_key else None
+    target = open_configured_sink(sink, table, spark=session, catalog=catalog, source_table=source,
+                                  connection=connection)
+    by_row_id = uses_row_id(source, request.identifier_columns)
+    store = ChangelogStore(session, catalog.name, table.table_name)
+    joining = not request.includes_bootstrap and joins_line(context, sink, target)
+    if joining:  # added to the running line: the table at the batch's last snapshot, then the line's batches
+        info, joined_events = join_export(session, catalog.name, source, request, by_row_id)
+        context.log.info(f"{target.name}: joins the running line of {table.table_name} with its own export "
+                         f"at snapshot {info.snapshot_id}; the other sinks go on from their checkpoints")
+    else:
+        info = batch_info(source, request)
+    lineage_columns = sink.derived_columns(changelog.data_columns(source), info.identifier_columns, by_row_id)
+    with lineage_run(lineage, context, naming.sink_key(sink), table.table_name,
+                     inputs=lambda: [iceberg_dataset(catalog.name, catalog.load_table(store.table_name))],
+                     outputs=lambda: _target_dataset(sink, catalog)) as outcome:
+        result = target.apply(info, joined_events if joining else store.read_events(info, use_row_id=by_row_id))
+        if lineage is not None:
+            outcome.outputs = _target_dataset(sink, catalog)
+            for dataset in outcome.outputs:
+                outcome.rows[dataset.name] = sum(result.counts.values())
+                outcome.column_lineage[dataset.name] = lineage_columns
+    parent = changelog.parent_of(source, info.first_snapshot_id)
+    context.log.info(f"{target.name}: {'skipped (already applied)' if result.skipped else 'applied'} "
+                     f"snapshots {info.first_snapshot_id}..{info.snapshot_id}: {result.counts}")
+    checkpoint = result.checkpoint
+    described: dict[str, Any] = {COLUMN_LINEAGE: column_lineage(naming.source_key(table), lineage_columns),
+                 PARTITION_ROW_COUNT: sum(result.counts.values())}
+    written = sink.maintained_table()
+    if written is not None:
+        described |= described_table(catalog.name, catalog.load_table(written), info.identifier_columns)
+    metadata = batch_metadata(
+        info, parent, started, {},
+        {"sink": target.name, "skipped_already_applied": result.skipped,
+         "checkpoint_snapshot_id": str(checkpoint.snapshot_id) if checkpoint else "none",
+         **{f"sink_{k}": v for k, v in result.counts.items()}, **result.details,
+         **({"line": request.line} if request.line is not None else {}),
+         **({"joined_line_export": True} if joining else {})})
+    # The data version is the source snapshot the sink now holds, as the source observation records it.
+    return MaterializeResult(metadata={**metadata, **described}, data_version=DataVersion(str(info.snapshot_id)))
+
+
+def joins_line(context: AssetExecutionContext, sink: SinkConfig, target: Sink) -> bool:
+    """The sink was added to a running line: Dagster has no batch of it and its target no checkpoint.
+    (A target with a checkpoint goes by it: a join export that committed before its run was recorded
+    is then already applied, and the next batch follows it.)"""
+    records = context.instance.fetch_materializations(naming.sink_key(sink), limit=1).records
+    return not records and target.read_checkpoint() is None
 
 
 def _target_dataset(sink: SinkConfig, catalog: IcebergCatalogResource) -> list[LineageDataset]:

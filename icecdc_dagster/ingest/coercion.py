@@ -27,6 +27,7 @@ from pyspark.sql import types as T
 
 from icecdc_dagster.ingest.debezium import NANOS_TRUNCATED, parse_iso_timestamp
 from icecdc_dagster.ingest.schema_inference import MAX_DECIMAL_PRECISION
+from icecdc_dagster.errors import IngestError
 
 EPOCH = dt.datetime(1970, 1, 1)
 EPOCH_DATE = dt.date(1970, 1, 1)
@@ -38,7 +39,7 @@ STRINGIFIED = "stringified"
 IGNORED_FIELDS = "ignored_fields"
 
 
-class CoercionError(ValueError):
+class CoercionError(IngestError, ValueError):
     """The value does not fit the column; ``widen_to`` is a Spark type that would hold it (or None)."""
 
     def __init__(self, message: str, widen_to: T.DataType | None = None) -> None:

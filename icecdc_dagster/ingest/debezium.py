@@ -20,6 +20,7 @@ from enum import Enum
 from typing import Any, assert_never
 
 from icecdc_dagster.ingest import schema_inference as si
+from icecdc_dagster.errors import IngestError
 
 INSERT, UPDATE, DELETE = "insert", "update", "delete"
 _OPS = {"c": INSERT, "r": INSERT, "i": INSERT, "insert": INSERT, "create": INSERT, "index": INSERT,
@@ -31,7 +32,7 @@ _ISO_FRACTION = re.compile(r"(\.\d+)")
 _TIME_OF_DAY = re.compile(r"^\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:?\d{2})?$")
 
 
-class EventError(ValueError):
+class EventError(IngestError, ValueError):
     """This event cannot be ingested; the message is the dead-letter reason."""
 
 

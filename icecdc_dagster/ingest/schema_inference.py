@@ -68,7 +68,7 @@ PHYSICAL_LOGICAL_TYPES = ("io.debezium.data.geometry.Point", "io.debezium.data.g
                           "io.debezium.data.FloatVector")
 
 
-class ConnectSchemaError(ValueError):
+class ConnectSchemaError(SchemaDeclarationError, ValueError):
     """A Connect schema block names a type this mapping does not know (the event is dead-lettered)."""
 
 

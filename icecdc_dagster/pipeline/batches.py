@@ -1,7 +1,7 @@
 """Turn a run of partition keys (snapshot ids) into a BatchInfo and its change rows."""
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -136,6 +136,20 @@ def compute_batch(spark: "SparkSession", catalog_name: str, table: "Table", requ
     return ComputedBatch(info=info, rows=rows, stats=stats, kind=kind,
                          raw_rows=change_set.raw_rows if change_set is not None and kind != "export" else None,
                          counted=change_set is not None and kind != "export")
+
+
+def join_export(spark: "SparkSession", catalog_name: str, table: "Table", request: BatchRequest,
+                use_row_id: bool) -> tuple[BatchInfo, Any]:
+    """A sink added to a running line: the export of the request's last snapshot as the line's export
+    batch (accepted only by a sink without a checkpoint) and its CDC events. Taken at the batch's
+    snapshot, the same one the other sinks reach in this run, so from the next batch on every sink of
+    the line is at one checkpoint and follows the same batches; the other sinks are not re-exported."""
+    last = request.snapshot_ids[-1]
+    info = batch_info(table, replace(request, snapshot_ids=(last,), starts_line=True, disable_export=False))
+    rows = changelog.export(spark, catalog_name, table, last, request.identifier_columns).rows
+    events = changelog.to_events(rows, request.table_name, request.identifier_columns, info.operation, last,
+                                 use_row_id=use_row_id)
+    return info, events
 
 
 def row_stats(computed: ComputedBatch, counts: dict[str, int]) -> dict[str, Any]:

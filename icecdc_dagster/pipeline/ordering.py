@@ -22,10 +22,14 @@ class NextRun:
     last_key: str
     keys: tuple[str, ...]
     attempt: int
+    # Only these assets (user strings, e.g. "opensearch/idx"); empty: every asset of the line. A sink
+    # added to a running line joins at the line's applied key this way (its own export, nothing else runs).
+    assets: tuple[str, ...] = ()
 
     @property
     def run_key(self) -> str:
-        return f"snapshots:{self.first_key}-{self.last_key}:attempt-{self.attempt}"
+        joining = f":join-{'+'.join(self.assets)}" if self.assets else ""
+        return f"snapshots:{self.first_key}-{self.last_key}{joining}:attempt-{self.attempt}"
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,8 @@ class Blocked:
     key: str
     reason: str
     failed: bool = False  # True: the key used up its retries (an operator re-executes it)
+    retry_at: float | None = None  # a transient failure waits for its backoff until then (epoch seconds)
+    assets: tuple[str, ...] = ()  # the run that re-executes it covers only these (see NextRun.assets)
 
 
 def combine_status(statuses: Sequence[KeyStatus | None]) -> KeyStatus:
@@ -47,8 +53,13 @@ def combine_status(statuses: Sequence[KeyStatus | None]) -> KeyStatus:
 
 
 def plan_next_run(keys: Sequence[str], status: Mapping[str, KeyStatus], failures: Mapping[str, int],
-                  max_keys_per_run: int, max_retries: int) -> NextRun | Blocked | None:
+                  max_keys_per_run: int, max_retries: int,
+                  runs: Mapping[str, int] | None = None) -> NextRun | Blocked | None:
     """The next run of the line, a reason why the line waits, or None when all is done.
+
+    ``failures``: the failures per key that count against ``max_retries``; ``runs``: every failed
+    run per key (dead workers and transient errors included), which numbers the next attempt so its
+    run key is new (default: ``failures``).
 
     - Only the first key that is not done may run; a key in progress blocks the line.
     - A failed key is retried (up to ``max_retries`` times) before anything after it.
@@ -69,5 +80,5 @@ def plan_next_run(keys: Sequence[str], status: Mapping[str, KeyStatus], failures
                 if len(batch) >= max_keys_per_run or status.get(later, KeyStatus.PENDING) is not KeyStatus.PENDING:
                     break
                 batch.append(later)
-        return NextRun(batch[0], batch[-1], tuple(batch), attempts + 1)
+        return NextRun(batch[0], batch[-1], tuple(batch), (runs or failures).get(key, attempts) + 1)
     return None

@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from icecdc_dagster.errors import RuntimeSetupError
+
 # Byte length of each constant-pool entry after its tag byte (Utf8 is variable).
 _FIXED_CP_SIZES = {3: 4, 4: 4, 5: 8, 6: 8, 7: 2, 8: 2, 9: 4, 10: 4, 11: 4, 12: 4,
                    15: 3, 16: 2, 17: 4, 18: 4, 19: 2, 20: 2}
@@ -30,7 +32,7 @@ _FORMAT_VERSION = "2"
 _CLASS_MAGIC = b"\xca\xfe\xba\xbe"
 
 
-class ClassFileError(ValueError):
+class ClassFileError(RuntimeSetupError, ValueError):
     """A class file could not be parsed for relocation."""
 
 

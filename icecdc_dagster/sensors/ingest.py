@@ -22,11 +22,13 @@ def ingest_line(entry: IngestConfig) -> line.Line:
                      max_retries=entry.max_retries)
 
 
-def evaluate(instance: "DagsterInstance", entry: IngestConfig) -> tuple[list[str], NextRun | Blocked | None]:
-    """Landing files (or a stream's next position) not yet known as partitions, and the next run to request."""
+def evaluate(instance: "DagsterInstance", entry: IngestConfig,
+             patient: bool = True) -> tuple[list[str], NextRun | Blocked | None]:
+    """Landing files (or a stream's next position) not yet known as partitions, and the next run to request
+    (``patient``: see ``line.plan``; False for ``icecdc sync``)."""
     entry_line = ingest_line(entry)
     new_keys = unknown_keys(instance, entry_line, input_keys(entry))
-    return new_keys, line.plan(instance, entry_line, new_keys)
+    return new_keys, line.plan(instance, entry_line, new_keys, patient=patient)
 
 
 def unknown_keys(instance: "DagsterInstance", entry_line: line.Line, keys: list[str]) -> list[str]:

@@ -24,7 +24,8 @@ from dagster._core.storage.dagster_run import FINISHED_STATUSES
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from icecdc_dagster.assets import naming
-from icecdc_dagster.lease import failover
+from icecdc_dagster.errors import TERMINAL
+from icecdc_dagster.lease import failover, retry
 from icecdc_dagster.lease.holder import Holder
 from icecdc_dagster.lease.line_lock import LineLock, busy_message
 from icecdc_dagster.pipeline.ordering import Blocked, KeyStatus, NextRun, combine_status, plan_next_run
@@ -86,6 +87,9 @@ class Line:
     max_keys_per_run: int
     max_retries: int
     check_keys: tuple[AssetCheckKey, ...] = ()  # the checks a batch run executes (None of them: all)
+    # Assets that may join the line while it runs (a table's sinks): one never materialised does not
+    # hold the line back; it gets its own export with the next batch (see ``sensors.snapshots``).
+    joinable: tuple[AssetKey, ...] = ()
 
     @property
     def partitions_name(self) -> str:
@@ -168,6 +172,11 @@ def _latest_ids(instance: "DagsterInstance", asset_key: AssetKey, event_type: Da
     return found
 
 
+def materialised_keys(instance: "DagsterInstance", asset_key: AssetKey, keys: Sequence[str]) -> set[str]:
+    """Those of ``keys`` the asset has materialised (indexed queries, a chunk of keys at a time)."""
+    return set(_latest_ids(instance, asset_key, DagsterEventType.ASSET_MATERIALIZATION, list(keys)))
+
+
 def done_in_every_asset(instance: "DagsterInstance", line: Line, keys: Sequence[str]) -> set[str]:
     """Those of ``keys`` that every asset of the line has materialised (one indexed query per asset)."""
     done = set(keys)
@@ -245,35 +254,67 @@ def pending_keys(instance: "DagsterInstance", line: Line, page_size: int = TAIL_
 
 
 def failures_of(instance: "DagsterInstance", line: Line, key: str) -> int:
-    """Failed runs of the line that started at ``key`` (its attempts so far)."""
-    return instance.get_runs_count(RunsFilter(
-        tags={naming.TABLE_TAG: line.line_id, naming.FIRST_SNAPSHOT_TAG: key}, statuses=[DagsterRunStatus.FAILURE]))
+    """Failed runs of the line that started at ``key`` and count against ``max_retries``: not those
+    whose worker died, nor transient errors (``lease.retry``)."""
+    return retry.attempts_at(instance, line.line_id, key).spent
 
 
 def plan(instance: "DagsterInstance", line: Line, new_keys: Sequence[str] = (),
-         detected_by: Holder | None = None, window: Sequence[str] | None = None) -> NextRun | Blocked | None:
+         detected_by: Holder | None = None, window: Sequence[str] | None = None,
+         config_path: str | None = None, done: Collection[str] | None = None,
+         patient: bool = True) -> NextRun | Blocked | None:
     """The next run of the line. Runs whose worker died are failed over first; a live run blocks the
     line until it ends.
 
     ``window``: the keys that can still be pending, in order, known or new (a table line derives them
     from its ancestry after its latest materialisations); keys done in every asset are skipped. Without
     it, the known keys after the frontier (:func:`pending_keys`) and then ``new_keys`` (discovered this
-    tick, not yet added as partitions). The first key not done is FAILED when a run starting at it
-    failed (a retry, counted against ``max_retries``); pending keys after it may join a catch-up range.
+    tick, not yet added as partitions). The first key not done is retried by what failed it
+    (``lease.retry``): a dead worker at once, a transient error after its backoff, a terminal error
+    never (the line stops, naming the command), anything else up to ``max_retries``; pending keys after
+    it may join a catch-up range. ``config_path``: named in the recovery commands; ``done``: the
+    window's keys done in every asset, when the caller knows them; ``patient``: a batch whose worker
+    keeps dying waits for a backoff (the sensor); False: retried at once (``icecdc sync``, an operator).
     """
     failover.fail_dead_runs(instance, line.line_id, detected_by)
     running = active_run(instance, line)
     keys = list(window) if window is not None else [*pending_keys(instance, line), *new_keys]
-    done = done_in_every_asset(instance, line, keys) if window is not None else set()
+    if done is None:
+        done = done_in_every_asset(instance, line, keys) if window is not None else set()
     first = next((key for key in keys if key not in done), None)
     if running is not None:
         return Blocked(first or "", f"a run of {line.line_id} is in progress: {describe_run(running)}")
     if first is None:
         return None
-    attempts = failures_of(instance, line, first)
-    status = {key: KeyStatus.DONE for key in done} | ({first: KeyStatus.FAILED} if attempts else {})
-    return plan_next_run(keys, status, {first: attempts}, max_keys_per_run=line.max_keys_per_run,
-                         max_retries=line.max_retries)
+    attempts = retry.attempts_at(instance, line.line_id, first)
+    waiting = retry_verdict(line, first, attempts, config_path, patient=patient)
+    if waiting is not None:
+        return waiting
+    status = {key: KeyStatus.DONE for key in done} | ({first: KeyStatus.FAILED} if attempts.spent else {})
+    return plan_next_run(keys, status, {first: attempts.spent}, max_keys_per_run=line.max_keys_per_run,
+                         max_retries=line.max_retries, runs={first: attempts.runs})
+
+
+def retry_verdict(line: Line, key: str, attempts: retry.Attempts, config_path: str | None,
+                  now: float | None = None, patient: bool = True) -> Blocked | None:
+    """Why the line's first key may not run yet: a terminal failure stops the line (retried once only
+    by ``--retry-failed``), a transient one waits for its backoff, and (``patient``) so does a batch
+    whose worker died again and again. None: it may run."""
+    now = time.time() if now is None else now
+    dead_retry_at = attempts.dead_retry_at() if patient else None
+    if dead_retry_at is not None and dead_retry_at > now:
+        return Blocked(key, f"the worker running {key} died {attempts.dead_streak} times in a row (killed, or "
+                            f"out of memory?): retried in {dead_retry_at - now:.0f}s; icecdc sync retries it at "
+                            f"once", retry_at=dead_retry_at)
+    latest = attempts.latest
+    if latest is None or attempts.dead_streak:
+        return None
+    if latest.kind == TERMINAL:
+        return Blocked(key, retry.terminal_reason(key, attempts, line.line_id, config_path), failed=True)
+    retry_at = attempts.retry_at()
+    if retry_at is not None and retry_at > now:
+        return Blocked(key, retry.waiting_reason(key, attempts, now), retry_at=retry_at)
+    return None
 
 
 def wait_for_run_end(instance: "DagsterInstance", run_id: str, stop_requested: Callable[[], bool],
@@ -293,11 +334,18 @@ def held_elsewhere(instance: "DagsterInstance", line: Line) -> str | None:
     return busy_message(lock) if lock.is_busy() else None
 
 
+def run_selection(line: Line, planned: NextRun) -> tuple[list[AssetKey], list[AssetCheckKey] | None]:
+    """The assets and checks a run of ``planned`` executes: the whole line, or the sinks joining it."""
+    if not planned.assets:
+        return list(line.asset_keys), list(line.check_keys) or None
+    assets = [AssetKey.from_user_string(name) for name in planned.assets]
+    return assets, [check for check in line.check_keys if check.asset_key in set(assets)]
+
+
 def run_request(line: Line, planned: NextRun) -> RunRequest:
     tags = {naming.TABLE_TAG: line.line_id, naming.FIRST_SNAPSHOT_TAG: planned.first_key,
             naming.LAST_SNAPSHOT_TAG: planned.last_key}
-    selection = list(line.asset_keys)
-    checks = list(line.check_keys) or None
+    selection, checks = run_selection(line, planned)
     if planned.first_key == planned.last_key:
         return RunRequest(run_key=planned.run_key, partition_key=planned.first_key, asset_selection=selection,
                           asset_check_keys=checks, tags=tags)

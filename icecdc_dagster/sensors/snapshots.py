@@ -18,6 +18,7 @@ and the ``icecdc resync`` command that recovers; it never raises on every tick. 
 the latest resync bootstrap are superseded and never planned again.
 """
 
+import dataclasses
 import json
 import threading
 import time
@@ -86,7 +87,8 @@ def asset_keys(table: TableConfig) -> list[AssetKey]:
 def table_line(table: TableConfig) -> line.Line:
     return line.Line(line_id=table.table_name, partitions_def=naming.partitions_def(table),
                      asset_keys=tuple(asset_keys(table)), max_keys_per_run=table.max_snapshots_per_run,
-                     max_retries=table.max_retries, check_keys=naming.batch_check_keys(table))
+                     max_retries=table.max_retries, check_keys=naming.batch_check_keys(table),
+                     joinable=tuple(naming.sink_key(s) for s in table.sinks))
 
 
 def key_statuses(instance: "DagsterInstance", table: TableConfig, keys: list[str]) -> dict[str, KeyStatus]:
@@ -103,6 +105,23 @@ class TableWindow:
     keys: list[str]   # the snapshots that can still be pending, in commit order (known or new)
     line: str | None  # the active line's token (its resync key), None for the original line
     applied: int      # the newest snapshot every asset has applied (the window starts after it)
+    # Sinks added to the running line (never materialised) and the key the others applied last.
+    joining: tuple[AssetKey, ...] = ()
+    applied_key: str | None = None
+    anchors: tuple[tuple[AssetKey, int], ...] = ()  # each asset's latest materialised snapshot
+
+    def done(self, instance: "DagsterInstance", assets: tuple[AssetKey, ...]) -> set[str]:
+        """The window's keys done in every one of ``assets``. The line runs in order, so an asset has
+        applied every key up to its latest one even without a materialisation of each (a sink that
+        joined the line at its export has none before it)."""
+        position = {str(sid): i for i, sid in enumerate(self.keys)}
+        latest = dict(self.anchors)
+        done = set(self.keys)
+        for asset_key in assets:
+            reached = set(self.keys[:position.get(str(latest.get(asset_key)), -1) + 1])
+            rest = [key for key in done if key not in reached]
+            done = (done & reached) | line.materialised_keys(instance, asset_key, rest)
+        return done
 
 
 def ancestry_window(instance: "DagsterInstance", table_line_: line.Line, source_table: "Table") -> list[str] | None:
@@ -125,14 +144,25 @@ def table_window(instance: "DagsterInstance", table_line_: line.Line, source_tab
     Assets whose latest batches recorded different lines (a resync whose sink step failed: the changelog
     is on the new line, the sink still on the old one) give None: the window of the older key would
     hold the plain ids of the snapshots the resync partition covers.
+
+    A sink never materialised (added to the pipeline file while the line runs) does not hold the
+    window back: it is named in ``joining`` and takes its own export with the next batch.
     """
     anchors: set[int] = set()
     lines: set[str | None] = set()
+    joining: list[AssetKey] = []
+    keys: dict[int, str] = {}
+    latest: dict[AssetKey, int] = {}
     for asset_key in table_line_.asset_keys:
         records = instance.fetch_materializations(asset_key, limit=1).records
         if not records or records[0].partition_key is None:
+            if asset_key in table_line_.joinable:
+                joining.append(asset_key)
+                continue
             return None
         anchors.add(lifecycle.snapshot_id_of(records[0].partition_key))
+        keys[lifecycle.snapshot_id_of(records[0].partition_key)] = records[0].partition_key
+        latest[asset_key] = lifecycle.snapshot_id_of(records[0].partition_key)
         materialization = records[0].asset_materialization
         token = materialization.metadata.get("line") if materialization else None
         text = getattr(token, "value", token)
@@ -153,20 +183,21 @@ def table_window(instance: "DagsterInstance", table_line_: line.Line, source_tab
     next_resync = [f"{sid}{lifecycle.RESYNC_MARK}{epoch + 1}" for sid in [*anchors, *window]]
     if instance.get_existing_dynamic_partitions(table_line_.partitions_name, next_resync):
         return None
-    return TableWindow(window, current_line, applied)
+    return TableWindow(window, current_line, applied, tuple(joining), keys[applied], tuple(latest.items()))
 
 
 def evaluate(instance: "DagsterInstance", table: TableConfig, source_table: "Table",
-             config_path: str | None = None) -> tuple[list[str], NextRun | Blocked | None]:
+             config_path: str | None = None, patient: bool = True) -> tuple[list[str], NextRun | Blocked | None]:
     """New keys to add and the next run to request, for this tick (shared by the CLI's sync).
-    A table that changed under the line gives ``Blocked`` with the diagnosis (no new keys)."""
+    A table that changed under the line gives ``Blocked`` with the diagnosis (no new keys).
+    ``patient``: see ``line.plan`` (False for ``icecdc sync``)."""
     table_line_ = table_line(table)
-    fast = evaluate_window(instance, table_line_, source_table)
+    fast = evaluate_window(instance, table_line_, source_table, config_path, patient)
     if fast is not None:
         _, planned = fast
         # The window starts after applied keys, so its first key is never a bootstrap: it may need its
         # parent's rows (merge-on-read diff), and that parent may have been expired once applied.
-        if isinstance(planned, NextRun):
+        if isinstance(planned, NextRun) and not planned.assets:
             problem = lifecycle.pending_problem(source_table, table.table_name, planned.first_key, config_path)
             if problem is not None:
                 return [], Blocked(planned.first_key, problem.message)
@@ -178,19 +209,49 @@ def evaluate(instance: "DagsterInstance", table: TableConfig, source_table: "Tab
         return [], Blocked(lifecycle.active_keys(known)[-1], problem.message)
     active = lifecycle.active_keys(known)
     new_keys = discover_new_keys(source_table, active[-1] if active else None)
-    return new_keys, line.plan(instance, table_line_, window=active + new_keys)
+    return new_keys, line.plan(instance, table_line_, window=active + new_keys, config_path=config_path,
+                               patient=patient)
 
 
-def evaluate_window(instance: "DagsterInstance", table_line_: line.Line,
-                    source_table: "Table") -> tuple[list[str], NextRun | Blocked | None] | None:
+def evaluate_window(instance: "DagsterInstance", table_line_: line.Line, source_table: "Table",
+                    config_path: str | None = None,
+                    patient: bool = True) -> tuple[list[str], NextRun | Blocked | None] | None:
     """:func:`evaluate` when the line follows the table (the usual tick): its cost follows the
-    backlog, not the history. None when :func:`ancestry_window` cannot tell."""
-    window = ancestry_window(instance, table_line_, source_table)
+    backlog, not the history. None when :func:`table_window` cannot tell."""
+    window = table_window(instance, table_line_, source_table)
     if window is None:
         return None
-    known = instance.get_existing_dynamic_partitions(table_line_.partitions_name, window) if window else set()
-    new_keys = [key for key in window if key not in known]
-    return new_keys, line.plan(instance, table_line_, window=window)
+    keys = window.keys
+    known = instance.get_existing_dynamic_partitions(table_line_.partitions_name, keys) if keys else set()
+    new_keys = [key for key in keys if key not in known]
+    # What the line has applied is what its other assets have: a joining sink has nothing yet.
+    following = tuple(key for key in table_line_.asset_keys if key not in window.joining)
+    planned = line.plan(instance, table_line_, window=keys, config_path=config_path,
+                        done=window.done(instance, following), patient=patient)
+    if planned is None and window.joining:
+        planned = join_run(instance, table_line_, window, config_path, patient)
+    return new_keys, planned
+
+
+def join_run(instance: "DagsterInstance", table_line_: line.Line, window: TableWindow,
+             config_path: str | None, patient: bool = True) -> NextRun | Blocked | None:
+    """Nothing is pending but sinks were added: a run of the key the others applied last, for the
+    joining sinks only (each exports the table at that snapshot; nothing else runs again). Exporting at
+    the line's applied snapshot, not the table's newest, keeps every sink of the line at one checkpoint:
+    the next batch then follows all of them (an export ahead of the others would be refused by it)."""
+    from icecdc_dagster.lease import retry
+
+    key = window.keys[-1] if window.keys else window.applied_key  # every window key is done: the newest
+    assert key is not None
+    attempts = retry.attempts_at(instance, table_line_.line_id, key)
+    assets = tuple(k.to_user_string() for k in window.joining)
+    waiting = line.retry_verdict(table_line_, key, attempts, config_path, patient=patient)
+    if waiting is None and attempts.spent > table_line_.max_retries:
+        waiting = Blocked(key, f"the export of the sinks joining at {key} ({', '.join(assets)}) failed "
+                               f"{attempts.spent} times; re-execute it (icecdc sync --retry-failed)", failed=True)
+    if waiting is not None:
+        return dataclasses.replace(waiting, assets=assets)
+    return NextRun(key, key, (key,), attempts.runs + 1, assets=assets)
 
 
 
@@ -206,7 +267,8 @@ def idle_fingerprint(instance: "DagsterInstance", table: TableConfig, source_tab
     one). ``source_table``: the table, or its metadata location as the catalog records it (a SQL
     catalog answers that with one query, without reading the metadata file); one indexed query."""
     location = source_table if isinstance(source_table, str) else source_table.metadata_location
-    return f"{location}|{line.newest_key(instance, table_line(table)) or ''}"
+    sinks = ",".join(s.name for s in table.sinks)  # a sink added to the file is not idle
+    return f"{location}|{line.newest_key(instance, table_line(table)) or ''}|{sinks}"
 
 
 def idle_cursor(fingerprint: str, now: float | None = None) -> str:

@@ -66,3 +66,70 @@ def test_sigkill_at_nine_moments_over_a_100k_export(spark, catalog_settings, cat
     lake.create()
     results = run_kill_rounds(lake, schedule(SEED, 9, export_window_s=(0.0, 8.0)))
     assert len(results) == 9 and results[0].killed and results[0].run_id
+
+
+
+def kill_when_a_run_starts(lake: Lake, instance, known: set[str], delay_s: float) -> str | None:  # noqa: ANN001
+    """Start ``icecdc sync`` and SIGKILL it ``delay_s`` after its first run is recorded (the run in
+    flight, or None when the sync ended first). No wait for Spark: a burst of kills costs seconds."""
+    import signal
+
+    process = lake.sync()
+    run_id = None
+    while process.poll() is None and run_id is None:
+        run_id = next((r.run_id for r in instance.get_runs(limit=3) if r.run_id not in known), None)
+        time.sleep(0.02)
+    deadline = time.monotonic() + delay_s
+    while process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if process.poll() is not None:
+        return None
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    return run_id
+
+
+def test_a_burst_of_kills_never_spends_the_batchs_retries(spark, catalog_settings, catalog, opensearch_url, tmp_path):
+    """``icecdc sync`` SIGKILLed in its export run six times in a row (each kill followed by a new
+    commit, no recovery in between; ``max_retries: 3``), then ONE plain sync: it fails over the last
+    dead run and converges. A dead worker is not a failed batch: the export's failure count stays 0
+    although its key has six failed-over runs."""
+    import random
+
+    from dagster import DagsterRunStatus, RunsFilter
+
+    from icecdc_dagster.config import load_config
+    from icecdc_dagster.lease.failover import FAILED_OVER_TAG
+    from icecdc_dagster.sensors import line as lines
+    from icecdc_dagster.sensors.snapshots import table_line
+    from tests.crash.scenario import BIG
+
+    lake = Lake(spark, catalog, catalog_settings, tmp_path, opensearch_url, big_rows=2_000, small_rows=100)
+    lake.create()
+    instance = lake.observer()
+    rng = random.Random(SEED)
+    try:
+        killed: list[str] = []
+        for round_no in range(6):
+            if round_no:                                      # a new commit after each kill
+                spark.sql(f"INSERT INTO {lake.name}.{BIG} VALUES ({10_000 + round_no}, 'k{round_no}', {round_no})")
+            known = {run.run_id for run in instance.get_runs()}
+            run_id = kill_when_a_run_starts(lake, instance, known, rng.uniform(0.0, 1.5))
+            assert run_id is not None, f"kill {round_no}: the sync ended before its run was killed"
+            killed.append(run_id)
+        code, out = lake.sync_to_end()                       # one plain sync, no flag
+        assert code == 0, out[-4000:]
+        assert "failed over a dead worker's run" in out
+        for run_id in killed:
+            assert instance.get_run_by_id(run_id).status == DagsterRunStatus.FAILURE
+        assert_nothing_in_flight(instance)
+        lake.assert_no_lock_left()
+        lake.assert_synced()
+        line = table_line(load_config(lake.config).table(BIG))
+        key = lake.bootstrap[BIG]
+        assert lines.failures_of(instance, line, key) == 0   # the batch's failure count is untouched
+        failed = instance.get_runs(RunsFilter(tags={"icecdc/table": BIG, "icecdc/first_snapshot": key},
+                                              statuses=[DagsterRunStatus.FAILURE]))
+        assert len(failed) == 6 and all(run.tags.get(FAILED_OVER_TAG) for run in failed)
+    finally:
+        instance.dispose()

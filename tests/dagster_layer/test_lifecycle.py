@@ -184,7 +184,7 @@ def test_recreated_table_is_named_then_resync_replaces_sink_contents(
 
 
 def test_resync_whose_sink_step_fails_is_retried_before_the_line_goes_on(
-        spark, catalog_settings, catalog, instance, tmp_path, opensearch_url, proxy):
+        spark, catalog_settings, catalog, instance, tmp_path, opensearch_url, proxy, monkeypatch):
     """A requested resync whose changelog step succeeds but whose OpenSearch step fails: the next ticks
     retry the resync partition itself; they never add the plain ids of the snapshots it covers (the
     sinks' latest keys disagree on the line, so the sensor reads the whole line)."""
@@ -202,6 +202,9 @@ def test_resync_whose_sink_step_fails_is_retried_before_the_line_goes_on(
     keys_before = instance.get_dynamic_partitions(naming.partitions_name(table))
 
     proxy.restore()
+    from icecdc_dagster.lease import retry
+
+    monkeypatch.setattr(retry, "RETRY_BACKOFF_S", 0.0)   # the transient failure's backoff has passed
     retried = tick(defs, instance, table)
     assert retried.added == [] and retried.requested == [(report.key, report.key)], retried
     assert retried.succeeded == [True]

@@ -123,3 +123,19 @@ def test_sensor_minimum_interval_stays_under_the_polling_interval(polling_s, min
     from icecdc_dagster.sensors.line import minimum_interval
 
     assert minimum_interval(polling_s) == minimum
+
+
+def test_a_join_run_requests_only_the_joining_sink_and_its_own_run_key():
+    """The sensor's request for a sink joining at an applied key: that sink alone (no changelog, none of
+    the changelog's batch checks), under a run key the key's earlier runs never used."""
+    from dagster import AssetCheckKey
+
+    line = lines.Line("db.t", DynamicPartitionsDefinition(name="snapshots__db_t"), (CHANGELOG, SINK),
+                      max_keys_per_run=10, max_retries=2, check_keys=(AssetCheckKey(CHANGELOG, "stuck"),),
+                      joinable=(SINK,))
+    planned = NextRun("s3", "s3", ("s3",), 1, assets=(SINK.to_user_string(),))
+    request = lines.run_request(line, planned)
+    assert list(request.asset_selection) == [SINK] and list(request.asset_check_keys) == []
+    assert request.run_key != NextRun("s3", "s3", ("s3",), 1).run_key and "join" in request.run_key
+    whole = lines.run_request(line, NextRun("s3", "s3", ("s3",), 1))
+    assert list(whole.asset_selection) == [CHANGELOG, SINK]

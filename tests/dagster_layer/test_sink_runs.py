@@ -42,7 +42,11 @@ def _documents(opensearch_url):
 
 
 def test_failed_batch_blocks_the_line_until_retried_and_reruns_change_nothing(
-        spark, catalog_settings, catalog, instance, tmp_path, opensearch_url, proxy):
+        spark, catalog_settings, catalog, instance, tmp_path, opensearch_url, proxy, monkeypatch):
+    from icecdc_dagster.lease import retry
+    from icecdc_dagster.sensors import line as lines
+    from icecdc_dagster.sensors.snapshots import table_line
+
     fq = f"{catalog_settings.name}.db.items"
     spark.sql(f"""CREATE TABLE {fq} (id BIGINT NOT NULL, name STRING, qty INT) USING iceberg
                   TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read',
@@ -65,12 +69,15 @@ def test_failed_batch_blocks_the_line_until_retried_and_reruns_change_nothing(
     batch_k, batch_k1 = [str(s.snapshot_id) for s in catalog.load_table("db.items").snapshots()][1:]
 
     proxy.cut()
+    monkeypatch.setattr(retry, "RETRY_BACKOFF_S", 0.0)
     failed = tick(defs, instance, table)                              # k fails in the OpenSearch sink
     assert failed.requested == [(batch_k, batch_k)] and failed.succeeded == [False]
-    retried = tick(defs, instance, table)                             # automatic retry (max_retries: 1) fails
+    retried = tick(defs, instance, table)                             # transient (no answer): retried
     assert retried.requested == [(batch_k, batch_k)] and retried.succeeded == [False]
-    blocked = tick(defs, instance, table)                             # retries used up: the line waits
-    assert blocked.requested == [] and batch_k in blocked.skip_reason and "failed" in blocked.skip_reason
+    monkeypatch.setattr(retry, "RETRY_BACKOFF_S", 600.0)
+    blocked = tick(defs, instance, table)                             # inside the backoff: the line waits
+    assert blocked.requested == [] and batch_k in blocked.skip_reason and "transient" in blocked.skip_reason
+    assert lines.failures_of(instance, table_line(table), batch_k) == 0   # max_retries (1) not spent
     assert batch_k1 in instance.get_dynamic_partitions(naming.partitions_name(table))   # known, not run
     assert _materialisation_count(instance, OPENSEARCH, batch_k1) == 0
     assert _materialisation_count(instance, CHANGELOG, batch_k1) == 0

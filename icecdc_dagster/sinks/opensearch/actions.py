@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from icecdc_dagster.batch import DELETE_ACTION, INDEX_ACTION
+from icecdc_dagster.errors import SinkWriteError
 
 RETRYABLE_STATUS = frozenset((429, 500, 502, 503, 504))
 INDEXED, DELETED, DELETE_NOT_FOUND, VERSION_CONFLICT, FAILED, RETRY = (
@@ -17,7 +18,7 @@ INDEXED, DELETED, DELETE_NOT_FOUND, VERSION_CONFLICT, FAILED, RETRY = (
 COUNT_KEYS = (INDEXED, DELETED, DELETE_NOT_FOUND, VERSION_CONFLICT, FAILED)
 
 
-class MissingDocumentIdError(ValueError):
+class MissingDocumentIdError(SinkWriteError, ValueError):
     """A DELETE event without document_id cannot name the document to delete."""
 
 

@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 
 from icecdc_dagster import batch as b
 from icecdc_dagster.batch import BatchInfo, Checkpoint, Decision, decide
-from icecdc_dagster.errors import CheckpointError, ConfigError, ReindexError, SinkWriteError
+from icecdc_dagster.errors import CheckpointError, ConfigError, ReindexError, SinkUnavailableError, SinkWriteError
 from icecdc_dagster.pipeline.lifecycle import version_offset
 from icecdc_dagster.sinks.base import ApplyResult
 from icecdc_dagster.sinks.opensearch import checkpoint as cp
@@ -224,7 +224,7 @@ class OpenSearchSink:
         self._evolve_mapping(index, self.source_schema)
         summary = self._write(index, batch, events)
         if not summary.ok:
-            raise SinkWriteError(self._failure_message(batch, before, summary, index))
+            raise self._failure(batch, before, summary, index)
         if self.settings.refresh is True:
             self.client.indices.refresh(index=index)
         # The guard ran before the writes; a concurrent run may have moved the checkpoint since.
@@ -252,7 +252,7 @@ class OpenSearchSink:
             with self._rebuild_rows(batch, events) as rows:
                 summary = self._write(target.name, batch, rows)
             if not summary.ok:
-                raise SinkWriteError(self._failure_message(batch, before, summary, target.name))
+                raise self._failure(batch, before, summary, target.name)
             self.client.indices.refresh(index=target.name)
             cp.write_checkpoint(self.client, target.name, self.name, batch, wanted)
         try:
@@ -318,6 +318,14 @@ class OpenSearchSink:
             self.name, skipped=False, checkpoint=checkpoint, counts={**summary.counts, "actions": summary.actions},
             details={"index": self.alias, "index_version": index, "partitions": summary.partitions,
                      "seconds": round(time.monotonic() - started, 3)})
+
+    def _failure(self, batch: BatchInfo, before: Checkpoint | None, summary: WriteSummary,
+                 index: str) -> SinkWriteError:
+        """Every action answered and some were rejected: the same batch is rejected again (terminal).
+        A partition stopped because the cluster did not answer: it may later (transient)."""
+        unavailable = summary.fatal and not summary.counts[FAILED]
+        error = SinkUnavailableError if unavailable else SinkWriteError
+        return error(self._failure_message(batch, before, summary, index))
 
     def _failure_message(self, batch: BatchInfo, before: Checkpoint | None, summary: WriteSummary,
                          index: str) -> str:

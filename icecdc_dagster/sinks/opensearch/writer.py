@@ -21,11 +21,12 @@ from pyspark.sql import DataFrame
 from icecdc_dagster.sinks.opensearch import actions as a
 from icecdc_dagster.sinks.opensearch.documents import ACTION, ID, SOURCE, VERSION
 from icecdc_dagster.sinks.opensearch.settings import OpenSearchSinkSettings
+from icecdc_dagster.errors import SinkUnavailableError
 
 ACTION_OVERHEAD_BYTES = 128
 
 
-class BulkRequestFailedError(Exception):
+class BulkRequestFailedError(SinkUnavailableError):
     """A bulk request could not be delivered (after retries, or not retryable)."""
 
 
