@@ -6,7 +6,7 @@ checkpoint): an out-of-order batch is refused, an applied one is a no-op.
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagster import AssetExecutionContext, AssetsDefinition, DataVersion, BackfillPolicy, MaterializeResult, asset
 
@@ -17,12 +17,16 @@ from icecdc_dagster.assets.lineage import lineage_run
 from icecdc_dagster.assets.metadata import batch_metadata
 from icecdc_dagster.assets.table_metadata import (COLUMN_LINEAGE, PARTITION_ROW_COUNT, column_lineage,
                                                   described_table)
+from icecdc_dagster.batch import CHANGE_TYPE
 from icecdc_dagster.config import SinkConfig, TableConfig
 from icecdc_dagster.lineage import LineageDataset, LineageEmitter, iceberg_dataset
 from icecdc_dagster.pipeline.batches import batch_info, uses_row_id
 from icecdc_dagster.pipeline.changelog_store import ChangelogStore
 from icecdc_dagster.pipeline.sinks import open_configured_sink
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 
 def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitter | None = None,
@@ -58,23 +62,25 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitt
         with lineage_run(lineage, context, naming.sink_key(sink), table.table_name,
                          inputs=lambda: [iceberg_dataset(catalog.name, catalog.load_table(store.table_name))],
                          outputs=lambda: _target_dataset(sink, catalog)) as outcome:
-            result = target.apply(info, store.read_events(info, use_row_id=by_row_id))
+            events = store.read_events(info, use_row_id=by_row_id)
+            result = target.apply(info, events)
+            applied = {} if result.skipped else event_counts(events)
             if lineage is not None:
                 outcome.outputs = _target_dataset(sink, catalog)
                 for dataset in outcome.outputs:
-                    outcome.rows[dataset.name] = sum(result.counts.values())
+                    outcome.rows[dataset.name] = sum(applied.values())
                     outcome.column_lineage[dataset.name] = lineage_columns
         parent = changelog.parent_of(source, info.first_snapshot_id)
         context.log.info(f"{target.name}: {'skipped (already applied)' if result.skipped else 'applied'} "
                          f"snapshots {info.first_snapshot_id}..{info.snapshot_id}: {result.counts}")
         checkpoint = result.checkpoint
         described: dict[str, Any] = {COLUMN_LINEAGE: column_lineage(naming.source_key(table), lineage_columns),
-                     PARTITION_ROW_COUNT: sum(result.counts.values())}
+                     PARTITION_ROW_COUNT: sum(applied.values())}
         written = sink.maintained_table()
         if written is not None:
             described |= described_table(catalog.name, catalog.load_table(written), info.identifier_columns)
         metadata = batch_metadata(
-            info, parent, started, {},
+            info, parent, started, applied,
             {"sink": target.name, "skipped_already_applied": result.skipped,
              "checkpoint_snapshot_id": str(checkpoint.snapshot_id) if checkpoint else "none",
              **{f"sink_{k}": v for k, v in result.counts.items()}, **result.details,
@@ -83,6 +89,14 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitt
         return MaterializeResult(metadata={**metadata, **described}, data_version=DataVersion(str(info.snapshot_id)))
 
     return _sink
+
+
+def event_counts(events: "DataFrame") -> dict[str, int]:
+    """The events a sink applied, per change type: one aggregation over the batch (four rows to the
+    driver). Not the sink's own outcome counts (inserted/updated/indexed...): those say what the
+    target did with them and are shown beside, as ``sink_*``."""
+    grouped = events.groupBy(CHANGE_TYPE).count().collect()
+    return {str(row[CHANGE_TYPE]): int(row["count"]) for row in grouped}
 
 
 def _target_dataset(sink: SinkConfig, catalog: IcebergCatalogResource) -> list[LineageDataset]:
