@@ -17,19 +17,48 @@ if TYPE_CHECKING:
     from icecdc_dagster.sync import StopRequest, SyncContext
 
 
-def _instance(config_path: str | None, dagster_home: str | None) -> "DagsterInstance":
+def _instance(config: "PipelineConfig", config_path: str | None, dagster_home: str | None,
+              create: bool = True) -> "DagsterInstance":
+    """The Dagster instance the pipeline's lines run in: ``--dagster-home``, else ``$DAGSTER_HOME``, else
+    the pipeline file's ``dagster_home``, else ``.dagster_home`` beside the pipeline file.
+
+    ``create``: a command that writes (sync, resync) makes a missing instance, with the crash-safety
+    settings; a read (status) never does: it refuses, naming where it looked and what to set.
+    """
     from dagster import DagsterInstance
 
-    home = dagster_home or os.environ.get("DAGSTER_HOME")
-    if not home:
-        base = Path(config_path).resolve().parent if config_path else Path.cwd()
-        home = str(base / ".dagster_home")
-    from icecdc_dagster.lease.dagster_yaml import ensure_dagster_yaml
+    home, origin = _home(config, config_path, dagster_home)
+    if create:
+        from icecdc_dagster.lease.dagster_yaml import ensure_dagster_yaml
 
-    Path(home).mkdir(parents=True, exist_ok=True)
-    ensure_dagster_yaml(home)
+        Path(home).mkdir(parents=True, exist_ok=True)
+        ensure_dagster_yaml(home)
+    elif not _is_instance(Path(home)):
+        from icecdc_dagster.errors import InstanceNotFoundError
+
+        raise InstanceNotFoundError(
+            f"no Dagster instance at {home} ({origin}); nothing was created. Set DAGSTER_HOME to the directory "
+            f"the line runs in (where `icecdc sync` or `dagster dev` ran), pass --dagster-home, or name it in "
+            f"{config_path or 'the pipeline file'} as `dagster_home: <directory>`")
     os.environ["DAGSTER_HOME"] = str(Path(home).resolve())
     return DagsterInstance.get()
+
+
+def _home(config: "PipelineConfig", config_path: str | None, dagster_home: str | None) -> tuple[str, str]:
+    """The instance directory and where that choice came from (for the message of a read that finds none)."""
+    if dagster_home:
+        return dagster_home, "--dagster-home"
+    if os.environ.get("DAGSTER_HOME"):
+        return os.environ["DAGSTER_HOME"], "$DAGSTER_HOME"
+    if config.dagster_home:
+        return config.dagster_home, f"dagster_home in {config_path}"
+    base = Path(config_path).resolve().parent if config_path else Path.cwd()
+    return str(base / ".dagster_home"), "$DAGSTER_HOME is not set and the pipeline file names no dagster_home"
+
+
+def _is_instance(home: Path) -> bool:
+    """A directory Dagster has used (its settings or its local storage), not merely a path."""
+    return home.is_dir() and any((home / name).exists() for name in ("dagster.yaml", "history", "storage"))
 
 
 EXIT_BUSY = 75  # EX_TEMPFAIL: another writer holds a line; try again later (or use --wait)
@@ -45,7 +74,7 @@ def _sync_context(args: argparse.Namespace, stop: "StopRequest",
 
     config = load_config(args.config)
     defs = build_definitions(config)
-    instance = _instance(args.config, args.dagster_home)
+    instance = _instance(config, args.config, args.dagster_home)
     context = SyncContext(defs=defs, instance=instance, holder=Holder.current(), wait=args.wait, stop=stop,
                           say=lambda message: print(message, flush=True), log_level=args.log_level,
                           config_path=args.config, **options)
@@ -132,19 +161,17 @@ def cmd_resync(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from icecdc_dagster.config import load_config
     from icecdc_dagster.definitions import build_definitions
-    from icecdc_dagster.status import ingest_status, table_status
+    from icecdc_dagster.status import ingest_status, status_document, table_status
 
     config = load_config(args.config)
+    instance = _instance(config, args.config, args.dagster_home, create=False)  # a read creates nothing
     defs = build_definitions(config)
-    instance = _instance(args.config, args.dagster_home)
     tables = [table_status(defs, instance, table, args.config) for table in config.tables]
     ingests = [ingest_status(instance, entry) for entry in config.ingest]
     if args.json:
-        import dataclasses
         import json
 
-        print(json.dumps({"tables": [dataclasses.asdict(t) for t in tables],
-                          "ingest": [dataclasses.asdict(i) for i in ingests]}, indent=2))
+        print(json.dumps(status_document(tables, ingests), indent=2))
         return 0
     for rendered in [t.render() for t in tables] + [i.render() for i in ingests]:
         print(rendered)

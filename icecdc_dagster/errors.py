@@ -88,3 +88,8 @@ class TableRecreatedError(LineDivergedError):
 
 class SupersededPartitionError(IcecdcError):
     """A partition before the line's latest resync was (re-)executed: it belongs to a superseded line."""
+
+
+class InstanceNotFoundError(IcecdcError):
+    """A read (``icecdc status``) found no Dagster instance where the line's could be: it names the
+    places it looked and the ``DAGSTER_HOME`` to set, and creates nothing."""
