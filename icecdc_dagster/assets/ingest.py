@@ -15,8 +15,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dagster import (AssetExecutionContext, AssetMaterialization, AssetsDefinition, AssetSpec, BackfillPolicy,
-                     MaterializeResult, MetadataValue, asset)
+from dagster import (AssetExecutionContext, AssetKey, AssetMaterialization, AssetsDefinition, AssetSpec,
+                     BackfillPolicy, MaterializeResult, MetadataValue, asset)
+from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.table_metadata import (COLUMN_SCHEMA, PARTITION_ROW_COUNT, ROW_COUNT, TABLE_NAME,
@@ -28,10 +29,12 @@ from icecdc_dagster.pipeline.ingest import batches_for, fixed_target, ingest_set
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 
 
-def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None = None) -> AssetsDefinition:
+def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None = None,
+                       target_asset: AssetKey | None = None) -> AssetsDefinition:
     """``described``: the fixed target's table metadata known at load (from the last batch), when this
-    asset stands for the target; None when the target is a configured table with an asset of its own
-    (then a batch only refreshes what that asset shows at the next load)."""
+    asset stands for the target; None when the target is a configured table with an asset of its own,
+    ``target_asset``: then each commit is recorded as a materialisation of that asset (partition and
+    data version = the snapshot it committed), so the table's page shows when it was last written."""
     target = fixed_target(entry)
 
     @asset(
@@ -81,6 +84,9 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
                     asset_key=naming.dead_letter_key(target),
                     metadata={**dead, PARTITION_ROW_COUNT: totals.get("dead_lettered", 0),
                               "batch_id": " | ".join(r.batch_id for r in results)}))
+        if target and target_asset is not None:
+            for event in target_materializations(target_asset, target, results, written):
+                context.log_event(event)
         context.log.info(f"ingest {entry.name}: {'skipped (already committed)' if skipped else 'committed'} "
                          f"{len(files)} file(s) in {len(results)} batch(es): {totals}")
         return MaterializeResult(metadata={
@@ -94,6 +100,23 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
         })
 
     return _ingest
+
+
+def target_materializations(key: AssetKey, target: str, results: Sequence[IngestResult],
+                            written: Mapping[str, Any]) -> list[AssetMaterialization]:
+    """One materialisation of the target table's asset per commit of this run (a batch already
+    committed wrote nothing: none), keyed by the snapshot it made; the newest carries the table's
+    metadata as it is now (name, location, schema, exact row count)."""
+    commits = [(r.batch_id, r.targets[target]) for r in results
+               if target in r.targets and not r.targets[target].skipped and r.targets[target].snapshot_id is not None]
+    events = []
+    for i, (batch_id, commit) in enumerate(commits):
+        snapshot = str(commit.snapshot_id)
+        metadata: dict[str, Any] = {"snapshot_id": snapshot, "batch_id": batch_id, **commit.counts,
+                                    **(written if i == len(commits) - 1 else {})}
+        events.append(AssetMaterialization(asset_key=key, partition=snapshot, metadata=metadata,
+                                           tags={DATA_VERSION_TAG: snapshot}))
+    return events
 
 
 def build_dead_letter_asset(entries: Sequence[IngestConfig], catalog_name: str,

@@ -57,14 +57,14 @@ def test_landing_files_ingest_in_order_exactly_once_then_sync_onward(spark, cata
         ingest=[{"name": "orders_cdc", "landing": str(landing), "target": "db.orders", "identifier_columns": ["id"],
                  "auto_create": True, "schema_evolution": True, "polling_interval": "PT5S"}]))
     defs = build_definitions(config)   # db.orders does not exist yet: ingestion creates it
-    dead_letters = AssetKey(["dead_letters", "db", "orders"])
+    dead_letters = AssetKey(["dead_letters", "db", "orders_dead_letters"])
     declared = defs.resolve_asset_graph().get(dead_letters)
     assert declared.parent_keys == {INGEST}
 
     graph = defs.resolve_asset_graph()
     source = AssetKey(["iceberg", "db", "orders"])
     assert INGEST in graph.get(source).parent_keys                       # landing -> table -> changelog -> sink
-    assert source in graph.get(AssetKey(["changelog", "db", "orders"])).parent_keys
+    assert source in graph.get(AssetKey(["changelog", "db", "orders_changelog"])).parent_keys
     assert drain(defs, instance, config.tables[0])[0].skip_reason == "table db.orders does not exist yet"
 
     ticks = drain_sensor(defs, instance, SENSOR, [INGEST])

@@ -88,14 +88,14 @@ def test_batch_steps_emit_valid_openlineage_runs_to_a_file_and_to_an_http_receiv
     for event in events:
         by_job.setdefault(event["job"]["name"], []).append(event)
     assert {e["job"]["namespace"] for e in events} == {"shop"}
-    assert [e["eventType"] for e in by_job["changelog/db/parcels"]] == ["START", "COMPLETE"]
-    assert [e["eventType"] for e in by_job["replica/db/parcels_copy"]] == ["START", "COMPLETE"]
-    assert [e["eventType"] for e in by_job["opensearch/parcels"]] == ["START", "FAIL"]
-    failed = by_job["opensearch/parcels"][-1]
+    assert [e["eventType"] for e in by_job["changelog/db/parcels_changelog"]] == ["START", "COMPLETE"]
+    assert [e["eventType"] for e in by_job["replica/db/db_parcels_copy"]] == ["START", "COMPLETE"]
+    assert [e["eventType"] for e in by_job["opensearch/parcels_opensearch"]] == ["START", "FAIL"]
+    failed = by_job["opensearch/parcels_opensearch"][-1]
     assert "errorMessage" in failed["run"]["facets"] and failed["outputs"][0]["namespace"] == "opensearch://127.0.0.1:1"
 
     bootstrap = str(catalog.load_table("db.parcels").current_snapshot().snapshot_id)
-    done = by_job["replica/db/parcels_copy"][-1]
+    done = by_job["replica/db/db_parcels_copy"][-1]
     assert done["run"]["facets"]["icecdc_batch"]["snapshotId"] == bootstrap
     (source,) = done["inputs"]
     assert source["namespace"] == "file" and source["name"].endswith("parcels__changelog")
@@ -107,7 +107,7 @@ def test_batch_steps_emit_valid_openlineage_runs_to_a_file_and_to_an_http_receiv
     assert replica["outputFacets"]["outputStatistics"]["rowCount"] == 3
     city = replica["facets"]["columnLineage"]["fields"]["city"]["inputFields"]
     assert [(f["namespace"], f["name"], f["field"]) for f in city] == [("file", source["name"], "city")]
-    store = by_job["changelog/db/parcels"][-1]["outputs"][0]
+    store = by_job["changelog/db/parcels_changelog"][-1]["outputs"][0]
     assert store["outputFacets"]["outputStatistics"]["rowCount"] == 3
 
     # OpenLineage's own configuration: OPENLINEAGE_URL, no lineage block in the pipeline file.

@@ -10,8 +10,8 @@ from icecdc_dagster.definitions import build_definitions
 from tests.dagster_layer.harness import drain
 from tests.helpers import write_pipeline
 
-REPLICA = AssetKey(["replica", "db", "items_replica"])
-INDEX = AssetKey(["opensearch", "items"])
+REPLICA = AssetKey(["replica", "db", "db_items_replica"])
+INDEX = AssetKey(["opensearch", "items_opensearch"])
 
 
 def _metadata(instance, key, partition):
