@@ -15,7 +15,7 @@ from icecdc_dagster.assets.ingest import build_dead_letter_asset, build_ingest_a
 from icecdc_dagster.assets.maintenance import build_maintenance_asset, build_maintenance_schedule
 from icecdc_dagster.assets.sinks import build_sink_asset
 from icecdc_dagster.assets.source import build_source_asset
-from icecdc_dagster.assets.table_metadata import ROW_COUNT, definition_metadata, table_metadata
+from icecdc_dagster.assets.table_metadata import ROW_COUNT, definition_metadata, source_fallback, table_metadata
 from icecdc_dagster.checks.lifecycle import build_lifecycle_check
 from icecdc_dagster.checks.stuck import build_stuck_check
 from icecdc_dagster.errors import ConfigError
@@ -155,7 +155,8 @@ def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Defi
     resources = build_resources(config)
     for table in config.tables:
         source = sources.get(table.table_name)
-        described = {k: v for k, v in table_metadata(config.catalog.name, source, table.identifier_columns).items()
+        described = {k: v for k, v in table_metadata(config.catalog.name, source, table.identifier_columns,
+                                                      fallback=source_fallback(table.table_name)).items()
                      if k != ROW_COUNT} if source else {}  # a row count at load would only go stale
         if source is None:  # an ingest target not created yet: what its writer last saw, if anything
             described = remembered.get(f"{config.catalog.name}.{table.table_name}", {})

@@ -20,8 +20,8 @@ from dagster import (AssetExecutionContext, AssetKey, AssetMaterialization, Asse
 from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
 from icecdc_dagster.assets import naming
-from icecdc_dagster.assets.table_metadata import (COLUMN_SCHEMA, PARTITION_ROW_COUNT, ROW_COUNT, TABLE_NAME,
-                                                  column_schema, described_table)
+from icecdc_dagster.assets.table_metadata import (COLUMN_SCHEMA, DEAD_LETTER_DOCS, PARTITION_ROW_COUNT, ROW_COUNT,
+                                                  TABLE_NAME, column_schema, described_table, source_fallback)
 from icecdc_dagster.config import IngestConfig
 from icecdc_dagster.ingest import dead_letters, routing
 from icecdc_dagster.ingest.pipeline import IngestResult, ingest_files, recorded_batches
@@ -78,7 +78,7 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
         skipped = all(r.skipped for r in results)
         written = _target_metadata(catalog, target) if target else {}
         if target:  # the dead-letter table, when there is one: its metadata and this run's rows
-            dead = _target_metadata(catalog, routing.dead_letter_table(target))
+            dead = _target_metadata(catalog, routing.dead_letter_table(target), dead=True)
             if dead:
                 context.log_event(AssetMaterialization(
                     asset_key=naming.dead_letter_key(target),
@@ -133,13 +133,14 @@ def build_dead_letter_asset(entries: Sequence[IngestConfig], catalog_name: str,
         group_name=naming.ingest_group_name(entries[0]), kinds={"iceberg"},
         description=f"Events that could not be written to {target}, with the reason (Iceberg table {table}).",
         metadata={**remembered.get(f"{catalog_name}.{table}", {}), TABLE_NAME: f"{catalog_name}.{table}",
-                  COLUMN_SCHEMA: column_schema(dead_letters.schema())})
+                  COLUMN_SCHEMA: column_schema(dead_letters.schema(), docs=DEAD_LETTER_DOCS)})
 
 
-def _target_metadata(catalog: IcebergCatalogResource, target: str) -> dict[str, Any]:
+def _target_metadata(catalog: IcebergCatalogResource, target: str, dead: bool = False) -> dict[str, Any]:
     from pyiceberg.exceptions import NoSuchTableError
 
     try:
-        return described_table(catalog.name, catalog.load_table(target))
+        return described_table(catalog.name, catalog.load_table(target), docs=DEAD_LETTER_DOCS if dead else None,
+                               fallback=None if dead else source_fallback(target))
     except NoSuchTableError:  # every event dead-lettered before an auto-created target existed
         return {}

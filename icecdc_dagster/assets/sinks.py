@@ -16,7 +16,7 @@ from icecdc_dagster.assets.changelog import batch_request
 from icecdc_dagster.assets.lineage import lineage_run
 from icecdc_dagster.assets.metadata import batch_metadata
 from icecdc_dagster.assets.table_metadata import (COLUMN_LINEAGE, PARTITION_ROW_COUNT, column_lineage,
-                                                  described_table)
+                                                  described_table, replica_fallback)
 from icecdc_dagster.batch import CHANGE_TYPE
 from icecdc_dagster.config import SinkConfig, TableConfig
 from icecdc_dagster.lineage import LineageDataset, LineageEmitter, iceberg_dataset
@@ -78,7 +78,8 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitt
                      PARTITION_ROW_COUNT: sum(applied.values())}
         written = sink.maintained_table()
         if written is not None:
-            described |= described_table(catalog.name, catalog.load_table(written), info.identifier_columns)
+            described |= described_table(catalog.name, catalog.load_table(written), info.identifier_columns,
+                                         fallback=replica_fallback(table.table_name))
         metadata = batch_metadata(
             info, parent, started, applied,
             {"sink": target.name, "skipped_already_applied": result.skipped,

@@ -42,10 +42,40 @@ PARTITION_ROW_COUNT = "dagster/partition_row_count"
 COLUMN_LINEAGE = "dagster/column_lineage"
 
 
-def column_schema(schema: "Schema", identifier_columns: Sequence[str] = ()) -> TableSchema:
-    """``dagster/column_schema`` of an Iceberg schema; ``identifier_columns`` default to its identifier fields."""
+# Descriptions of the columns we add, where the table's schema carries no doc of its own.
+CHANGELOG_DOCS = {
+    "_change_type": "INSERT, DELETE, UPDATE_BEFORE (the old image of an updated row) or UPDATE_AFTER (its new image)",
+    "_commit_snapshot_id": "the source snapshot that made this change",
+    "_commit_sequence_number": "that snapshot's sequence number: orders changes across snapshots",
+    "_change_ordinal": "position of the change among the batch's snapshots (0 = first)",
+    "_commit_timestamp": "commit time of that snapshot (UTC)",
+    "_batch_snapshot_id": "the batch (and changelog partition) this row belongs to: its last source snapshot",
+    "_batch_first_snapshot_id": "the batch's first source snapshot (differs from the last in a catch-up batch)",
+    "_source_row_id": "the source row's v3 _row_id (row lineage)",
+    "_source_last_updated_sequence_number": "the source row's v3 _last_updated_sequence_number",
+}
+DEAD_LETTER_DOCS = {
+    "raw": "the event as it was read (the landing file's line)",
+    "reason": "why it could not be written: parse error, unknown op, missing key, type the target cannot hold...",
+    "source_file": "landing file the event came from",
+    "source_offset": "line number of the event in that file",
+    "target": "the table the event was meant for",
+    "batch_id": "the ingest batch that read it",
+    "dead_lettered_at": "when it was dead-lettered (UTC)",
+}
+
+
+def column_schema(schema: "Schema", identifier_columns: Sequence[str] = (), docs: Mapping[str, str] | None = None,
+                  fallback: str | None = None) -> TableSchema:
+    """``dagster/column_schema`` of an Iceberg schema; ``identifier_columns`` default to its identifier fields.
+
+    A column's description is its Iceberg doc, else ``docs[name]``, else ``fallback`` formatted with
+    ``column``: every column the UI lists says something."""
     keys = tuple(identifier_columns) or tuple(sorted(schema.identifier_field_names()))
-    columns = [TableColumn(name=field.name, type=type_string(field.field_type), description=field.doc,
+    known = docs or {}
+    columns = [TableColumn(name=field.name, type=type_string(field.field_type),
+                           description=field.doc or known.get(field.name)
+                           or (fallback.format(column=field.name) if fallback else None),
                            constraints=TableColumnConstraints(
                                nullable=not field.required, unique=keys == (field.name,),
                                other=["identifier column"] if field.name in keys else None))
@@ -69,13 +99,14 @@ def type_string(field_type: "IcebergType") -> str:
     return str(field_type)
 
 
-def table_metadata(catalog_name: str, table: "Table", identifier_columns: Sequence[str] = ()) -> dict[str, Any]:
+def table_metadata(catalog_name: str, table: "Table", identifier_columns: Sequence[str] = (),
+                   docs: Mapping[str, str] | None = None, fallback: str | None = None) -> dict[str, Any]:
     """Name, location, column schema and (when exact) row count of an Iceberg table."""
     schema = table.schema()
     metadata: dict[str, Any] = {
         TABLE_NAME: ".".join((catalog_name, *table.name())),
         URI: uri_value(table.location()),
-        COLUMN_SCHEMA: column_schema(schema, identifier_columns),
+        COLUMN_SCHEMA: column_schema(schema, identifier_columns, docs, fallback),
         "schema_id": schema.schema_id,
         "format_version": table.metadata.format_version,
     }
@@ -85,11 +116,12 @@ def table_metadata(catalog_name: str, table: "Table", identifier_columns: Sequen
     return metadata
 
 
-def described_table(catalog_name: str, table: "Table", identifier_columns: Sequence[str] = ()) -> dict[str, Any]:
+def described_table(catalog_name: str, table: "Table", identifier_columns: Sequence[str] = (),
+                    docs: Mapping[str, str] | None = None, fallback: str | None = None) -> dict[str, Any]:
     """:func:`table_metadata` of a table a step wrote, remembered for the next definitions load."""
     from icecdc_dagster.assets import metadata_cache
 
-    metadata = table_metadata(catalog_name, table, identifier_columns)
+    metadata = table_metadata(catalog_name, table, identifier_columns, docs, fallback)
     try:
         metadata_cache.remember(metadata)
     except OSError as exc:  # a read-only home costs the next load its metadata, never the batch
@@ -114,11 +146,24 @@ def definition_metadata(catalog_name: str, table: "TableConfig", sink: "SinkConf
         keys = identifier_columns_of(table.identifier_columns, source)
         schema = sink.target_schema(source, keys, uses_row_id(source, keys))
         if schema is not None:
-            derived = column_schema(schema, keys)
+            derived = column_schema(schema, keys, fallback=replica_fallback(table.table_name))
             if metadata.get(COLUMN_SCHEMA) != derived:  # the source evolved since: the next batch follows
                 metadata.pop("schema_id", None)
             metadata[COLUMN_SCHEMA] = derived
     return metadata
+
+
+def source_fallback(table_name: str) -> str:
+    """The description of a source column without an Iceberg doc (and how to give it one)."""
+    return f"column {{column}} of {table_name} (no doc in its schema: ALTER TABLE ... ALTER COLUMN ... COMMENT)"
+
+
+def replica_fallback(source_table: str) -> str:
+    return f"{{column}} of {source_table}, as of the replica's checkpoint"
+
+
+def changelog_fallback(source_table: str) -> str:
+    return f"{{column}} of the changed {source_table} row (the before image for DELETE and UPDATE_BEFORE)"
 
 
 def uri_value(location: str) -> Any:

@@ -91,9 +91,10 @@ def test_landing_files_ingest_in_order_exactly_once_then_sync_onward(spark, cata
     assert "note" in [c.name for c in stored.columns]
     # The dead-letter table: its schema known at load (exactly the table the engine created), its rows
     # reported by each run that finds it.
-    from icecdc_dagster.assets.table_metadata import table_metadata
+    from icecdc_dagster.assets.table_metadata import DEAD_LETTER_DOCS, table_metadata
 
-    written = table_metadata(cat, catalog.load_table("db.orders__dead_letters"))
+    written = table_metadata(cat, catalog.load_table("db.orders__dead_letters"), docs=DEAD_LETTER_DOCS)
+    assert all(c.description for c in written["dagster/column_schema"].columns)
     assert declared.metadata["dagster/column_schema"] == written["dagster/column_schema"]
     assert declared.metadata["dagster/table_name"] == written["dagster/table_name"]
     reported = instance.fetch_materializations(AssetRecordsFilter(asset_key=dead_letters), limit=1).records
