@@ -142,16 +142,17 @@ def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Defi
     for entry in config.ingest:
         entries_by_target.setdefault(fixed_target(entry), []).append(entry)
     configured = {table.table_name: table for table in config.tables}
+    lineage = LineageEmitter.configured(config.lineage.namespace, config.lineage.transport, config.lineage.enabled)
     for entry in config.ingest:
         target = fixed_target(entry)
         stands_for_target = target is not None and target not in configured
         assets.append(build_ingest_asset(entry, remembered.get(f"{config.catalog.name}.{target}", {})
                                          if stands_for_target else None,
-                                         naming.source_key(configured[target]) if target in configured else None))
+                                         naming.source_key(configured[target]) if target in configured else None,
+                                         lineage))
         sensors.append(build_ingest_sensor(entry))
     assets.extend(build_dead_letter_asset(entries, config.catalog.name, remembered)
                   for target, entries in entries_by_target.items() if target is not None)
-    lineage = LineageEmitter.configured(config.lineage.namespace, config.lineage.transport, config.lineage.enabled)
     resources = build_resources(config)
     for table in config.tables:
         source = sources.get(table.table_name)

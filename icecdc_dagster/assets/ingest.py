@@ -20,17 +20,20 @@ from dagster import (AssetExecutionContext, AssetKey, AssetMaterialization, Asse
 from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
 from icecdc_dagster.assets import naming
+from icecdc_dagster.assets.lineage import ingest_lineage_run
 from icecdc_dagster.assets.table_metadata import (COLUMN_SCHEMA, DEAD_LETTER_DOCS, PARTITION_ROW_COUNT, ROW_COUNT,
                                                   TABLE_NAME, column_schema, described_table, source_fallback)
 from icecdc_dagster.config import IngestConfig
 from icecdc_dagster.ingest import dead_letters, routing
 from icecdc_dagster.ingest.pipeline import IngestResult, ingest_files, recorded_batches
+from icecdc_dagster.lineage import BatchFacet, LineageDataset, LineageEmitter, iceberg_dataset, location_dataset
+from icecdc_dagster.lineage.openlineage import RunOutcome
 from icecdc_dagster.pipeline.ingest import batches_for, fixed_target, ingest_settings
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 
 
 def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None = None,
-                       target_asset: AssetKey | None = None) -> AssetsDefinition:
+                       target_asset: AssetKey | None = None, lineage: LineageEmitter | None = None) -> AssetsDefinition:
     """``described``: the fixed target's table metadata known at load (from the last batch), when this
     asset stands for the target; None when the target is a configured table with an asset of its own,
     ``target_asset``: then each commit is recorded as a materialisation of that asset (partition and
@@ -55,12 +58,17 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
         session = spark.session(catalog)
         settings = ingest_settings(entry)
         recorded = recorded_batches(session, catalog.name, settings)
-        results = []
-        for batch in batches_for(entry, context.partition_keys, recorded):
-            if batch.committed:  # already in every table it writes: a re-execution changes nothing
-                results.append(IngestResult(batch.batch_id or "", batch.files, True))
-            else:
-                results.append(ingest_files(session, catalog.name, catalog.load(), settings, list(batch.files)))
+        results: list[IngestResult] = []
+        with ingest_lineage_run(lineage, context, naming.ingest_key(entry), entry.landing,
+                                inputs=lambda: [landing_dataset(entry.landing, _existing(catalog, target))],
+                                outputs=lambda: _existing(catalog, target)) as (outcome, facet):
+            for batch in batches_for(entry, context.partition_keys, recorded):
+                if batch.committed:  # already in every table it writes: a re-execution changes nothing
+                    results.append(IngestResult(batch.batch_id or "", batch.files, True))
+                else:
+                    results.append(ingest_files(session, catalog.name, catalog.load(), settings, list(batch.files)))
+            if lineage is not None:
+                ingest_outcome(outcome, facet, catalog, entry.landing, results)
         files = [f for r in results for f in r.files]
         totals: dict[str, int] = {}
         targets: dict[str, dict] = {}
@@ -100,6 +108,52 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
         })
 
     return _ingest
+
+
+WRITTEN = ("inserted", "updated", "deleted", "appended")  # target counts that are rows written
+
+
+def landing_dataset(landing: str, targets: Sequence[LineageDataset]) -> LineageDataset:
+    """The landing location as OpenLineage sees it: its fields are the Debezium images' fields, named
+    like the target columns they become (the union over the targets)."""
+    fields = {name: (name, kind, "field of the Debezium before/after image") for t in targets
+              for name, kind, _ in t.fields}
+    return location_dataset(landing, tuple(fields.values()))
+
+
+def ingest_outcome(outcome: RunOutcome, facet: BatchFacet, catalog: IcebergCatalogResource, landing: str,
+                   results: Sequence[IngestResult]) -> None:
+    """What COMPLETE reports: every table the run wrote (after routing) with its rows and column
+    lineage from the landing fields, each dead-letter table with the events it took (``raw`` <- every
+    landing field), and the snapshots committed."""
+    names = sorted({name for r in results for name in r.targets})
+    targets = [d for name in names for d in _existing(catalog, name)]
+    source = landing_dataset(landing, targets)
+    landing_fields = [name for name, _, _ in source.fields]
+    outcome.inputs, outcome.outputs = [source], []
+    for name in names:
+        written = [r.targets[name] for r in results if name in r.targets]
+        for dataset in _existing(catalog, name):
+            outcome.outputs.append(dataset)
+            outcome.rows[dataset.name] = sum(t.counts.get(k, 0) for t in written for k in WRITTEN)
+            outcome.column_lineage[dataset.name] = {f: [f] for f, _, _ in dataset.fields}
+        for dataset in _existing(catalog, routing.dead_letter_table(name)):
+            outcome.outputs.append(dataset)
+            outcome.rows[dataset.name] = sum(t.counts.get("dead_lettered", 0) for t in written)
+            outcome.column_lineage[dataset.name] = {"raw": landing_fields}
+    snapshots = [str(t.snapshot_id) for r in results for t in r.targets.values() if t.snapshot_id is not None]
+    facet.firstSnapshotId, facet.snapshotId = (snapshots[0], snapshots[-1]) if snapshots else ("", "")
+
+
+def _existing(catalog: IcebergCatalogResource, table_name: str | None) -> list[LineageDataset]:
+    from pyiceberg.exceptions import NoSuchTableError
+
+    if table_name is None:
+        return []
+    try:
+        return [iceberg_dataset(catalog.name, catalog.load_table(table_name))]
+    except NoSuchTableError:
+        return []
 
 
 def target_materializations(key: AssetKey, target: str, results: Sequence[IngestResult],
