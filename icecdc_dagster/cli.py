@@ -1,4 +1,4 @@
-"""``icecdc``: run the demo, sync all pending batches now, or show where every sink stands."""
+"""icecdc: run the demo, sync all pending batches now, or show where every sink stands."""
 
 from typing import TYPE_CHECKING, Any
 import argparse
@@ -215,6 +215,12 @@ def _log_level_arguments(parser: argparse.ArgumentParser) -> None:
                         help="same as --log-level DEBUG (Dagster's step and engine events)")
 
 
+def _config_argument(parser: argparse.ArgumentParser) -> None:
+    """Optional in the usage line: ``$ICECDC_CONFIG`` names the file too (checked after parsing)."""
+    parser.add_argument("--config", default=os.environ.get("ICECDC_CONFIG"),
+                        help="pipeline YAML (default: $ICECDC_CONFIG)")
+
+
 def main(argv: list[str] | None = None) -> int:
     # Dagster flags APIs we rely on as beta/preview on every import; users of the CLI can't act on it.
     warnings.filterwarnings("ignore", message=".*is currently in (beta|preview).*")
@@ -226,12 +232,10 @@ def main(argv: list[str] | None = None) -> int:
                                                         "expired snapshot or a recreated table): full export "
                                                         "that converges every sink")):
         p = sub.add_parser(name, help=helptext)
-        p.add_argument("--config", default=os.environ.get("ICECDC_CONFIG"),
-                       required=not os.environ.get("ICECDC_CONFIG"),
-                       help="pipeline YAML (default: $ICECDC_CONFIG)")
+        _config_argument(p)
         p.add_argument("--dagster-home", default=None,
-                       help="Dagster instance directory (default: $DAGSTER_HOME, else .dagster_home next to the "
-                            "config)")
+                       help="Dagster instance directory (default: $DAGSTER_HOME, else the pipeline file's "
+                            "dagster_home, else .dagster_home beside it; status never creates one)")
         if name == "status":
             p.add_argument("--json", action="store_true", help="one JSON document for scripts")
         if name == "resync":
@@ -250,8 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     schema.add_argument("--markdown", action="store_true", help="the Markdown reference (docs/configuration.md)")
     schema.set_defaults(func=cmd_config_schema)
     validate = sub.add_parser("validate", help="load a pipeline file and check it against the catalog")
-    validate.add_argument("--config", default=os.environ.get("ICECDC_CONFIG"),
-                          required=not os.environ.get("ICECDC_CONFIG"), help="pipeline YAML (default: $ICECDC_CONFIG)")
+    _config_argument(validate)
     validate.set_defaults(func=cmd_validate)
     demo = sub.add_parser("demo", help="local warehouse + demo table with several snapshots, synced end to end")
     demo.add_argument("--dir", default="icecdc-demo", help="where the demo's warehouse, catalog and instance live")
@@ -259,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
                       help="also sync into this OpenSearch cluster")
     demo.set_defaults(func=cmd_demo)
     args = parser.parse_args(argv)
+    if getattr(args, "config", "") is None:  # the command takes --config, and $ICECDC_CONFIG is not set either
+        parser.error(f"{args.command}: the pipeline file: pass --config FILE or set ICECDC_CONFIG")
     try:
         return args.func(args)
     except IcecdcError as exc:

@@ -125,6 +125,23 @@ def check_sinks_can_follow(config: PipelineConfig, table: TableConfig, source: "
 
 
 def build_definitions(config: PipelineConfig, check_tables: bool = True) -> Definitions:
+    """Assets, checks, sensors, schedules and resources of the pipeline file.
+
+    Dagster marks APIs we rely on deliberately (``backfill_policy``, ``observable_source_asset``,
+    partitioned checks) as beta/preview and warns at every load (``dagster dev``, each run worker):
+    noise our users cannot act on, so it is silenced here, for our definitions only."""
+    import warnings
+
+    from dagster import BetaWarning, PreviewWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BetaWarning)
+        warnings.simplefilter("ignore", PreviewWarning)
+        warnings.filterwarnings("ignore", message=r"Property `OpDefinition.version` is deprecated")  # Dagster's own
+        return _build_definitions(config, check_tables)
+
+
+def _build_definitions(config: PipelineConfig, check_tables: bool) -> Definitions:
     # The source tables are loaded once at load for the checks; their schemas become the source
     # assets' definition metadata, so an asset page shows its columns without another catalog call.
     # The tables the assets write: derived from the source (replicas) or remembered from the last

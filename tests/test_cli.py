@@ -101,6 +101,27 @@ def test_status_without_an_instance_refuses_and_creates_nothing(tmp_path, monkey
     assert "--dagster-home" in capsys.readouterr().err and not empty.exists()
 
 
+def test_help_is_plain_text_and_config_may_come_from_the_environment(tmp_path, monkeypatch, capsys):
+    import pytest
+
+    monkeypatch.delenv("ICECDC_CONFIG", raising=False)
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    top = capsys.readouterr().out
+    assert "``" not in top and "icecdc: run the demo" in top
+    with pytest.raises(SystemExit):
+        main(["status", "--help"])
+    usage = capsys.readouterr().out
+    assert "[--config CONFIG]" in usage                                # optional: $ICECDC_CONFIG works too
+    with pytest.raises(SystemExit) as exited:
+        main(["status"])
+    assert exited.value.code == 2 and "pass --config FILE or set ICECDC_CONFIG" in capsys.readouterr().err
+    config = tmp_path / "p.yaml"
+    config.write_text("tables: []\n")
+    monkeypatch.setenv("ICECDC_CONFIG", str(config))
+    assert main(["validate"]) == 0 and "ok (0 tables" in capsys.readouterr().out
+
+
 HOLD_LINE = """
 import sys, time
 from icecdc_dagster.lease.holder import Holder
