@@ -182,3 +182,22 @@ def test_remembered_table_metadata_is_rewritten_only_when_the_table_changed(tmp_
     assert [(c.name, c.description) for c in after["dagster/column_schema"].columns] == [("id", None),
                                                                                        ("note", "free text")]
     assert after["schema_id"] == before["schema_id"] + 1
+
+
+def test_our_definitions_load_without_dagster_beta_or_preview_warnings(tmp_path):
+    """``dagster dev`` and every run worker load these: Dagster's beta/preview notices about APIs we chose
+    (backfill_policy, observable_source_asset, partitioned checks) are noise to our users."""
+    import warnings
+
+    from dagster import BetaWarning, PreviewWarning
+
+    from icecdc_dagster.demo.run import write_config
+
+    config = load_config(write_config(tmp_path, "http://127.0.0.1:9200"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        defs = build_definitions(config, check_tables=False)
+        defs.get_repository_def().load_all_definitions()
+    noisy = [w for w in caught if issubclass(w.category, (BetaWarning, PreviewWarning))]
+    assert noisy == [], [str(w.message) for w in noisy]
+    assert len(list(defs.assets or [])) >= 8                            # the demo's graph was built
