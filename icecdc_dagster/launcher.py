@@ -48,7 +48,7 @@ Guarantees: a run this launcher accepts always ends SUCCESS, FAILURE or
 CANCELED in the instance, also when loading the code or the framework raises
 (the worker reports the failure and carries on with the next run). A run that
 was waiting on the queue when it is terminated is CANCELED without running.
-Runs record the worker's host and pid (hidden tags ``.dagster/icecdc/warm_launcher_*``) and,
+Runs record the worker's host and pid (tags ``icecdc/warm_launcher_*``) and,
 like every icecdc run, its process start time (``lease.holder`` tags, so a
 reused pid is told apart); when the daemon dies with a run in flight,
 ``check_run_worker_health`` (run monitoring) reports the worker FAILED and
@@ -141,9 +141,9 @@ if TYPE_CHECKING:
     from dagster_shared.error import SerializableErrorInfo
     from dagster import DagsterInstance
 
-HOST_TAG = ".dagster/icecdc/warm_launcher_host"  # hidden from the runs page, like the worker tags (lease.holder)
-PID_TAG = ".dagster/icecdc/warm_launcher_pid"
-SESSION_TAG = ".dagster/icecdc/warm_launcher_session"
+HOST_TAG = "icecdc/warm_launcher_host"
+PID_TAG = "icecdc/warm_launcher_pid"
+SESSION_TAG = "icecdc/warm_launcher_session"
 
 CANCEL_POLL_S = 1.0
 _IN_FLIGHT = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]

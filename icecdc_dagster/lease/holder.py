@@ -21,17 +21,13 @@ from pathlib import Path
 if TYPE_CHECKING:
     from dagster import DagsterInstance
 
-# Worker bookkeeping on each run. Dagster hides tags under ``.dagster/`` from the runs page and the
-# GraphQL API (a user sees the line and its snapshots, not seven pids and timestamps); every query by
-# tag still finds them.
-_HIDDEN = ".dagster/icecdc/"
-HOST_TAG = _HIDDEN + "worker_host"
-PID_TAG = _HIDDEN + "worker_pid"
-PID_START_TAG = _HIDDEN + "worker_pid_start"
-BOOT_TAG = _HIDDEN + "worker_boot_id"
-SINCE_TAG = _HIDDEN + "worker_since"
-ROLE_TAG = _HIDDEN + "worker_role"
-HEARTBEAT_TAG = _HIDDEN + "worker_heartbeat"
+HOST_TAG = "icecdc/worker_host"
+PID_TAG = "icecdc/worker_pid"
+PID_START_TAG = "icecdc/worker_pid_start"
+BOOT_TAG = "icecdc/worker_boot_id"
+SINCE_TAG = "icecdc/worker_since"
+ROLE_TAG = "icecdc/worker_role"
+HEARTBEAT_TAG = "icecdc/worker_heartbeat"
 
 HEARTBEAT_INTERVAL_S = 10.0
 LEASE_TIMEOUT_S = float(os.environ.get("ICECDC_LEASE_TIMEOUT_S", "60"))
