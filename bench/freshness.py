@@ -48,7 +48,7 @@ PROFILE_ENV = "ICECDC_RUN_PROFILE"  # icecdc_dagster.launcher.PROFILE_ENV (not i
 
 TABLE = "db.events"
 IDLE_MEASURE_S = 20.0
-SINK_KEY = ["replica", "replica", "events"]
+SINK_KEY = ["replica", "replica", "replica_events"]
 
 
 def write_home(home: Path, mode: str, workers: int = 1, sqlite_synchronous: str = "") -> None:
@@ -213,7 +213,7 @@ def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlit
     profile = root / "runs.jsonl"
     os.environ[PROFILE_ENV] = str(profile)  # the warm launcher's per-run profile (wall, lane CPU, Spark jobs)
     process, instance = start_dagster(root, home, config_path)
-    sink_keys = {name: ("replica", "replica", name.split(".")[1]) for name in names}
+    sink_keys = {name: ("replica", "replica", "replica_" + name.split(".")[1]) for name in names}
     latencies: list[float] = []
     commits: dict[str, float] = {}  # partition key -> commit time
     try:

@@ -1,4 +1,4 @@
-"""``icecdc``: run the demo, sync all pending batches now, or show where every sink stands."""
+"""icecdc: run the demo, sync all pending batches now, or show where every sink stands."""
 
 from typing import TYPE_CHECKING, Any
 import argparse
@@ -17,24 +17,49 @@ if TYPE_CHECKING:
     from icecdc_dagster.sync import StopRequest, SyncContext
 
 
-def _instance(config_path: str | None, dagster_home: str | None) -> "DagsterInstance":
-    """The instance of ``DAGSTER_HOME`` (default: ``.dagster_home`` next to the pipeline file), its
-    ``dagster.yaml`` written first when missing (on PostgreSQL when the pipeline file says so)."""
+def _instance(config: "PipelineConfig", config_path: str | None, dagster_home: str | None,
+              create: bool = True) -> "DagsterInstance":
+    """The Dagster instance the pipeline's lines run in: ``--dagster-home``, else ``$DAGSTER_HOME``, else
+    the pipeline file's ``dagster_home``, else ``.dagster_home`` beside the pipeline file.
+
+    ``create``: a command that writes (sync, resync) makes a missing instance, with the crash-safety
+    settings; a read (status) never does: it refuses, naming where it looked and what to set.
+    """
     from dagster import DagsterInstance
 
-    from icecdc_dagster.config import load_config
+    home, origin = _home(config, config_path, dagster_home)
+    if create:
+        from icecdc_dagster.lease.dagster_yaml import ensure_dagster_yaml
 
-    home = dagster_home or os.environ.get("DAGSTER_HOME")
-    if not home:
-        base = Path(config_path).resolve().parent if config_path else Path.cwd()
-        home = str(base / ".dagster_home")
-    from icecdc_dagster.lease.dagster_yaml import ensure_dagster_yaml
+        Path(home).mkdir(parents=True, exist_ok=True)
+        url = config.instance.postgres_url
+        ensure_dagster_yaml(home, url.name if url else None)  # on PostgreSQL when the pipeline file says so
+    elif not _is_instance(Path(home)):
+        from icecdc_dagster.errors import InstanceNotFoundError
 
-    Path(home).mkdir(parents=True, exist_ok=True)
-    url = load_config(config_path).instance.postgres_url
-    ensure_dagster_yaml(home, url.name if url else None)
+        raise InstanceNotFoundError(
+            f"no Dagster instance at {home} ({origin}); nothing was created. Set DAGSTER_HOME to the directory "
+            f"the line runs in (where `icecdc sync` or `dagster dev` ran), pass --dagster-home, or name it in "
+            f"{config_path or 'the pipeline file'} as `dagster_home: <directory>`")
     os.environ["DAGSTER_HOME"] = str(Path(home).resolve())
     return DagsterInstance.get()
+
+
+def _home(config: "PipelineConfig", config_path: str | None, dagster_home: str | None) -> tuple[str, str]:
+    """The instance directory and where that choice came from (for the message of a read that finds none)."""
+    if dagster_home:
+        return dagster_home, "--dagster-home"
+    if os.environ.get("DAGSTER_HOME"):
+        return os.environ["DAGSTER_HOME"], "$DAGSTER_HOME"
+    if config.dagster_home:
+        return config.dagster_home, f"dagster_home in {config_path}"
+    base = Path(config_path).resolve().parent if config_path else Path.cwd()
+    return str(base / ".dagster_home"), "$DAGSTER_HOME is not set and the pipeline file names no dagster_home"
+
+
+def _is_instance(home: Path) -> bool:
+    """A directory Dagster has used (its settings or its local storage), not merely a path."""
+    return home.is_dir() and any((home / name).exists() for name in ("dagster.yaml", "history", "storage"))
 
 
 EXIT_BUSY = 75  # EX_TEMPFAIL: another writer holds a line; try again later (or use --wait)
@@ -50,7 +75,7 @@ def _sync_context(args: argparse.Namespace, stop: "StopRequest", rebuilt: tuple[
     from icecdc_dagster.sync import SyncContext
 
     config = load_config(args.config)
-    instance = _instance(args.config, args.dagster_home)  # first: the load compares with its line records
+    instance = _instance(config, args.config, args.dagster_home)  # first: the load compares with its line records
     defs = build_definitions(config, rebuilt=rebuilt)
     context = SyncContext(defs=defs, instance=instance, holder=Holder.current(), wait=args.wait, stop=stop,
                           say=lambda message: print(message, flush=True), log_level=args.log_level,
@@ -139,19 +164,17 @@ def cmd_resync(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from icecdc_dagster.config import load_config
     from icecdc_dagster.definitions import build_definitions
-    from icecdc_dagster.status import ingest_status, table_status
+    from icecdc_dagster.status import ingest_status, status_document, table_status
 
     config = load_config(args.config)
-    instance = _instance(args.config, args.dagster_home)
+    instance = _instance(config, args.config, args.dagster_home, create=False)  # a read creates nothing
     defs = build_definitions(config)
     tables = [table_status(defs, instance, table, args.config) for table in config.tables]
     ingests = [ingest_status(instance, entry, defs) for entry in config.ingest]
     if args.json:
-        import dataclasses
         import json
 
-        print(json.dumps({"tables": [dataclasses.asdict(t) for t in tables],
-                          "ingest": [dataclasses.asdict(i) for i in ingests]}, indent=2))
+        print(json.dumps(status_document(tables, ingests), indent=2))
         return 0
     for rendered in [t.render() for t in tables] + [i.render() for i in ingests]:
         print(rendered)
@@ -216,6 +239,12 @@ def _log_level_arguments(parser: argparse.ArgumentParser) -> None:
                         help="same as --log-level DEBUG (Dagster's step and engine events)")
 
 
+def _config_argument(parser: argparse.ArgumentParser) -> None:
+    """Optional in the usage line: ``$ICECDC_CONFIG`` names the file too (checked after parsing)."""
+    parser.add_argument("--config", default=os.environ.get("ICECDC_CONFIG"),
+                        help="pipeline YAML (default: $ICECDC_CONFIG)")
+
+
 def main(argv: list[str] | None = None) -> int:
     # Dagster flags APIs we rely on as beta/preview on every import; users of the CLI can't act on it.
     warnings.filterwarnings("ignore", message=".*is currently in (beta|preview).*")
@@ -227,12 +256,10 @@ def main(argv: list[str] | None = None) -> int:
                                                         "expired snapshot or a recreated table): full export "
                                                         "that converges every sink")):
         p = sub.add_parser(name, help=helptext)
-        p.add_argument("--config", default=os.environ.get("ICECDC_CONFIG"),
-                       required=not os.environ.get("ICECDC_CONFIG"),
-                       help="pipeline YAML (default: $ICECDC_CONFIG)")
+        _config_argument(p)
         p.add_argument("--dagster-home", default=None,
-                       help="Dagster instance directory (default: $DAGSTER_HOME, else .dagster_home next to the "
-                            "config)")
+                       help="Dagster instance directory (default: $DAGSTER_HOME, else the pipeline file's "
+                            "dagster_home, else .dagster_home beside it; status never creates one)")
         if name == "status":
             p.add_argument("--json", action="store_true", help="one JSON document for scripts")
         if name == "resync":
@@ -251,8 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     schema.add_argument("--markdown", action="store_true", help="the Markdown reference (docs/configuration.md)")
     schema.set_defaults(func=cmd_config_schema)
     validate = sub.add_parser("validate", help="load a pipeline file and check it against the catalog")
-    validate.add_argument("--config", default=os.environ.get("ICECDC_CONFIG"),
-                          required=not os.environ.get("ICECDC_CONFIG"), help="pipeline YAML (default: $ICECDC_CONFIG)")
+    _config_argument(validate)
     validate.set_defaults(func=cmd_validate)
     demo = sub.add_parser("demo", help="local warehouse + demo table with several snapshots, synced end to end")
     demo.add_argument("--dir", default="icecdc-demo", help="where the demo's warehouse, catalog and instance live")
@@ -273,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
                       help="client_id:client_secret (from this variable) that /v1/oauth/tokens exchanges for the token")
     rest.set_defaults(func=cmd_rest_server)
     args = parser.parse_args(argv)
+    if getattr(args, "config", "") is None:  # the command takes --config, and $ICECDC_CONFIG is not set either
+        parser.error(f"{args.command}: the pipeline file: pass --config FILE or set ICECDC_CONFIG")
     try:
         return args.func(args)
     except IcecdcError as exc:

@@ -16,7 +16,7 @@ from icecdc_dagster.assets.ingest import build_dead_letter_asset, build_ingest_a
 from icecdc_dagster.assets.maintenance import build_maintenance_asset, build_maintenance_schedule
 from icecdc_dagster.assets.sinks import build_sink_asset
 from icecdc_dagster.assets.source import build_source_asset
-from icecdc_dagster.assets.table_metadata import ROW_COUNT, definition_metadata, table_metadata
+from icecdc_dagster.assets.table_metadata import ROW_COUNT, definition_metadata, source_fallback, table_metadata
 from icecdc_dagster.checks.lifecycle import build_lifecycle_check
 from icecdc_dagster.checks.stuck import build_stuck_check
 from icecdc_dagster.errors import ConfigError
@@ -128,7 +128,24 @@ def check_sinks_can_follow(config: PipelineConfig, table: TableConfig, source: "
 
 
 def build_definitions(config: PipelineConfig, check_tables: bool = True, rebuilt: Collection[str] = ()) -> Definitions:
-    """``rebuilt``: tables an ``icecdc resync`` rebuilds (their changed identifier columns are accepted)."""
+    """Assets, checks, sensors, schedules and resources of the pipeline file. ``rebuilt``: tables an
+    ``icecdc resync`` rebuilds (their changed identifier columns are accepted).
+
+    Dagster marks APIs we rely on deliberately (``backfill_policy``, ``observable_source_asset``,
+    partitioned checks) as beta/preview and warns at every load (``dagster dev``, each run worker):
+    noise our users cannot act on, so it is silenced here, for our definitions only."""
+    import warnings
+
+    from dagster import BetaWarning, PreviewWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BetaWarning)
+        warnings.simplefilter("ignore", PreviewWarning)
+        warnings.filterwarnings("ignore", message=r"Property `OpDefinition.version` is deprecated")  # Dagster's own
+        return _build_definitions(config, check_tables, rebuilt)
+
+
+def _build_definitions(config: PipelineConfig, check_tables: bool, rebuilt: Collection[str]) -> Definitions:
     # The source tables are loaded once at load for the checks; their schemas become the source
     # assets' definition metadata, so an asset page shows its columns without another catalog call.
     # The tables the assets write: derived from the source (replicas) or remembered from the last
@@ -147,20 +164,23 @@ def build_definitions(config: PipelineConfig, check_tables: bool = True, rebuilt
     entries_by_target: dict[str | None, list[IngestConfig]] = {}
     for entry in config.ingest:
         entries_by_target.setdefault(fixed_target(entry), []).append(entry)
-    configured = {table.table_name for table in config.tables}
+    configured = {table.table_name: table for table in config.tables}
+    lineage = LineageEmitter.configured(config.lineage.namespace, config.lineage.transport, config.lineage.enabled)
     for entry in config.ingest:
         target = fixed_target(entry)
         stands_for_target = target is not None and target not in configured
         assets.append(build_ingest_asset(entry, remembered.get(f"{config.catalog.name}.{target}", {})
-                                         if stands_for_target else None))
+                                         if stands_for_target else None,
+                                         naming.source_key(configured[target]) if target in configured else None,
+                                         lineage))
         sensors.append(build_ingest_sensor(entry))
     assets.extend(build_dead_letter_asset(entries, config.catalog.name, remembered)
                   for target, entries in entries_by_target.items() if target is not None)
-    lineage = LineageEmitter.configured(config.lineage.namespace, config.lineage.transport, config.lineage.enabled)
     resources = build_resources(config)
     for table in config.tables:
         source = sources.get(table.table_name)
-        described = {k: v for k, v in table_metadata(config.catalog.name, source, table.identifier_columns).items()
+        described = {k: v for k, v in table_metadata(config.catalog.name, source, table.identifier_columns,
+                                                      fallback=source_fallback(table.table_name)).items()
                      if k != ROW_COUNT} if source else {}  # a row count at load would only go stale
         if source is None:  # an ingest target not created yet: what its writer last saw, if anything
             described = remembered.get(f"{config.catalog.name}.{table.table_name}", {})

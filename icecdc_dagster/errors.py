@@ -201,3 +201,9 @@ def classify(exc: BaseException) -> tuple[str, str]:
 def recovery_of(class_name: str) -> str | None:
     """The recovery command template of a tree class named ``class_name`` (None: not in the tree)."""
     return next((cls.recovery for cls in error_classes() if cls.__name__ == class_name), None)
+
+class InstanceNotFoundError(IcecdcError):
+    """A read (``icecdc status``) found no Dagster instance where the line's could be: it names the
+    places it looked and the ``DAGSTER_HOME`` to set, and creates nothing."""
+
+    recovery = "set DAGSTER_HOME (or dagster_home in {config}) to the directory the line runs in"

@@ -145,6 +145,25 @@ def _count_expired(defs: Definitions, entry: IngestConfig, status: IngestStatus)
         status.error = str(exc)[:200]
 
 
+def status_document(tables: "list[TableStatus]", ingests: "list[IngestStatus]") -> dict:
+    """``icecdc status --json``: snapshot ids as strings. They exceed 2^53, and JavaScript and jq read
+    JSON numbers as doubles (…512166 would come back as …512000)."""
+    import dataclasses
+
+    return {"tables": [_ids_as_strings(dataclasses.asdict(t)) for t in tables],
+            "ingest": [dataclasses.asdict(i) for i in ingests]}
+
+
+def _ids_as_strings(value: object, key: str = "") -> object:
+    if isinstance(value, dict):
+        return {k: _ids_as_strings(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_ids_as_strings(v, key) for v in value]
+    if key.endswith("snapshot_id") and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
 @dataclass(frozen=True)
 class _LineKeys:
     """What a sink that cannot continue from a checkpoint of this line has before it: every key of

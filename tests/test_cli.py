@@ -20,6 +20,8 @@ def _status(capsys, config, home) -> str:
 def test_demo_then_status_then_sync(spark, tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     directory = tmp_path / "demo"
+    (directory / "dagster_home").mkdir(parents=True)
+    (directory / "dagster_home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")  # an older demo's
     assert main(["demo", "--dir", str(directory)]) == 0
     captured = capsys.readouterr()
     out = captured.out
@@ -44,16 +46,20 @@ def test_demo_then_status_then_sync(spark, tmp_path, monkeypatch, capsys):
     assert {"id", "name", "tier", "email"} == set(re.search(r"columns ([^)]*)\)", ingested).group(1).split(", "))
 
     config, home = directory / "icecdc.yaml", directory / "dagster_home"
+    _assert_production_instance(home)
     status = _status(capsys, config, home)
     current = re.search(r"demo.orders: current snapshot (\d+)", status).group(1)
     assert f"checkpoint {current}, 0 snapshots pending" in status
     assert main(["status", "--config", str(config), "--dagster-home", str(home), "--json"]) == 0
     document = json.loads(capsys.readouterr().out)                     # the same, for scripts
     (orders,) = [t for t in document["tables"] if t["table_name"] == "demo.orders"]
-    assert str(orders["current_snapshot_id"]) == current and orders["unapplied_partitions"] == 0
-    assert {s["checkpoint_snapshot_id"] for s in orders["sinks"]} == {int(current)}
+    assert orders["current_snapshot_id"] == current and orders["unapplied_partitions"] == 0
+    assert {s["checkpoint_snapshot_id"] for s in orders["sinks"]} == {current}   # strings: ids exceed 2^53
     assert [i["name"] for i in document["ingest"]] == ["customers_cdc"]
     assert "ingest customers_cdc" in status and "2 landing files, 0 not yet ingested" in status
+    monkeypatch.delenv("DAGSTER_HOME")                                 # the pipeline file names the instance
+    assert main(["status", "--config", str(config)]) == 0
+    assert capsys.readouterr().out == status and not (directory / ".dagster_home").exists()
 
     spark.sql(f"DELETE FROM demo.{workload.SOURCE_TABLE} WHERE order_id <= 5")
     status = _status(capsys, config, home)
@@ -69,6 +75,53 @@ def test_demo_then_status_then_sync(spark, tmp_path, monkeypatch, capsys):
     assert newest != current and f"checkpoint {newest}, 0 snapshots pending" in status
     replica = spark.table(f"demo.{workload.REPLICA_TABLE}")
     assert replica.count() == 1095 and replica.where("order_id <= 5").count() == 0
+
+
+def _assert_production_instance(home):
+    """The demo's instance runs with production's crash-safety settings, also over an older demo's file."""
+    from dagster import DagsterInstance
+
+    with DagsterInstance.from_config(str(home)) as instance:
+        assert type(instance.run_launcher).__name__ == "MonitoredRunLauncher"
+        assert instance.run_monitoring_enabled and instance.run_monitoring_max_resume_run_attempts == 0
+        limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
+        assert limits == [{"key": "icecdc/table", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}]
+    assert "enabled: false" in (home / "dagster.yaml").read_text()      # telemetry still off
+
+
+def test_status_without_an_instance_refuses_and_creates_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    config = tmp_path / "p.yaml"
+    config.write_text("tables: []\n")
+    assert main(["status", "--config", str(config)]) == 2
+    error = capsys.readouterr().err
+    assert "InstanceNotFoundError: no Dagster instance at" in error and "Set DAGSTER_HOME" in error
+    assert "dagster_home: <directory>" in error
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.yaml"]     # no .dagster_home, nothing else
+    empty = tmp_path / "elsewhere"
+    assert main(["status", "--config", str(config), "--dagster-home", str(empty)]) == 2
+    assert "--dagster-home" in capsys.readouterr().err and not empty.exists()
+
+
+def test_help_is_plain_text_and_config_may_come_from_the_environment(tmp_path, monkeypatch, capsys):
+    import pytest
+
+    monkeypatch.delenv("ICECDC_CONFIG", raising=False)
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    top = capsys.readouterr().out
+    assert "``" not in top and "icecdc: run the demo" in top
+    with pytest.raises(SystemExit):
+        main(["status", "--help"])
+    usage = capsys.readouterr().out
+    assert "[--config CONFIG]" in usage                                # optional: $ICECDC_CONFIG works too
+    with pytest.raises(SystemExit) as exited:
+        main(["status"])
+    assert exited.value.code == 2 and "pass --config FILE or set ICECDC_CONFIG" in capsys.readouterr().err
+    config = tmp_path / "p.yaml"
+    config.write_text("tables: []\n")
+    monkeypatch.setenv("ICECDC_CONFIG", str(config))
+    assert main(["validate"]) == 0 and "ok (0 tables" in capsys.readouterr().out
 
 
 HOLD_LINE = """

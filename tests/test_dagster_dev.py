@@ -75,16 +75,16 @@ def test_dagster_dev_shows_assets_lineage_partitions_and_checks(two_table_config
             time.sleep(1)
         assert data and data["assetNodes"], "dagster dev did not serve the assets in time"
         nodes = {"/".join(n["assetKey"]["path"]): n for n in data["assetNodes"]}
-        assert {"iceberg/db/orders", "changelog/db/orders", "opensearch/orders", "replica/replica/orders",
-                "iceberg/db/customers", "changelog/db/customers", "replica/replica/customers"} <= set(nodes)
-        changelog = nodes["changelog/db/orders"]
+        assert {"iceberg/db/orders", "changelog/db/orders_changelog", "opensearch/orders_opensearch", "replica/replica/replica_orders",
+                "iceberg/db/customers", "changelog/db/customers_changelog", "replica/replica/replica_customers"} <= set(nodes)
+        changelog = nodes["changelog/db/orders_changelog"]
         assert changelog["groupName"] == "db_orders" and {"iceberg", "spark"} <= set(changelog["kinds"])
         assert {"path": ["iceberg", "db", "orders"]} in changelog["dependencyKeys"]
-        assert {"path": ["changelog", "db", "orders"]} in nodes["opensearch/orders"]["dependencyKeys"]
+        assert {"path": ["changelog", "db", "orders_changelog"]} in nodes["opensearch/orders_opensearch"]["dependencyKeys"]
         assert changelog["isPartitioned"] and changelog["partitionDefinition"]["type"] == "DYNAMIC"
         assert changelog["partitionKeys"] == ["101", "102"]
-        assert nodes["opensearch/orders"]["partitionKeys"] == ["101", "102"]
-        assert "opensearch" in nodes["opensearch/orders"]["kinds"]
+        assert nodes["opensearch/orders_opensearch"]["partitionKeys"] == ["101", "102"]
+        assert "opensearch" in nodes["opensearch/orders_opensearch"]["kinds"]
         checks = {c["name"] for c in changelog["assetChecksOrError"]["checks"]}
         assert "no_stuck_snapshots" in checks
         sensors = {s["name"]: s for repo in data["repositoriesOrError"]["nodes"] for s in repo["sensors"]}

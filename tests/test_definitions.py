@@ -34,26 +34,26 @@ def test_two_tables_give_source_changelog_and_sink_assets_with_lineage(two_table
     defs = build_definitions(load_config(two_table_config))
     graph = defs.resolve_asset_graph()
     keys = {key.to_user_string() for key in graph.get_all_asset_keys()}
-    assert {"iceberg/db/orders", "changelog/db/orders", "opensearch/orders", "replica/replica/orders",
-            "iceberg/db/customers", "changelog/db/customers", "replica/replica/customers"} <= keys
-    changelog = graph.get(AssetKey(["changelog", "db", "orders"]))
+    assert {"iceberg/db/orders", "changelog/db/orders_changelog", "opensearch/orders_opensearch", "replica/replica/replica_orders",
+            "iceberg/db/customers", "changelog/db/customers_changelog", "replica/replica/replica_customers"} <= keys
+    changelog = graph.get(AssetKey(["changelog", "db", "orders_changelog"]))
     assert AssetKey(["iceberg", "db", "orders"]) in changelog.parent_keys
-    assert AssetKey(["changelog", "db", "orders"]) in graph.get(AssetKey(["opensearch", "orders"])).parent_keys
+    assert AssetKey(["changelog", "db", "orders_changelog"]) in graph.get(AssetKey(["opensearch", "orders_opensearch"])).parent_keys
     partitions = changelog.partitions_def
     assert isinstance(partitions, DynamicPartitionsDefinition) and partitions.name == "snapshots__db_orders"
-    assert graph.get(AssetKey(["opensearch", "orders"])).partitions_def == partitions
+    assert graph.get(AssetKey(["opensearch", "orders_opensearch"])).partitions_def == partitions
     assert changelog.group_name == "db_orders"
     sensors = {s.name: s for s in defs.sensors}
     assert set(sensors) == {"snapshots__db_orders", "snapshots__db_customers"}
     # PT5S: ticks every 5 s; the minimum interval is 4 s so the daemon's 5 s loop never skips one.
     assert sensors["snapshots__db_orders"].minimum_interval_seconds == 4
     check_keys = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
-    assert ("changelog/db/orders", "no_stuck_snapshots") in check_keys
-    assert ("changelog/db/orders", "line_follows_table") in check_keys
+    assert ("changelog/db/orders_changelog", "no_stuck_snapshots") in check_keys
+    assert ("changelog/db/orders_changelog", "line_follows_table") in check_keys
     # Maintenance: one scheduled asset per table group, downstream of the line's assets.
-    maintenance = graph.get(AssetKey(["maintenance", "db", "orders"]))
+    maintenance = graph.get(AssetKey(["maintenance", "db", "orders_maintenance"]))
     assert maintenance.group_name == "db_orders" and maintenance.partitions_def is None
-    assert AssetKey(["replica", "replica", "orders"]) in maintenance.parent_keys
+    assert AssetKey(["replica", "replica", "replica_orders"]) in maintenance.parent_keys
     schedules = {s.name: s for s in defs.schedules}
     assert schedules["maintenance__db_orders"].cron_schedule == "0 3 * * *"
     # Definition metadata from the tables loaded for the load checks: the source's columns and name.
@@ -84,7 +84,7 @@ def test_keyless_table_with_opensearch_sink_needs_append_only(tmp_path, catalog_
         build_definitions(load_config(path))
     path = write_pipeline(tmp_path / "p.yaml", catalog_settings,
                           [{"table_name": "db.logs", "append_only": True, "sinks": [sink]}])
-    assert build_definitions(load_config(path)).resolve_asset_graph().has(AssetKey(["opensearch", "logs"]))
+    assert build_definitions(load_config(path)).resolve_asset_graph().has(AssetKey(["opensearch", "logs_opensearch"]))
 
 
 def test_keyless_v2_table_with_replica_sink_is_refused_unless_append_only(tmp_path, catalog_settings):
@@ -99,7 +99,7 @@ def test_keyless_v2_table_with_replica_sink_is_refused_unless_append_only(tmp_pa
         build_definitions(load_config(path))
     path = write_pipeline(tmp_path / "p.yaml", catalog_settings,
                           [{"table_name": "db.logs", "append_only": True, "sinks": [sink]}])
-    assert build_definitions(load_config(path)).resolve_asset_graph().has(AssetKey(["replica", "replica", "logs"]))
+    assert build_definitions(load_config(path)).resolve_asset_graph().has(AssetKey(["replica", "replica", "replica_logs"]))
 
 
 def test_keyless_v3_table_with_replica_sink_is_accepted(spark, catalog, catalog_settings, tmp_path):
@@ -110,7 +110,7 @@ def test_keyless_v3_table_with_replica_sink_is_accepted(spark, catalog, catalog_
     graph = build_definitions(load_config(path)).resolve_asset_graph()
     # The replica's schema at load, derived from the source's: its key is the source's _row_id, kept
     # as the required identifier column _source_row_id after the source's columns.
-    columns = graph.get(AssetKey(["replica", "replica", "logs"])).metadata["dagster/column_schema"].columns
+    columns = graph.get(AssetKey(["replica", "replica", "replica_logs"])).metadata["dagster/column_schema"].columns
     assert [(c.name, c.type, c.constraints.nullable, c.constraints.other) for c in columns] == [
         ("line", "string", True, []), ("_source_row_id", "long", False, ["identifier column"])]
 
@@ -140,14 +140,14 @@ def test_batch_runs_carry_the_line_checks_and_maintenance_carries_the_consistenc
     config = load_config(two_table_config)
     defs = build_definitions(config)
     orders = config.table("db.orders")
-    changelog = AssetKey(["changelog", "db", "orders"])
+    changelog = AssetKey(["changelog", "db", "orders_changelog"])
     request = lines.run_request(table_line(orders), NextRun("1", "1", ("1",), 0))
     assert set(request.asset_check_keys) == {AssetCheckKey(changelog, "no_stuck_snapshots"),
                                              AssetCheckKey(changelog, "line_follows_table")}
     schedule = defs.resolve_schedule_def("maintenance__db_orders")
     steps = set(defs.resolve_job_def(schedule.job_name).graph.node_dict)
-    assert steps == {"maintenance__db__orders", "opensearch__orders_matches_source_at_checkpoint",
-                     "replica__replica__orders_matches_source_at_checkpoint"}
+    assert steps == {"maintenance__db__orders_maintenance", "opensearch__orders_opensearch_matches_source_at_checkpoint",
+                     "replica__replica__replica_orders_matches_source_at_checkpoint"}
 
 
 def test_remembered_table_metadata_is_rewritten_only_when_the_table_changed(tmp_path, catalog_settings, monkeypatch):
@@ -182,3 +182,22 @@ def test_remembered_table_metadata_is_rewritten_only_when_the_table_changed(tmp_
     assert [(c.name, c.description) for c in after["dagster/column_schema"].columns] == [("id", None),
                                                                                        ("note", "free text")]
     assert after["schema_id"] == before["schema_id"] + 1
+
+
+def test_our_definitions_load_without_dagster_beta_or_preview_warnings(tmp_path):
+    """``dagster dev`` and every run worker load these: Dagster's beta/preview notices about APIs we chose
+    (backfill_policy, observable_source_asset, partitioned checks) are noise to our users."""
+    import warnings
+
+    from dagster import BetaWarning, PreviewWarning
+
+    from icecdc_dagster.demo.run import write_config
+
+    config = load_config(write_config(tmp_path, "http://127.0.0.1:9200"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        defs = build_definitions(config, check_tables=False)
+        defs.get_repository_def().load_all_definitions()
+    noisy = [w for w in caught if issubclass(w.category, (BetaWarning, PreviewWarning))]
+    assert noisy == [], [str(w.message) for w in noisy]
+    assert len(list(defs.assets or [])) >= 8                            # the demo's graph was built

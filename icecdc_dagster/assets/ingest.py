@@ -18,23 +18,29 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dagster import (AssetExecutionContext, AssetMaterialization, AssetsDefinition, AssetSpec, BackfillPolicy,
-                     MaterializeResult, MetadataValue, asset)
+from dagster import (AssetExecutionContext, AssetKey, AssetMaterialization, AssetsDefinition, AssetSpec,
+                     BackfillPolicy, MaterializeResult, MetadataValue, asset)
+from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
 from icecdc_dagster.assets import naming
-from icecdc_dagster.assets.table_metadata import (COLUMN_SCHEMA, PARTITION_ROW_COUNT, ROW_COUNT, TABLE_NAME,
-                                                  column_schema, described_table)
+from icecdc_dagster.assets.lineage import ingest_lineage_run
+from icecdc_dagster.assets.table_metadata import (COLUMN_SCHEMA, DEAD_LETTER_DOCS, PARTITION_ROW_COUNT, ROW_COUNT,
+                                                  TABLE_NAME, column_schema, described_table, source_fallback)
 from icecdc_dagster.config import IngestConfig
 from icecdc_dagster.ingest import dead_letters, routing
 from icecdc_dagster.ingest.pipeline import IngestResult, ingest_files, recorded_batches
+from icecdc_dagster.lineage import BatchFacet, LineageDataset, LineageEmitter, iceberg_dataset, location_dataset
+from icecdc_dagster.lineage.openlineage import RunOutcome
 from icecdc_dagster.pipeline.ingest import batches_for, fixed_target, ingest_settings, ingest_stream_batch
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 
 
-def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None = None) -> AssetsDefinition:
+def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None = None,
+                       target_asset: AssetKey | None = None, lineage: LineageEmitter | None = None) -> AssetsDefinition:
     """``described``: the fixed target's table metadata known at load (from the last batch), when this
-    asset stands for the target; None when the target is a configured table with an asset of its own
-    (then a batch only refreshes what that asset shows at the next load)."""
+    asset stands for the target; None when the target is a configured table with an asset of its own,
+    ``target_asset``: then each commit is recorded as a materialisation of that asset (partition and
+    data version = the snapshot it committed), so the table's page shows when it was last written."""
     target = fixed_target(entry)
 
     @asset(
@@ -54,10 +60,15 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
         started = time.monotonic()
         session = spark.session(catalog)
         stream_metadata: dict[str, Any] = {}
-        if entry.input is None:
-            results = _landing_batches(context, session, catalog, entry)
-        else:
-            results, stream_metadata = _stream_batch(context, session, catalog, entry)
+        with ingest_lineage_run(lineage, context, naming.ingest_key(entry), entry.source,
+                                inputs=lambda: [landing_dataset(entry.source, _existing(catalog, target))],
+                                outputs=lambda: _existing(catalog, target)) as (outcome, facet):
+            if entry.input is None:
+                results = _landing_batches(context, session, catalog, entry)
+            else:
+                results, stream_metadata = _stream_batch(context, session, catalog, entry)
+            if lineage is not None:
+                ingest_outcome(outcome, facet, catalog, entry.source, results)
         files = [f for r in results for f in r.files]
         expired = [f.rsplit("/", 1)[-1] for r in results for f in r.expired]
         if expired:
@@ -80,12 +91,15 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
         skipped = all(r.skipped for r in results)
         written = _target_metadata(catalog, target) if target else {}
         if target:  # the dead-letter table, when there is one: its metadata and this run's rows
-            dead = _target_metadata(catalog, routing.dead_letter_table(target))
+            dead = _target_metadata(catalog, routing.dead_letter_table(target), dead=True)
             if dead:
                 context.log_event(AssetMaterialization(
                     asset_key=naming.dead_letter_key(target),
                     metadata={**dead, PARTITION_ROW_COUNT: totals.get("dead_lettered", 0),
                               "batch_id": " | ".join(r.batch_id for r in results)}))
+        if target and target_asset is not None:
+            for event in target_materializations(target_asset, target, results, written):
+                context.log_event(event)
         context.log.info(f"ingest {entry.name}: {'skipped (already committed)' if skipped else 'committed'} "
                          f"{len(files)} file(s) in {len(results)} batch(es): {totals}")
         return MaterializeResult(metadata={
@@ -135,6 +149,69 @@ def _stream_batch(context: AssetExecutionContext, session: Any, catalog: Iceberg
         "lag_unacknowledged": run.lag_after.unacknowledged}
 
 
+WRITTEN = ("inserted", "updated", "deleted", "appended")  # target counts that are rows written
+
+
+def landing_dataset(landing: str, targets: Sequence[LineageDataset]) -> LineageDataset:
+    """The landing location as OpenLineage sees it: its fields are the Debezium images' fields, named
+    like the target columns they become (the union over the targets)."""
+    fields = {name: (name, kind, "field of the Debezium before/after image") for t in targets
+              for name, kind, _ in t.fields}
+    return location_dataset(landing, tuple(fields.values()))
+
+
+def ingest_outcome(outcome: RunOutcome, facet: BatchFacet, catalog: IcebergCatalogResource, landing: str,
+                   results: Sequence[IngestResult]) -> None:
+    """What COMPLETE reports: every table the run wrote (after routing) with its rows and column
+    lineage from the landing fields, each dead-letter table with the events it took (``raw`` <- every
+    landing field), and the snapshots committed."""
+    names = sorted({name for r in results for name in r.targets})
+    targets = [d for name in names for d in _existing(catalog, name)]
+    source = landing_dataset(landing, targets)
+    landing_fields = [name for name, _, _ in source.fields]
+    outcome.inputs, outcome.outputs = [source], []
+    for name in names:
+        written = [r.targets[name] for r in results if name in r.targets]
+        for dataset in _existing(catalog, name):
+            outcome.outputs.append(dataset)
+            outcome.rows[dataset.name] = sum(t.counts.get(k, 0) for t in written for k in WRITTEN)
+            outcome.column_lineage[dataset.name] = {f: [f] for f, _, _ in dataset.fields}
+        for dataset in _existing(catalog, routing.dead_letter_table(name)):
+            outcome.outputs.append(dataset)
+            outcome.rows[dataset.name] = sum(t.counts.get("dead_lettered", 0) for t in written)
+            outcome.column_lineage[dataset.name] = {"raw": landing_fields}
+    snapshots = [str(t.snapshot_id) for r in results for t in r.targets.values() if t.snapshot_id is not None]
+    facet.firstSnapshotId, facet.snapshotId = (snapshots[0], snapshots[-1]) if snapshots else ("", "")
+
+
+def _existing(catalog: IcebergCatalogResource, table_name: str | None) -> list[LineageDataset]:
+    from pyiceberg.exceptions import NoSuchTableError
+
+    if table_name is None:
+        return []
+    try:
+        return [iceberg_dataset(catalog.name, catalog.load_table(table_name))]
+    except NoSuchTableError:
+        return []
+
+
+def target_materializations(key: AssetKey, target: str, results: Sequence[IngestResult],
+                            written: Mapping[str, Any]) -> list[AssetMaterialization]:
+    """One materialisation of the target table's asset per commit of this run (a batch already
+    committed wrote nothing: none), keyed by the snapshot it made; the newest carries the table's
+    metadata as it is now (name, location, schema, exact row count)."""
+    commits = [(r.batch_id, r.targets[target]) for r in results
+               if target in r.targets and not r.targets[target].skipped and r.targets[target].snapshot_id is not None]
+    events = []
+    for i, (batch_id, commit) in enumerate(commits):
+        snapshot = str(commit.snapshot_id)
+        metadata: dict[str, Any] = {"snapshot_id": snapshot, "batch_id": batch_id, **commit.counts,
+                                    **(written if i == len(commits) - 1 else {})}
+        events.append(AssetMaterialization(asset_key=key, partition=snapshot, metadata=metadata,
+                                           tags={DATA_VERSION_TAG: snapshot}))
+    return events
+
+
 def build_dead_letter_asset(entries: Sequence[IngestConfig], catalog_name: str,
                             remembered: Mapping[str, Mapping[str, Any]]) -> AssetSpec:
     """``dead_letters/<ns>/<table>``: where the events that cannot be written to the fixed target of
@@ -149,13 +226,14 @@ def build_dead_letter_asset(entries: Sequence[IngestConfig], catalog_name: str,
         group_name=naming.ingest_group_name(entries[0]), kinds={"iceberg"},
         description=f"Events that could not be written to {target}, with the reason (Iceberg table {table}).",
         metadata={**remembered.get(f"{catalog_name}.{table}", {}), TABLE_NAME: f"{catalog_name}.{table}",
-                  COLUMN_SCHEMA: column_schema(dead_letters.schema())})
+                  COLUMN_SCHEMA: column_schema(dead_letters.schema(), docs=DEAD_LETTER_DOCS)})
 
 
-def _target_metadata(catalog: IcebergCatalogResource, target: str) -> dict[str, Any]:
+def _target_metadata(catalog: IcebergCatalogResource, target: str, dead: bool = False) -> dict[str, Any]:
     from pyiceberg.exceptions import NoSuchTableError
 
     try:
-        return described_table(catalog.name, catalog.load_table(target))
+        return described_table(catalog.name, catalog.load_table(target), docs=DEAD_LETTER_DOCS if dead else None,
+                               fallback=None if dead else source_fallback(target))
     except NoSuchTableError:  # every event dead-lettered before an auto-created target existed
         return {}

@@ -27,3 +27,21 @@ def lineage_run(lineage: LineageEmitter | None, context: AssetExecutionContext, 
                        partitionKey=first if first == last else f"{first}...{last}", dagsterRunId=context.run_id)
     with lineage.batch_run(asset_key.to_user_string(), inputs(), outputs(), facet) as outcome:
         yield outcome
+
+
+@contextmanager
+def ingest_lineage_run(lineage: LineageEmitter | None, context: AssetExecutionContext, asset_key: AssetKey,
+                       landing: str, inputs: Callable[[], Sequence[LineageDataset]],
+                       outputs: Callable[[], Sequence[LineageDataset]]) -> Iterator[tuple[RunOutcome, BatchFacet]]:
+    """An ingest run's OpenLineage events (landing location -> targets and dead letters). Its batch
+    facet names the landing location as the source; the block fills in the snapshot ids it committed
+    (known only after the commit), which COMPLETE carries."""
+    facet = BatchFacet(sourceTable=landing, snapshotId="", firstSnapshotId="", partitionKey="",
+                       dagsterRunId=context.run_id)
+    if lineage is None:
+        yield RunOutcome(), facet
+        return
+    keys = list(context.partition_keys)
+    facet.partitionKey = keys[0] if len(keys) == 1 else f"{keys[0]}...{keys[-1]}"
+    with lineage.batch_run(asset_key.to_user_string(), inputs(), outputs(), facet) as outcome:
+        yield outcome, facet

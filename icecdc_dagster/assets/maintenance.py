@@ -1,4 +1,4 @@
-"""``maintenance/<ns>/<table>``: compaction, changelog expiry and the retention guard of a table group,
+"""``maintenance/<ns>/<table>_maintenance``: compaction, changelog expiry and the retention guard of a table group,
 on a schedule (``maintenance_schedule``, default daily 03:00), visible in the group's graph.
 
 The asset holds the line lock of the table (and of each ingest entry writing it) while it works, so it
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 def maintenance_key(table: TableConfig) -> AssetKey:
-    return AssetKey(["maintenance", *table.table_name.split(".")])
+    return naming.maintenance_key(table)
 
 
 def build_maintenance_schedule(table: TableConfig) -> ScheduleDefinition:

@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dagster import MetadataValue, TableSchema, deserialize_value, serialize_value
+from dagster import TableSchema, deserialize_value, serialize_value
 
-from icecdc_dagster.assets.table_metadata import COLUMN_SCHEMA, TABLE_NAME, URI
+from icecdc_dagster.assets.table_metadata import COLUMN_SCHEMA, TABLE_NAME, URI, uri_value
 
 FILE_NAME = "table_metadata.json"
 
@@ -75,7 +75,7 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def _metadata(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
-    metadata: dict[str, Any] = {TABLE_NAME: name, URI: MetadataValue.path(entry["uri"]),
+    metadata: dict[str, Any] = {TABLE_NAME: name, URI: uri_value(entry["uri"]),
                                 COLUMN_SCHEMA: deserialize_value(entry["column_schema"], TableSchema)}
     if entry.get("schema_id") is not None:
         metadata["schema_id"] = entry["schema_id"]

@@ -1,4 +1,10 @@
-"""Asset keys, groups and partition names derived from the config, in one place."""
+"""Asset keys, groups and partition names derived from the config, in one place.
+
+The UI titles a graph node by the last component of its key, so within a table's group each last
+component says what the node is: ``orders`` (the table), ``orders_changelog``, ``orders_maintenance``,
+and each sink by its own target (``demo_replica_orders`` for the replica table ``demo_replica.orders``,
+``orders_opensearch`` for the index ``orders``); dead letters by their table (``customers_dead_letters``).
+"""
 
 import re
 
@@ -15,12 +21,25 @@ def source_key(table: TableConfig) -> AssetKey:
     return AssetKey(["iceberg", *table.table_name.split(".")])
 
 
+def _titled(prefix: str, table_name: str, suffix: str) -> AssetKey:
+    *namespace, name = table_name.split(".")
+    return AssetKey([prefix, *namespace, f"{name}_{suffix}"])
+
+
 def changelog_key(table: TableConfig) -> AssetKey:
-    return AssetKey(["changelog", *table.table_name.split(".")])
+    return _titled("changelog", table.table_name, "changelog")
+
+
+def maintenance_key(table: TableConfig) -> AssetKey:
+    return _titled("maintenance", table.table_name, "maintenance")
 
 
 def sink_key(sink: SinkConfig) -> AssetKey:
-    return AssetKey(list(sink.asset_path()))
+    """``replica/<ns>/<ns>_<table>``, ``opensearch/<index>_opensearch``: never the source table's title
+    (a replica often keeps the source's table name in another namespace)."""
+    prefix, *name = sink.asset_path()
+    last = "_".join(name) if len(name) > 1 else f"{name[0]}_{prefix}"
+    return AssetKey([prefix, *name[:-1], last])
 
 
 def group_name(table: TableConfig) -> str:
@@ -45,7 +64,7 @@ def ingest_key(entry: IngestConfig) -> AssetKey:
 
 def dead_letter_key(table_name: str) -> AssetKey:
     """The dead-letter table of an ingest entry's fixed target ``table_name``."""
-    return AssetKey(["dead_letters", *table_name.split(".")])
+    return _titled("dead_letters", table_name, "dead_letters")
 
 
 def ingest_partitions_def(entry: IngestConfig) -> DynamicPartitionsDefinition:

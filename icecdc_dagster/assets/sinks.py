@@ -6,7 +6,7 @@ checkpoint): an out-of-order batch is refused, an applied one is a no-op.
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagster import AssetExecutionContext, AssetsDefinition, DataVersion, BackfillPolicy, MaterializeResult, asset
 
@@ -16,7 +16,8 @@ from icecdc_dagster.assets.changelog import batch_request
 from icecdc_dagster.assets.lineage import lineage_run
 from icecdc_dagster.assets.metadata import batch_metadata
 from icecdc_dagster.assets.table_metadata import (COLUMN_LINEAGE, PARTITION_ROW_COUNT, column_lineage,
-                                                  described_table)
+                                                  described_table, replica_fallback)
+from icecdc_dagster.batch import CHANGE_TYPE
 from icecdc_dagster.config import SinkConfig, TableConfig
 from icecdc_dagster.lineage import LineageDataset, LineageEmitter, iceberg_dataset
 from icecdc_dagster.pipeline.batches import batch_info, join_export, uses_row_id
@@ -25,6 +26,9 @@ from icecdc_dagster.pipeline.sinks import open_configured_sink
 from icecdc_dagster.lease import retry
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 from icecdc_dagster.sinks.base import Sink
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 
 def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitter | None = None,
@@ -80,23 +84,26 @@ def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
     with lineage_run(lineage, context, naming.sink_key(sink), table.table_name,
                      inputs=lambda: [iceberg_dataset(catalog.name, catalog.load_table(store.table_name))],
                      outputs=lambda: _target_dataset(sink, catalog)) as outcome:
-        result = target.apply(info, joined_events if joining else store.read_events(info, use_row_id=by_row_id))
+        events = joined_events if joining else store.read_events(info, use_row_id=by_row_id)
+        result = target.apply(info, events)
+        applied = {} if result.skipped else event_counts(events)
         if lineage is not None:
             outcome.outputs = _target_dataset(sink, catalog)
             for dataset in outcome.outputs:
-                outcome.rows[dataset.name] = sum(result.counts.values())
+                outcome.rows[dataset.name] = sum(applied.values())
                 outcome.column_lineage[dataset.name] = lineage_columns
     parent = changelog.parent_of(source, info.first_snapshot_id)
     context.log.info(f"{target.name}: {'skipped (already applied)' if result.skipped else 'applied'} "
                      f"snapshots {info.first_snapshot_id}..{info.snapshot_id}: {result.counts}")
     checkpoint = result.checkpoint
     described: dict[str, Any] = {COLUMN_LINEAGE: column_lineage(naming.source_key(table), lineage_columns),
-                 PARTITION_ROW_COUNT: sum(result.counts.values())}
+                 PARTITION_ROW_COUNT: sum(applied.values())}
     written = sink.maintained_table()
     if written is not None:
-        described |= described_table(catalog.name, catalog.load_table(written), info.identifier_columns)
+        described |= described_table(catalog.name, catalog.load_table(written), info.identifier_columns,
+                                     fallback=replica_fallback(table.table_name))
     metadata = batch_metadata(
-        info, parent, started, {},
+        info, parent, started, applied,
         {"sink": target.name, "skipped_already_applied": result.skipped,
          "checkpoint_snapshot_id": str(checkpoint.snapshot_id) if checkpoint else "none",
          **{f"sink_{k}": v for k, v in result.counts.items()}, **result.details,
@@ -112,6 +119,14 @@ def joins_line(context: AssetExecutionContext, sink: SinkConfig, target: Sink) -
     is then already applied, and the next batch follows it.)"""
     records = context.instance.fetch_materializations(naming.sink_key(sink), limit=1).records
     return not records and target.read_checkpoint() is None
+
+
+def event_counts(events: "DataFrame") -> dict[str, int]:
+    """The events a sink applied, per change type: one aggregation over the batch (four rows to the
+    driver). Not the sink's own outcome counts (inserted/updated/indexed...): those say what the
+    target did with them and are shown beside, as ``sink_*``."""
+    grouped = events.groupBy(CHANGE_TYPE).count().collect()
+    return {str(row[CHANGE_TYPE]): int(row["count"]) for row in grouped}
 
 
 def _target_dataset(sink: SinkConfig, catalog: IcebergCatalogResource) -> list[LineageDataset]:

@@ -15,7 +15,7 @@ from dagster import (AllPartitionMapping, AssetDep, AssetExecutionContext, Asset
 from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
 from icecdc_dagster.assets import naming
-from icecdc_dagster.assets.table_metadata import table_metadata
+from icecdc_dagster.assets.table_metadata import source_fallback, table_metadata
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.pipeline import lifecycle
 from icecdc_dagster.sensors.line import TAIL_PAGE
@@ -68,7 +68,8 @@ def source_observations(table: TableConfig, catalog_name: str, source: "Table",
         metadata: dict[str, Any] = {"snapshot_id": str(lifecycle.snapshot_id_of(key))}
         if key == new_keys[-1]:
             metadata |= {"current_snapshot_id": key, "new_snapshots": len(new_keys),
-                         **table_metadata(catalog_name, source, table.identifier_columns)}
+                         **table_metadata(catalog_name, source, table.identifier_columns,
+                                                     fallback=source_fallback(table.table_name))}
         observations.append(AssetObservation(asset_key=naming.source_key(table), partition=key, metadata=metadata,
                                              tags={DATA_VERSION_TAG: str(lifecycle.snapshot_id_of(key))}))
     return observations

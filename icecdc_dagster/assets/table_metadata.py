@@ -4,8 +4,10 @@ every tool reading Dagster metadata see tables, not opaque boxes.
 - ``dagster/table_name`` (catalog.namespace.table), ``dagster/uri`` (the table location) and
   ``dagster/column_schema`` (the Iceberg schema: names, types including nested ones, nullability,
   field docs, identifier columns as constraints), with the schema id so an evolution is visible;
-- ``dagster/row_count`` from the current snapshot's summary (``total-records`` minus position
-  deletes), never a scan; omitted while equality deletes make the summary inexact;
+- ``dagster/row_count``, only where it is exact without a scan (:func:`exact_row_count`): the
+  summary's ``total-records`` when the snapshot has no delete files, else the live data files'
+  records minus the distinct positions their position deletes / deletion vectors remove (dangling
+  deletes that outlived a compaction count for nothing); omitted with equality deletes;
 - ``dagster/column_lineage``: each column of a sink or of the changelog store <- the source
   column(s) it comes from (a document id <- the identifier columns).
 
@@ -40,10 +42,40 @@ PARTITION_ROW_COUNT = "dagster/partition_row_count"
 COLUMN_LINEAGE = "dagster/column_lineage"
 
 
-def column_schema(schema: "Schema", identifier_columns: Sequence[str] = ()) -> TableSchema:
-    """``dagster/column_schema`` of an Iceberg schema; ``identifier_columns`` default to its identifier fields."""
+# Descriptions of the columns we add, where the table's schema carries no doc of its own.
+CHANGELOG_DOCS = {
+    "_change_type": "INSERT, DELETE, UPDATE_BEFORE (the old image of an updated row) or UPDATE_AFTER (its new image)",
+    "_commit_snapshot_id": "the source snapshot that made this change",
+    "_commit_sequence_number": "that snapshot's sequence number: orders changes across snapshots",
+    "_change_ordinal": "position of the change among the batch's snapshots (0 = first)",
+    "_commit_timestamp": "commit time of that snapshot (UTC)",
+    "_batch_snapshot_id": "the batch (and changelog partition) this row belongs to: its last source snapshot",
+    "_batch_first_snapshot_id": "the batch's first source snapshot (differs from the last in a catch-up batch)",
+    "_source_row_id": "the source row's v3 _row_id (row lineage)",
+    "_source_last_updated_sequence_number": "the source row's v3 _last_updated_sequence_number",
+}
+DEAD_LETTER_DOCS = {
+    "raw": "the event as it was read (the landing file's line)",
+    "reason": "why it could not be written: parse error, unknown op, missing key, type the target cannot hold...",
+    "source_file": "landing file the event came from",
+    "source_offset": "line number of the event in that file",
+    "target": "the table the event was meant for",
+    "batch_id": "the ingest batch that read it",
+    "dead_lettered_at": "when it was dead-lettered (UTC)",
+}
+
+
+def column_schema(schema: "Schema", identifier_columns: Sequence[str] = (), docs: Mapping[str, str] | None = None,
+                  fallback: str | None = None) -> TableSchema:
+    """``dagster/column_schema`` of an Iceberg schema; ``identifier_columns`` default to its identifier fields.
+
+    A column's description is its Iceberg doc, else ``docs[name]``, else ``fallback`` formatted with
+    ``column``: every column the UI lists says something."""
     keys = tuple(identifier_columns) or tuple(sorted(schema.identifier_field_names()))
-    columns = [TableColumn(name=field.name, type=type_string(field.field_type), description=field.doc,
+    known = docs or {}
+    columns = [TableColumn(name=field.name, type=type_string(field.field_type),
+                           description=field.doc or known.get(field.name)
+                           or (fallback.format(column=field.name) if fallback else None),
                            constraints=TableColumnConstraints(
                                nullable=not field.required, unique=keys == (field.name,),
                                other=["identifier column"] if field.name in keys else None))
@@ -67,13 +99,14 @@ def type_string(field_type: "IcebergType") -> str:
     return str(field_type)
 
 
-def table_metadata(catalog_name: str, table: "Table", identifier_columns: Sequence[str] = ()) -> dict[str, Any]:
+def table_metadata(catalog_name: str, table: "Table", identifier_columns: Sequence[str] = (),
+                   docs: Mapping[str, str] | None = None, fallback: str | None = None) -> dict[str, Any]:
     """Name, location, column schema and (when exact) row count of an Iceberg table."""
     schema = table.schema()
     metadata: dict[str, Any] = {
         TABLE_NAME: ".".join((catalog_name, *table.name())),
-        URI: MetadataValue.path(table.location()),
-        COLUMN_SCHEMA: column_schema(schema, identifier_columns),
+        URI: uri_value(table.location()),
+        COLUMN_SCHEMA: column_schema(schema, identifier_columns, docs, fallback),
         "schema_id": schema.schema_id,
         "format_version": table.metadata.format_version,
     }
@@ -83,11 +116,12 @@ def table_metadata(catalog_name: str, table: "Table", identifier_columns: Sequen
     return metadata
 
 
-def described_table(catalog_name: str, table: "Table", identifier_columns: Sequence[str] = ()) -> dict[str, Any]:
+def described_table(catalog_name: str, table: "Table", identifier_columns: Sequence[str] = (),
+                    docs: Mapping[str, str] | None = None, fallback: str | None = None) -> dict[str, Any]:
     """:func:`table_metadata` of a table a step wrote, remembered for the next definitions load."""
     from icecdc_dagster.assets import metadata_cache
 
-    metadata = table_metadata(catalog_name, table, identifier_columns)
+    metadata = table_metadata(catalog_name, table, identifier_columns, docs, fallback)
     try:
         metadata_cache.remember(metadata)
     except OSError as exc:  # a read-only home costs the next load its metadata, never the batch
@@ -112,16 +146,46 @@ def definition_metadata(catalog_name: str, table: "TableConfig", sink: "SinkConf
         keys = identifier_columns_of(table.identifier_columns, source)
         schema = sink.target_schema(source, keys, uses_row_id(source, keys))
         if schema is not None:
-            derived = column_schema(schema, keys)
+            derived = column_schema(schema, keys, fallback=replica_fallback(table.table_name))
             if metadata.get(COLUMN_SCHEMA) != derived:  # the source evolved since: the next batch follows
                 metadata.pop("schema_id", None)
             metadata[COLUMN_SCHEMA] = derived
     return metadata
 
 
+def source_fallback(table_name: str) -> str:
+    """The description of a source column without an Iceberg doc (and how to give it one)."""
+    return f"column {{column}} of {table_name} (no doc in its schema: ALTER TABLE ... ALTER COLUMN ... COMMENT)"
+
+
+def replica_fallback(source_table: str) -> str:
+    return f"{{column}} of {source_table}, as of the replica's checkpoint"
+
+
+def changelog_fallback(source_table: str) -> str:
+    return f"{{column}} of the changed {source_table} row (the before image for DELETE and UPDATE_BEFORE)"
+
+
+def uri_value(location: str) -> Any:
+    """``dagster/uri`` as the UI's Storage panel renders it: a link for http(s), else text (a path
+    value shows as an empty copy icon)."""
+    return MetadataValue.url(location) if location.startswith(("http://", "https://")) else MetadataValue.text(location)
+
+
+# Position delete files are read (never data files) only when several reference one data file or one
+# references several; above this many bytes of them the count is left out rather than paid for.
+MAX_DELETE_BYTES_READ = 64 << 20
+_POS_FILE_PATH_FIELD_ID = 2147483546  # the spec's ``file_path`` column of a position delete file
+
+
 def exact_row_count(table: "Table") -> int | None:
-    """Live rows from the snapshot summary; None when equality deletes (or a missing summary)
-    leave the count unknown without a scan."""
+    """Live rows of the current snapshot, exact, or None.
+
+    Without delete files the summary's ``total-records`` is exact. With delete files the summary's
+    ``total-position-deletes`` still counts deletes of data files a compaction removed, so it is not
+    subtracted: the manifests give the live data files and which of them each position delete file or
+    deletion vector removes rows from (:func:`_live_rows`). Equality deletes: None (only a scan knows).
+    """
     snapshot = table.current_snapshot()
     if snapshot is None:
         return 0
@@ -130,7 +194,81 @@ def exact_row_count(table: "Table") -> int | None:
         return None
     if int(summary.get("total-equality-deletes") or 0) > 0:
         return None
-    return int(summary.get("total-records") or 0) - int(summary.get("total-position-deletes") or 0)
+    if int(summary.get("total-delete-files") or 0) == 0:
+        return int(summary.get("total-records") or 0)
+    return _live_rows(table, snapshot)
+
+
+def _live_rows(table: "Table", snapshot: Any) -> int | None:
+    """Records of the live data files minus the distinct deleted positions that fall in them."""
+    from pyiceberg.manifest import DataFileContent, ManifestContent
+
+    from icecdc_dagster.changelog.plan import manifest_entries
+
+    version = int(table.metadata.format_version)
+    records: dict[str, int] = {}
+    deletes = []
+    for manifest in snapshot.manifests(table.io):
+        for entry in manifest_entries(table.io, manifest, version, discard_deleted=True):
+            data_file = entry.data_file
+            if data_file.content == DataFileContent.EQUALITY_DELETES:
+                return None
+            if manifest.content == ManifestContent.DATA:
+                records[data_file.file_path] = int(data_file.record_count)
+            else:
+                deletes.append(data_file)
+    by_target: dict[str, list[Any]] = {}
+    unscoped = []  # position delete files that may name several data files: read, with all the others
+    for delete in deletes:
+        target = _referenced_file(delete, version)
+        if target is None:
+            unscoped.append(delete)
+        elif target in records:  # else dangling: its data file was rewritten or removed
+            by_target.setdefault(target, []).append(delete)
+    # One delete file of a data file (a deletion vector is always alone, spec v3; a position file
+    # lists a position once): its record count is what it removes. Several may overlap: read them.
+    deleted = sum(int(files[0].record_count) for files in by_target.values() if len(files) == 1 and not unscoped)
+    to_read = [*unscoped, *(f for files in by_target.values() if len(files) > 1 or unscoped for f in files)]
+    if to_read:
+        positions = _read_positions(table, to_read, set(records))
+        if positions is None:
+            return None
+        deleted += positions
+    return sum(records.values()) - deleted
+
+
+def _referenced_file(delete: Any, format_version: int) -> str | None:
+    """The one data file a delete file removes rows from, when the manifest says so."""
+    from icecdc_dagster.changelog.plan import referenced_data_file
+
+    referenced = referenced_data_file(delete, format_version)
+    if referenced:
+        return str(referenced)
+    lower = (delete.lower_bounds or {}).get(_POS_FILE_PATH_FIELD_ID)
+    upper = (delete.upper_bounds or {}).get(_POS_FILE_PATH_FIELD_ID)
+    return lower.decode() if lower is not None and lower == upper else None
+
+
+def _read_positions(table: "Table", files: Sequence[Any], live: set[str]) -> int | None:
+    """Distinct (data file, position) pairs in live data files, read from position delete files (small:
+    a path and a position per deleted row); None above :data:`MAX_DELETE_BYTES_READ` or for a format
+    this reader does not know."""
+    import pyarrow.parquet as pq
+    from pyiceberg.manifest import FileFormat
+
+    if sum(int(f.file_size_in_bytes) for f in files) > MAX_DELETE_BYTES_READ:
+        return None
+    seen: dict[str, set[int]] = {}
+    for delete in files:
+        if delete.file_format != FileFormat.PARQUET:
+            return None
+        with table.io.new_input(delete.file_path).open() as stream:
+            rows = pq.read_table(stream, columns=["file_path", "pos"]).to_pydict()
+        for path, pos in zip(rows["file_path"], rows["pos"], strict=True):
+            if path in live:
+                seen.setdefault(path, set()).add(int(pos))
+    return sum(len(p) for p in seen.values())
+
 
 def column_lineage(source: AssetKey, derived_from: Mapping[str, Sequence[str]]) -> TableColumnLineage:
     """``derived_from``: column of this asset -> the source columns it is computed from."""

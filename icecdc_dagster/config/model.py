@@ -5,9 +5,11 @@ that involve several keys are model validators here, so a mistake fails at load 
 and the key path (see :mod:`icecdc_dagster.config.load`), never in the middle of a run.
 """
 
+from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Discriminator, Field, PrivateAttr, Tag, ValidationInfo, field_validator, model_validator
+from pydantic import (AfterValidator, Discriminator, Field, PrivateAttr, Tag, ValidationInfo, field_validator,
+                      model_validator)
 
 from icecdc_dagster.errors import ConfigError
 from icecdc_dagster.fields import (Duration, EnvRef, Flag, LocationOrUri, Model, Names, NonNegativeInt, PositiveInt,
@@ -294,6 +296,13 @@ class InstanceConfig(Model):
         return self
 
 
+def _directory(value: str, info: ValidationInfo) -> str:
+    """A local directory, relative to the pipeline file (a model built in code keeps what it was given)."""
+    if not info.context or "base_dir" not in info.context:
+        return value
+    return str((Path(info.context["base_dir"]) / Path(value).expanduser()).resolve())
+
+
 class PipelineConfig(Model):
     """The pipeline file."""
 
@@ -303,6 +312,9 @@ class PipelineConfig(Model):
     ingest: tuple[IngestConfig, ...] = ()
     lineage: LineageConfig = Field(default_factory=LineageConfig)
     instance: InstanceConfig = Field(default_factory=InstanceConfig)
+    dagster_home: Annotated[str, Field(strict=True, min_length=1), AfterValidator(_directory)] | None = Field(
+        default=None, description="the Dagster instance directory this pipeline runs in (relative to the pipeline "
+                                  "file); icecdc commands use it when neither --dagster-home nor $DAGSTER_HOME is set")
     _source: str = PrivateAttr(default="<defaults>")
 
     @property

@@ -22,6 +22,13 @@ def markdown_reference() -> str:
            "Generated from the model (`icecdc config-schema --markdown`; the JSON schema: `icecdc config-schema`).",
            "Unknown keys are errors. Secrets are written `{env: VARIABLE}` and read when used. Durations are",
            "ISO-8601 (`PT30S`, `P7D`). Relative paths are relative to the pipeline file.", ""]
+    scalars = {key: prop for key, prop in schema["properties"].items() if "description" in prop}
+    if scalars:  # the top-level keys that are not sections
+        out += ["## top level", "", "| key | type | default | |", "|---|---|---|---|"]
+        for key, prop in scalars.items():
+            description = prop["description"].replace("|", "\\|")
+            out.append(f"| `{key}` | {_type(prop, defs)} | {_default(prop)} | {description} |")
+        out.append("")
     for path, name in _SECTIONS:
         model = defs[name]
         out += [f"## `{path}`", "", model.get("description", ""), "", "| key | type | default | |",

@@ -39,6 +39,7 @@ def write_config(directory: Path, opensearch_url: str | None, input_kind: str = 
     if opensearch_url:
         sinks.append({"opensearch": {"hosts": [opensearch_url], "index": "demo-orders", "verify_certs": False}})
     config = {
+        "dagster_home": "dagster_home",  # so `icecdc status --config <this file>` finds the demo's instance
         "catalog": {"name": "demo", "uri": "sqlite:///catalog.db", "warehouse": "warehouse"},
         "spark": {"master": "local[2]", "conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"}},
         "tables": [{"table_name": workload.SOURCE_TABLE, "identifier_columns": ["order_id"],
@@ -54,6 +55,24 @@ def write_config(directory: Path, opensearch_url: str | None, input_kind: str = 
     return path
 
 
+DEMO_DAGSTER_YAML_HEADER = "# Written by `icecdc demo` on every run: the demo's instance has production's settings.\n"
+
+
+def write_dagster_yaml(home: Path) -> bool:
+    """The demo instance's ``dagster.yaml``: production's crash-safety settings (run monitoring, one
+    run per line, the monitored launcher; see :mod:`icecdc_dagster.lease.dagster_yaml`), telemetry
+    off. The demo owns this file: one from an older demo is brought up to date. True when written."""
+    from icecdc_dagster.lease.dagster_yaml import RECOMMENDED_DAGSTER_YAML
+
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / "dagster.yaml"
+    wanted = DEMO_DAGSTER_YAML_HEADER + RECOMMENDED_DAGSTER_YAML + "telemetry:\n  enabled: false\n"
+    if path.exists() and path.read_text() == wanted:
+        return False
+    path.write_text(wanted)
+    return True
+
+
 def run_demo(directory: Path, opensearch_url: str | None = None, input_kind: str = "files") -> int:
     from dagster import DagsterInstance
 
@@ -65,9 +84,7 @@ def run_demo(directory: Path, opensearch_url: str | None = None, input_kind: str
     directory.mkdir(parents=True, exist_ok=True)
     os.environ["DAGSTER_HOME"] = str(directory / "dagster_home")
     home = Path(os.environ["DAGSTER_HOME"])
-    home.mkdir(exist_ok=True)
-    if not (home / "dagster.yaml").exists():
-        (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    write_dagster_yaml(home)
     config_path = write_config(directory, opensearch_url, input_kind)
     config = load_config(config_path)
     # The demo creates its source table below, with the session these definitions build.

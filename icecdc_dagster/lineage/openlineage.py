@@ -74,16 +74,22 @@ class LineageDataset:
         return facets
 
 
-def iceberg_dataset(catalog_name: str, table: "Table") -> LineageDataset:
-    """An Iceberg table named by its location (OpenLineage: ``file`` + path, ``s3://bucket`` + key)."""
-    location = urlparse(table.location())
+def location_dataset(uri: str, fields: tuple[tuple[str, str, str | None], ...] = (),
+                     table_name: str | None = None) -> LineageDataset:
+    """A file or object-store location (OpenLineage: ``file`` + path, ``s3://bucket`` + key)."""
+    location = urlparse(uri)
     if location.scheme in ("", "file"):
         namespace, name = "file", location.path
     else:
         namespace, name = f"{location.scheme}://{location.netloc}", location.path.lstrip("/")
+    source_uri = f"{namespace}{'' if namespace == 'file' else '/'}"
+    return LineageDataset(namespace, name, table_name, fields, source_uri=source_uri)
+
+
+def iceberg_dataset(catalog_name: str, table: "Table") -> LineageDataset:
+    """An Iceberg table named by its location, with its catalog name as a symlink."""
     fields = tuple((f.name, str(f.field_type), f.doc) for f in table.schema().fields)
-    return LineageDataset(namespace, name, ".".join((catalog_name, *table.name())), fields,
-                          source_uri=f"{namespace}{'' if namespace == 'file' else '/'}")
+    return location_dataset(table.location(), fields, ".".join((catalog_name, *table.name())))
 
 
 def opensearch_dataset(hosts: Sequence[str], index: str) -> LineageDataset:
@@ -98,6 +104,7 @@ class RunOutcome:
     """What the step reports before it ends: rows written and column lineage per output dataset."""
 
     outputs: list[LineageDataset] | None = None   # the outputs as they are after the step (None: as at START)
+    inputs: list[LineageDataset] | None = None    # the inputs as known after the step (None: as at START)
     rows: dict[str, int] = field(default_factory=dict)                              # output name -> rows
     column_lineage: dict[str, Mapping[str, Sequence[str]]] = field(default_factory=dict)  # output -> col -> inputs
 
@@ -149,6 +156,7 @@ class LineageEmitter:
                                 inputs=[self._input(d) for d in inputs],
                                 outputs=[self._output(d, None) for d in outputs]))
             raise
+        inputs = outcome.inputs or inputs
         by_name = {(d.namespace, d.name): d for d in inputs}
         self._emit(RunEvent(eventType=RunState.COMPLETE, eventTime=_now(), run=run, job=job, producer=PRODUCER,
                             inputs=[self._input(d) for d in inputs],

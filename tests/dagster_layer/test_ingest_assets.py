@@ -57,14 +57,14 @@ def test_landing_files_ingest_in_order_exactly_once_then_sync_onward(spark, cata
         ingest=[{"name": "orders_cdc", "landing": str(landing), "target": "db.orders", "identifier_columns": ["id"],
                  "auto_create": True, "schema_evolution": True, "polling_interval": "PT5S"}]))
     defs = build_definitions(config)   # db.orders does not exist yet: ingestion creates it
-    dead_letters = AssetKey(["dead_letters", "db", "orders"])
+    dead_letters = AssetKey(["dead_letters", "db", "orders_dead_letters"])
     declared = defs.resolve_asset_graph().get(dead_letters)
     assert declared.parent_keys == {INGEST}
 
     graph = defs.resolve_asset_graph()
     source = AssetKey(["iceberg", "db", "orders"])
     assert INGEST in graph.get(source).parent_keys                       # landing -> table -> changelog -> sink
-    assert source in graph.get(AssetKey(["changelog", "db", "orders"])).parent_keys
+    assert source in graph.get(AssetKey(["changelog", "db", "orders_changelog"])).parent_keys
     assert drain(defs, instance, config.tables[0])[0].skip_reason == "table db.orders does not exist yet"
 
     ticks = drain_sensor(defs, instance, SENSOR, [INGEST])
@@ -91,9 +91,10 @@ def test_landing_files_ingest_in_order_exactly_once_then_sync_onward(spark, cata
     assert "note" in [c.name for c in stored.columns]
     # The dead-letter table: its schema known at load (exactly the table the engine created), its rows
     # reported by each run that finds it.
-    from icecdc_dagster.assets.table_metadata import table_metadata
+    from icecdc_dagster.assets.table_metadata import DEAD_LETTER_DOCS, table_metadata
 
-    written = table_metadata(cat, catalog.load_table("db.orders__dead_letters"))
+    written = table_metadata(cat, catalog.load_table("db.orders__dead_letters"), docs=DEAD_LETTER_DOCS)
+    assert all(c.description for c in written["dagster/column_schema"].columns)
     assert declared.metadata["dagster/column_schema"] == written["dagster/column_schema"]
     assert declared.metadata["dagster/table_name"] == written["dagster/table_name"]
     reported = instance.fetch_materializations(AssetRecordsFilter(asset_key=dead_letters), limit=1).records

@@ -19,7 +19,7 @@ from tests.dagster_layer.harness import drain, tick
 from tests.helpers import BOTH_CATALOGS, write_pipeline
 
 INDEX = "items"
-CHANGELOG = AssetKey(["changelog", "db", "items"])
+CHANGELOG = AssetKey(["changelog", "db", "items_changelog"])
 
 
 def _rows(spark, name):

@@ -13,7 +13,7 @@ from icecdc_dagster.sensors import line as lines
 from icecdc_dagster.sensors.ingest import unknown_keys
 from icecdc_dagster.sensors.snapshots import ancestry_window
 
-CHANGELOG, SINK = AssetKey(["changelog", "db", "t"]), AssetKey(["replica", "db", "t_copy"])
+CHANGELOG, SINK = AssetKey(["changelog", "db", "t_changelog"]), AssetKey(["replica", "db", "db_t_copy"])
 
 
 def make_line(per_run: int = 10, retries: int = 2) -> lines.Line:

@@ -17,7 +17,7 @@ from icecdc_dagster.sync import SyncContext, sync_table
 from tests.dagster_layer.harness import drain
 from tests.helpers import BOTH_CATALOGS, write_pipeline
 
-MAINTENANCE = AssetKey(["maintenance", "db", "items"])
+MAINTENANCE = AssetKey(["maintenance", "db", "items_maintenance"])
 
 
 def _rows(spark, name):

@@ -88,14 +88,14 @@ def test_batch_steps_emit_valid_openlineage_runs_to_a_file_and_to_an_http_receiv
     for event in events:
         by_job.setdefault(event["job"]["name"], []).append(event)
     assert {e["job"]["namespace"] for e in events} == {"shop"}
-    assert [e["eventType"] for e in by_job["changelog/db/parcels"]] == ["START", "COMPLETE"]
-    assert [e["eventType"] for e in by_job["replica/db/parcels_copy"]] == ["START", "COMPLETE"]
-    assert [e["eventType"] for e in by_job["opensearch/parcels"]] == ["START", "FAIL"]
-    failed = by_job["opensearch/parcels"][-1]
+    assert [e["eventType"] for e in by_job["changelog/db/parcels_changelog"]] == ["START", "COMPLETE"]
+    assert [e["eventType"] for e in by_job["replica/db/db_parcels_copy"]] == ["START", "COMPLETE"]
+    assert [e["eventType"] for e in by_job["opensearch/parcels_opensearch"]] == ["START", "FAIL"]
+    failed = by_job["opensearch/parcels_opensearch"][-1]
     assert "errorMessage" in failed["run"]["facets"] and failed["outputs"][0]["namespace"] == "opensearch://127.0.0.1:1"
 
     bootstrap = str(catalog.load_table("db.parcels").current_snapshot().snapshot_id)
-    done = by_job["replica/db/parcels_copy"][-1]
+    done = by_job["replica/db/db_parcels_copy"][-1]
     assert done["run"]["facets"]["icecdc_batch"]["snapshotId"] == bootstrap
     (source,) = done["inputs"]
     assert source["namespace"] == "file" and source["name"].endswith("parcels__changelog")
@@ -107,7 +107,7 @@ def test_batch_steps_emit_valid_openlineage_runs_to_a_file_and_to_an_http_receiv
     assert replica["outputFacets"]["outputStatistics"]["rowCount"] == 3
     city = replica["facets"]["columnLineage"]["fields"]["city"]["inputFields"]
     assert [(f["namespace"], f["name"], f["field"]) for f in city] == [("file", source["name"], "city")]
-    store = by_job["changelog/db/parcels"][-1]["outputs"][0]
+    store = by_job["changelog/db/parcels_changelog"][-1]["outputs"][0]
     assert store["outputFacets"]["outputStatistics"]["rowCount"] == 3
 
     # OpenLineage's own configuration: OPENLINEAGE_URL, no lineage block in the pipeline file.
@@ -124,3 +124,48 @@ def test_batch_steps_emit_valid_openlineage_runs_to_a_file_and_to_an_http_receiv
         _validate(event, registry)
     deleted = next(e for e in posted if e["eventType"] == "COMPLETE" and e["job"]["name"].startswith("replica"))
     assert deleted["outputs"][0]["outputFacets"]["outputStatistics"]["rowCount"] == 1
+
+
+def test_ingest_runs_emit_the_landing_to_table_edge(spark, catalog_settings, catalog, instance, tmp_path):
+    """landing location -> ingest job -> target table (+ its dead letters) -> changelog job: one chain
+    in any OpenLineage consumer, with schema, column lineage and row counts (issue 31, item 13)."""
+    from dagster import AssetKey
+
+    from tests.dagster_layer.harness import drain, drain_sensor
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    envelope = {"op": "c", "before": None, "ts_ms": 1, "source": {"schema": "shop", "table": "customers"}}
+    lines = [json.dumps({"payload": {**envelope, "after": {"id": i, "name": f"n{i}"}}}) for i in range(3)]
+    (landing / "001.json").write_text("\n".join([*lines, '{"payload": {"op": "x"}}']) + "\n")
+    events_file = tmp_path / "lineage.ndjson"
+    path = write_pipeline(tmp_path / "p.yaml", catalog_settings, [{"table_name": "db.customers"}],
+                          ingest=[{"name": "customers_cdc", "landing": str(landing), "target": "db.customers",
+                                   "identifier_columns": ["id"], "auto_create": True}],
+                          lineage={"transport": {"type": "file", "log_file_path": str(events_file), "append": True}})
+    config = load_config(path)
+    defs = build_definitions(config)
+    ingest = AssetKey(["ingest", "customers_cdc"])
+    assert all(all(t.succeeded) for t in drain_sensor(defs, instance, "landing__customers_cdc", [ingest]))
+    assert all(all(t.succeeded) for t in drain(defs, instance, config.tables[0]))
+
+    events = [json.loads(line) for line in events_file.read_text().splitlines()]
+    registry = _registry()
+    for event in events:
+        _validate(event, registry)
+    started, done = [e for e in events if e["job"]["name"] == "ingest/customers_cdc"]
+    assert (started["eventType"], done["eventType"]) == ("START", "COMPLETE")
+    (source,) = done["inputs"]
+    assert (source["namespace"], source["name"]) == ("file", str(landing))
+    assert [f["name"] for f in source["facets"]["schema"]["fields"]] == ["id", "name"]
+    target, dead = done["outputs"]
+    table = catalog.load_table("db.customers")
+    assert target["name"] == urlparse(table.location()).path
+    assert target["outputFacets"]["outputStatistics"]["rowCount"] == 3
+    name = target["facets"]["columnLineage"]["fields"]["name"]["inputFields"]
+    assert [(f["namespace"], f["name"], f["field"]) for f in name] == [("file", str(landing), "name")]
+    assert dead["facets"]["symlinks"]["identifiers"][0]["name"].endswith("db.customers__dead_letters")
+    assert dead["outputFacets"]["outputStatistics"]["rowCount"] == 1
+    assert done["run"]["facets"]["icecdc_batch"]["snapshotId"] == str(table.current_snapshot().snapshot_id)
+    changelog = next(e for e in events if e["job"]["name"].startswith("changelog/") and e["eventType"] == "COMPLETE")
+    assert changelog["inputs"][0]["name"] == target["name"]          # the edge continues: table -> changelog

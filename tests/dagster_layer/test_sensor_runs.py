@@ -57,7 +57,7 @@ def test_sensor_requests_every_snapshot_in_commit_order(spark, catalog_settings,
         {"table_name": "db.items", "identifier_columns": ["id"], "max_snapshots_per_run": 1, "max_retries": 0}]))
     defs = build_definitions(config)
     table = config.tables[0]
-    changelog_key = AssetKey(["changelog", "db", "items"])
+    changelog_key = AssetKey(["changelog", "db", "items_changelog"])
 
     first = tick(defs, instance, table)
     bootstrap = _snapshot_ids(catalog, "db.items")[-1]
@@ -115,9 +115,9 @@ def test_catch_up_range_runs_net_changes_in_one_run(spark, catalog_settings, cat
     ticks = drain(defs, instance, table)
     assert [t_.requested for t_ in ticks if t_.requested] == [[(keys[0], keys[2])], [(keys[3], keys[3])]]
     assert all(all(t_.succeeded) for t_ in ticks)
-    net = _metadata(instance, AssetKey(["changelog", "db", "items"]), keys[0])
+    net = _metadata(instance, AssetKey(["changelog", "db", "items_changelog"]), keys[0])
     assert net["batch_kind"] == "net" and net["rows"] == 0
-    assert _metadata(instance, AssetKey(["changelog", "db", "items"]), keys[3])["count_update_after"] == 1
+    assert _metadata(instance, AssetKey(["changelog", "db", "items_changelog"]), keys[3])["count_update_after"] == 1
 
 
 def test_killed_sensor_launched_run_is_failed_over_by_the_next_tick(spark, catalog_settings, catalog, instance,
@@ -237,7 +237,7 @@ def test_batch_runs_read_the_backlog_not_every_key(spark, catalog_settings, cata
     assert all(all(t.succeeded) for t in ticks)
     assert [r for t in ticks for r in t.requested] == [(keys[0], keys[1]), (keys[2], keys[2])]
     assert "batch_request" not in callers
-    changelog_key = AssetKey(["changelog", "db", "hist"])
+    changelog_key = AssetKey(["changelog", "db", "hist_changelog"])
     net, last = _metadata(instance, changelog_key, keys[1]), _metadata(instance, changelog_key, keys[2])
     assert (net["batch_kind"], net["count_insert"], net["is_export"]) == ("net", 2, False)
     assert (last["batch_kind"], last["count_insert"], last["is_export"]) == ("cdc", 1, False)

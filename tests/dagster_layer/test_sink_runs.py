@@ -13,9 +13,9 @@ from tests.dagster_layer.harness import drain, tick
 from tests.helpers import write_pipeline
 
 INDEX = "items"
-CHANGELOG = AssetKey(["changelog", "db", "items"])
-OPENSEARCH = AssetKey(["opensearch", INDEX])
-REPLICA = AssetKey(["replica", "db", "items_replica"])
+CHANGELOG = AssetKey(["changelog", "db", "items_changelog"])
+OPENSEARCH = AssetKey(["opensearch", f"{INDEX}_opensearch"])
+REPLICA = AssetKey(["replica", "db", "db_items_replica"])
 
 
 def _latest(instance, key, partition):
@@ -189,7 +189,7 @@ def test_dotted_and_spaced_column_names_sync_into_opensearch_and_replica(
 
     last = str(catalog.load_table("db.odd").current_snapshot().snapshot_id)
     evaluations = _check_evaluations(defs, instance, table, last)
-    for key in (AssetKey(["opensearch", "odd"]), AssetKey(["replica", "db", "odd_replica"])):
+    for key in (AssetKey(["opensearch", "odd_opensearch"]), AssetKey(["replica", "db", "db_odd_replica"])):
         evaluation = evaluations[(key, "matches_source_at_checkpoint")]
         assert evaluation.passed, evaluation.metadata
         assert evaluation.metadata["sink_rows"].value == 8 and evaluation.metadata["sampled_rows"].value == 8
@@ -233,5 +233,5 @@ def test_keyless_v3_table_syncs_into_replica_keyed_by_source_row_id_and_into_ope
 
     last = str(catalog.load_table("db.logs").current_snapshot().snapshot_id)
     evaluations = _check_evaluations(defs, instance, table, last)
-    for key in (AssetKey(["opensearch", "logs"]), AssetKey(["replica", "db", "logs_replica"])):
+    for key in (AssetKey(["opensearch", "logs_opensearch"]), AssetKey(["replica", "db", "db_logs_replica"])):
         assert evaluations[(key, "matches_source_at_checkpoint")].passed

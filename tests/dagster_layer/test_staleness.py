@@ -17,9 +17,9 @@ from tests.dagster_layer.harness import tick
 from tests.helpers import write_pipeline
 
 SOURCE = AssetKey(["iceberg", "db", "shelf"])
-CHANGELOG = AssetKey(["changelog", "db", "shelf"])
-REPLICA = AssetKey(["replica", "db", "shelf_copy"])
-INDEX = AssetKey(["opensearch", "shelf"])
+CHANGELOG = AssetKey(["changelog", "db", "shelf_changelog"])
+REPLICA = AssetKey(["replica", "db", "db_shelf_copy"])
+INDEX = AssetKey(["opensearch", "shelf_opensearch"])
 SINKS = {"replica/db.shelf_copy": REPLICA, "opensearch/shelf": INDEX}
 
 QUERY = """

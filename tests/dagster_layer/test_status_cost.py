@@ -197,7 +197,7 @@ def test_pending_statuses_agree_with_dagsters_partition_status(instance, later, 
     """Each pending key's status from its own events equals Dagster's cached partition status
     (``key_statuses``); a key every asset materialised is DONE, as the sensors plan it, whatever
     was attempted on it since (Dagster's status would show that attempt)."""
-    changelog, sink = AssetKey(["changelog", "db", "t"]), AssetKey(["replica", "db", "t"])
+    changelog, sink = AssetKey(["changelog", "db", "t_changelog"]), AssetKey(["replica", "db", "db_t"])
     line = lines.Line("db.t", DynamicPartitionsDefinition(name="snapshots__db_t"), (changelog, sink),
                       max_keys_per_run=10, max_retries=2)
     keys = ["done", "failed", "running", "half", "retried", "cancelled", "new"]

@@ -1,0 +1,99 @@
+"""What the UI shows, read through Dagster's GraphQL API from a code server that loads our definitions
+(issue 31, items 6-8): an ingest target has materialisations; no two nodes of a group share a title;
+every asset and every column has a description; ``dagster/uri`` is text the Storage panel renders."""
+
+import json
+
+from dagster import AssetKey
+
+from icecdc_dagster.config import load_config
+from icecdc_dagster.definitions import build_definitions
+from tests.dagster_layer.harness import drain, drain_sensor
+from tests.helpers import write_pipeline
+
+TARGET = AssetKey(["iceberg", "db", "customers"])
+INGEST = AssetKey(["ingest", "customers_cdc"])
+
+QUERY = """
+query Graph($path: [String!]!) {
+  assetNodes {
+    assetKey { path }
+    groupName
+    description
+    metadataEntries {
+      label
+      __typename
+      ... on TableSchemaMetadataEntry { schema { columns { name description } } }
+    }
+  }
+  assetOrError(assetKey: {path: $path}) {
+    ... on Asset {
+      assetMaterializations(limit: 1) {
+        partition
+        metadataEntries { label __typename ... on IntMetadataEntry { intValue } ... on TextMetadataEntry { text } }
+      }
+    }
+  }
+}
+"""
+
+
+def _event(op, before=None, after=None):
+    return json.dumps({"payload": {"op": op, "before": before, "after": after, "ts_ms": 1,
+                                   "source": {"schema": "shop", "table": "customers"}}})
+
+
+def test_asset_pages_explain_themselves(spark, catalog_settings, catalog, instance, tmp_path, monkeypatch):
+    from dagster_graphql.test.utils import define_out_of_process_context, execute_dagster_graphql
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / "001.json").write_text("\n".join([_event("c", after={"id": 1, "name": "a"}),
+                                                 _event("c", after={"id": 2, "name": "b"}),
+                                                 _event("c", after={"id": 3, "name": "c"}),
+                                                 _event("d", before={"id": 2, "name": "b"}),
+                                                 _event("x", after={"id": 9})]) + "\n")
+    path = write_pipeline(
+        tmp_path / "p.yaml", catalog_settings,
+        [{"table_name": "db.customers", "sinks": [{"iceberg": {"table_name": "replica.customers"}}]}],
+        ingest=[{"name": "customers_cdc", "landing": str(landing), "target": "db.customers",
+                 "identifier_columns": ["id"], "auto_create": True}])
+    config = load_config(path)
+    defs = build_definitions(config)
+    assert all(all(t.succeeded) for t in drain_sensor(defs, instance, "landing__customers_cdc", [INGEST]))
+    assert all(all(t.succeeded) for t in drain(defs, instance, config.tables[0]))
+    committed = str(catalog.load_table("db.customers").current_snapshot().snapshot_id)
+
+    code = tmp_path / "code.py"
+    code.write_text("from icecdc_dagster.definitions import defs  # noqa: F401\n")
+    monkeypatch.setenv("ICECDC_CONFIG", str(path))
+    with define_out_of_process_context(str(code), "defs", instance) as context:
+        result = execute_dagster_graphql(context, QUERY, {"path": list(TARGET.path)})
+    assert not result.errors, result.errors
+
+    # 6: the ingest target is materialised by the ingest run, keyed by the snapshot it committed.
+    (materialization,) = result.data["assetOrError"]["assetMaterializations"]
+    entries = {e["label"]: e for e in materialization["metadataEntries"]}
+    assert materialization["partition"] == committed
+    assert entries["dagster/row_count"]["intValue"] == spark.table(f"{catalog_settings.name}.db.customers").count() == 2
+    # 8: the location as text (a path value renders as an empty copy icon).
+    assert entries["dagster/uri"]["__typename"] == "TextMetadataEntry"
+    assert entries["dagster/uri"]["text"] == catalog.load_table("db.customers").location()
+
+    nodes = result.data["assetNodes"]
+    titles: dict[str, list[str]] = {}
+    for node in nodes:
+        titles.setdefault(node["groupName"], []).append(node["assetKey"]["path"][-1])
+        assert node["description"], node["assetKey"]                    # 7: every asset says what it is
+        for entry in node["metadataEntries"]:
+            if entry["__typename"] == "TableSchemaMetadataEntry":         # ... and every column
+                assert all(c["description"] for c in entry["schema"]["columns"]), (node["assetKey"], entry)
+    assert titles["db_customers"] == sorted(set(titles["db_customers"]), key=titles["db_customers"].index)
+    assert set(titles["db_customers"]) == {"customers", "customers_changelog", "customers_maintenance",
+                                           "replica_customers"}
+    assert set(titles["ingest__customers_cdc"]) == {"customers_cdc", "customers_dead_letters"}
+    schemas = {"/".join(n["assetKey"]["path"]): {c["name"]: c["description"] for e in n["metadataEntries"]
+                                                 if e["__typename"] == "TableSchemaMetadataEntry"
+                                                 for c in e["schema"]["columns"]} for n in nodes}
+    assert schemas["changelog/db/customers_changelog"]["_change_type"].startswith("INSERT, DELETE, UPDATE_BEFORE")
+    assert schemas["dead_letters/db/customers_dead_letters"]["reason"].startswith("why it could not be written")
