@@ -206,4 +206,4 @@ class InstanceNotFoundError(IcecdcError):
     """A read (``icecdc status``) found no Dagster instance where the line's could be: it names the
     places it looked and the ``DAGSTER_HOME`` to set, and creates nothing."""
 
-    recovery = "set DAGSTER_HOME (or dagster_home in {config}) to the directory the line runs in"
+    recovery = "DAGSTER_HOME=<the directory the line runs in> icecdc status --config {config}"

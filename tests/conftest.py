@@ -114,3 +114,15 @@ def postgres_databases():
 @pytest.fixture
 def postgres_url(postgres_databases):
     return postgres_databases.create()
+
+
+@pytest.fixture(autouse=True)
+def no_stale_defs_state_storage():
+    """Dagster keeps the entered instance's state storage in a process-wide ContextVar; a test that
+    entered an instance and disposed it leaves a storage whose instance is gone, and the next test's
+    first definitions load fails with "Attempted to resolve undefined DagsterInstance weakref". Each
+    test starts without one, as a fresh process does (Dagster private API: tests only)."""
+    from dagster._core.storage.defs_state.base import _current_storage
+
+    _current_storage.set(None)
+    yield

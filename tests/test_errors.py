@@ -29,9 +29,10 @@ TERMINAL = {"IcecdcError", "ConfigError", "RuntimeSetupError", "SnapshotNotFound
             "TargetTableMissingError", "SchemaDeclarationError", "UnsupportedFormatVersionError",
             "LineDivergedError", "TableRolledBackError", "SnapshotExpiredError", "TableRecreatedError",
             "SupersededPartitionError", "DefinitionChangedError", "DeleteWithoutDocumentIdError",
-            "MissingDocumentIdError", "ClassFileError", "ConnectSchemaError", "EventError", "CoercionError"}
+            "MissingDocumentIdError", "ClassFileError", "ConnectSchemaError", "EventError", "CoercionError",
+            "SchemaChangeError", "ReindexError", "StreamInputError", "InstanceNotFoundError"}
 RESYNC = {"SnapshotNotFoundError", "LineDivergedError", "TableRolledBackError", "SnapshotExpiredError",
-          "TableRecreatedError", "CheckpointError", "DefinitionChangedError"}
+          "TableRecreatedError", "CheckpointError", "DefinitionChangedError", "SchemaChangeError"}
 
 
 def _import_everything() -> None:

@@ -23,8 +23,8 @@ from icecdc_dagster.sync import sync_all
 from tests.helpers import write_pipeline
 
 INDEX = "items_idx"
-CHANGELOG = AssetKey(["changelog", "db", "items"])
-OPENSEARCH = AssetKey(["opensearch", INDEX])
+CHANGELOG = AssetKey(["changelog", "db", "items_changelog"])
+OPENSEARCH = AssetKey(["opensearch", f"{INDEX}_opensearch"])
 REPLICA, REPLICA2 = "db.items_rep", "db.items_rep2"
 
 
