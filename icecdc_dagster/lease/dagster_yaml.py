@@ -20,7 +20,7 @@ from pathlib import Path
 
 RECOMMENDED_DAGSTER_YAML = """\
 # Written by icecdc for crash safety (run monitoring, one run per line). icecdc never overwrites
-# this file; see the README, "Operations: crashes". For the warm launcher, see "Freshness".
+# this file; see docs/operations.md ("Operations: crashes"; the warm launcher: its first section).
 run_launcher:
   module: icecdc_dagster.launcher
   class: MonitoredRunLauncher

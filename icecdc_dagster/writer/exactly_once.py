@@ -22,7 +22,7 @@ The ledger is kept in chunks so that a publish costs the same at the 100,000th b
 first: ``icecdc.ledger`` holds the newest entries (fewer than ``LEDGER_CHUNK_ENTRIES``); when it is
 full it becomes the sealed chunk ``icecdc.ledger.<n>``, never rewritten again (and decoded once per
 process). A publish re-encodes at most one chunk; every metadata commit still carries every chunk
-(~26 bytes per batch compressed, README "Exactly once").
+(~26 bytes per batch compressed, docs/ingestion.md, "Exactly once").
 
 A ledger can be bounded (:class:`LedgerRetention`): entries whose stamp (an integer in the entry, e.g. an
 ingest's landing-file time) is below a horizon are dropped at publish: from the open chunk when it is
