@@ -11,13 +11,12 @@ One JSON file, ``$DAGSTER_HOME/icecdc/lines.json`` (next to the table metadata c
 when a value changes (a batch that changes nothing writes nothing), under an OS file lock, atomically.
 """
 
-import fcntl
-import json
 import logging
-import os
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from icecdc_dagster.assets import json_file
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -38,7 +37,7 @@ def record_path() -> Path:
 
 def recorded(table_name: str) -> dict[str, Any]:
     """The table's record (empty when nothing was recorded yet); ``table_name``: with its catalog."""
-    entry = _read(record_path()).get(table_name)
+    entry = json_file.read(record_path()).get(table_name)
     return entry if isinstance(entry, dict) else {}
 
 
@@ -69,31 +68,16 @@ def forget_sink(table_name: str, name: str) -> bool:
 
 def _update(table_name: str, write: Callable[[dict[str, Any]], Any],
             is_current: Callable[[dict[str, Any]], bool]) -> bool:
-    path = record_path()
     if is_current(recorded(table_name)):  # the common case: nothing changed, no lock, no write
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        entries = _read(path)
-        found = entries.get(table_name)
-        entry: dict[str, Any] = found if isinstance(found, dict) else {}
+
+    def change(entry: dict[str, Any]) -> bool:
         if is_current(entry):
             return False
         write(entry)
-        entries[table_name] = entry
-        temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(entries, indent=1, sort_keys=True))
-        os.replace(temporary, path)
-    return True
+        return True
 
-
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        entries = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return entries if isinstance(entries, dict) else {}
+    return json_file.update(record_path(), table_name, change)
 
 
 def check_pipeline(config: "PipelineConfig", sources: Mapping[str, "Table"], rebuilt: Collection[str] = ()) -> None:

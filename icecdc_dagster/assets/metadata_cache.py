@@ -11,8 +11,6 @@ Dagster home), keyed by ``dagster/table_name`` (catalog.namespace.table). Update
 by an OS file lock and replace the file atomically; an unreadable file is treated as empty.
 """
 
-import fcntl
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any
 
 from dagster import TableSchema, deserialize_value, serialize_value
 
+from icecdc_dagster.assets import json_file
 from icecdc_dagster.assets.table_metadata import COLUMN_SCHEMA, TABLE_NAME, URI, uri_value
 
 FILE_NAME = "table_metadata.json"
@@ -37,7 +36,7 @@ def cache_path() -> Path:
 def load() -> dict[str, dict[str, Any]]:
     """Every remembered table: ``dagster/table_name`` -> its definition metadata."""
     remembered = {}
-    for name, entry in _read(cache_path()).items():
+    for name, entry in json_file.read(cache_path()).items():
         try:
             remembered[name] = _metadata(name, entry)
         except (KeyError, TypeError, ValueError):  # an entry of another version: the next batch rewrites it
@@ -51,27 +50,19 @@ def remember(metadata: Mapping[str, Any]) -> bool:
     entry = {"uri": _plain(metadata[URI]), "schema_id": metadata.get("schema_id"),
              "column_schema": serialize_value(metadata[COLUMN_SCHEMA])}
     path = cache_path()
-    if _read(path).get(name) == entry:  # the common case: nothing changed, no lock, no write
+    if json_file.read(path).get(name) == entry:  # the common case: nothing changed, no lock, no write
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        entries = _read(path)
-        if entries.get(name) == entry:
+
+    def change(current: dict[str, Any]) -> bool:
+        if current == entry:
             return False
-        entries[name] = entry
-        temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(entries, indent=1, sort_keys=True))
-        os.replace(temporary, path)
-    return True
+        current.clear()
+        current.update(entry)
+        return True
+
+    return json_file.update(path, name, change)
 
 
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        entries = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return entries if isinstance(entries, dict) else {}
 
 
 def _metadata(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import json
 import time
 from typing import Any
 
-from icecdc_dagster.lease.holder import Holder, local_verdict
+from icecdc_dagster.lease.holder import Holder
 from icecdc_dagster.lease.line_lock import LineLock, LockOwner
 
 HOLDERS_TABLE = "icecdc_line_holders"
@@ -109,17 +109,6 @@ class PgLineLock(LineLock):
             return None
         finally:
             conn.close()
-
-    def busy_owner(self, settle_s: float = 1.0) -> LockOwner | None:
-        deadline = time.monotonic() + settle_s
-        while True:
-            owner = self.recorded_owner()
-            local = local_verdict(owner.holder) if owner else None
-            if owner is not None and (local is None or local.alive):
-                return owner
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.05)
 
     def is_busy(self) -> bool:
         """Probe: is another session holding the line right now? (takes and drops the lock)"""
