@@ -117,7 +117,7 @@ def descriptor(group: FileGroup, plan: SnapshotPlan, ordinal: int, lineage: bool
 class ReadContext:
     """What a task needs to read the table's files (picklable: shipped with the task)."""
 
-    metadata_json: str
+    metadata_location: str  # the table's metadata file, read once per worker process
     io_properties: tuple[tuple[str, str], ...]
     value_schema_json: str  # Spark types of the value columns (the table's current columns [+ lineage])
     output_schema_json: str  # ... plus the change columns
@@ -125,7 +125,7 @@ class ReadContext:
 
 
 def read_context(table: "Table", value_schema: "StructType", output_schema: "StructType") -> ReadContext:
-    return ReadContext(metadata_json=table.metadata.model_dump_json(),
+    return ReadContext(metadata_location=table.metadata_location,
                        io_properties=tuple(sorted((str(k), str(v)) for k, v in table.io.properties.items())),
                        value_schema_json=value_schema.json(), output_schema_json=output_schema.json(),
                        lineage=int(table.metadata.format_version) >= 3)
@@ -146,13 +146,13 @@ def _loaded(context: ReadContext) -> tuple["TableMetadata", "FileIO", "Schema", 
     """Parsed metadata, file IO, projected Iceberg schema and Arrow schemas, once per worker process."""
     from pyiceberg.io import load_file_io
     from pyiceberg.schema import Schema
-    from pyiceberg.table.metadata import TableMetadataUtil
+    from pyiceberg.serializers import FromInputFile
     from pyiceberg.types import LongType, NestedField
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
-    metadata = TableMetadataUtil.parse_raw(context.metadata_json)
-    io = load_file_io(dict(context.io_properties), metadata.location)
+    io = load_file_io(dict(context.io_properties), context.metadata_location)
+    metadata = FromInputFile.table_metadata(io.new_input(context.metadata_location))
     fields = list(metadata.schema().fields)
     if context.lineage:
         fields += [NestedField(ROW_ID_FIELD_ID, ROW_ID, LongType(), required=False),

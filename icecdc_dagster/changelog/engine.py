@@ -24,7 +24,8 @@ from icecdc_dagster.batch import (
     CHANGE_COLUMNS, CHANGE_ORDINAL, CHANGE_TYPE, COMMIT_SEQUENCE_NUMBER, COMMIT_SNAPSHOT_ID, COMMIT_TIMESTAMP,
     DELETE, INSERT, LAST_UPDATED_SEQUENCE_NUMBER, ROW_ID, UPDATE_AFTER, UPDATE_BEFORE)
 from icecdc_dagster.changelog.carry_over import (
-    DEFAULT_MAX_GROUP_BYTES, FileGroup, arrow_supported, descriptor, group_files, matched_rows, read_context)
+    DEFAULT_MAX_GROUP_BYTES, FileGroup, arrow_supported, descriptor, group_files, matched_rows, read_context,
+    uses_lineage)
 from icecdc_dagster.changelog.plan import SnapshotPlan, ancestry_ids, plan_snapshot, table_name
 from icecdc_dagster.changelog.read import (
     changed_files, java_data_file_changes, java_table, read_files, touched_files)
@@ -420,6 +421,7 @@ class _PlanRows:
 
     as_read: list[DataFrame] = field(default_factory=list)
     descriptors: list[str] = field(default_factory=list)  # groups matched in Arrow, one task each
+    lineage_groups: int = 0  # of which matched by v3 row lineage (no value compared)
     clean: list[DataFrame] = field(default_factory=list)  # groups with one side only: nothing to cancel
     to_match: list[DataFrame] = field(default_factory=list)  # groups too large for a task: Spark cancels
     files_read: int = 0
@@ -469,6 +471,7 @@ def _plan_rows(spark: "SparkSession", catalog_name: str, table: "Table", plan: S
             result.to_match += [read(paths, kind) for paths, kind in sides]
         else:
             result.descriptors.append(descriptor(group, plan, ordinal, lineage))
+            result.lineage_groups += int(lineage and uses_lineage(group))
     return result
 
 
@@ -567,7 +570,8 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
             rows = net_changes(rows, row_keys)
     stats = {"snapshots": len(plans), "files_read": sum(p.files_read for p in read),
              "delete_files_added": sum(len(p.added_delete_files) for p in plans),
-             "carry_over_groups_in_arrow": sum(len(p.descriptors) for p in read)}
+             "carry_over_groups_in_arrow": sum(len(p.descriptors) for p in read),
+             "carry_over_groups_by_lineage": sum(p.lineage_groups for p in read)}
     change_set = ChangeSet(rows=rows, plans=plans, stats=stats, raw_rows=raw)
     if cached is not None:
         weakref.finalize(change_set, cached.unpersist)
