@@ -9,6 +9,7 @@ v2 where it can be the oracle (no binary; no maps without keys).
 import decimal
 from collections import Counter
 
+import polars as pl
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -32,10 +33,19 @@ def side(keys: list, structs: list, maps: list, floats: list) -> pa.Table:
                      "f": pa.array(floats, pa.float64())})
 
 
-def test_unmatched_is_a_multiset_difference_exact_on_nested_values_and_nulls():
+def colliding(df: pl.DataFrame) -> pl.Series:
+    """A row hash under which every row collides: the exact fallback matches everything."""
+    return pl.Series([7] * df.height, dtype=pl.UInt64)
+
+
+HASHES = [pytest.param(None, id="row-hash"), pytest.param(colliding, id="all-collide")]
+
+
+@pytest.mark.parametrize("row_hash", HASHES)
+def test_unmatched_is_a_multiset_difference_exact_on_nested_values_and_nulls(row_hash):
     """Three identical DELETEs and two identical INSERTs leave one DELETE; a null struct is not a struct
     of nulls, an empty list not a null one; null equals null, -0.0 equals 0.0, NaN equals NaN (as in
-    Spark's grouping)."""
+    Spark's grouping). The same when every row hash collides."""
     one = [("x", decimal.Decimal("1.5"))]
     deleted = side([1, 1, 1, 2, 3, 4, 5],
                    [{"a": 1, "b": ["x"]}] * 3 + [None, {"a": 1, "b": []}, {"a": None, "b": None}, None],
@@ -44,20 +54,21 @@ def test_unmatched_is_a_multiset_difference_exact_on_nested_values_and_nulls():
                  [{"a": 1, "b": ["x"]}] * 2 + [{"a": None, "b": None}, {"a": 1, "b": None}, {"a": None, "b": None},
                                                None, None],
                  [one] * 2 + [None, [], None, None, None], [0.5] * 2 + [None, float("nan"), -0.0, 1.0, 1.0])
-    kept_deleted, kept_added = unmatched(deleted, added)
+    kept_deleted, kept_added = unmatched(deleted, added, row_hash)
     assert sorted(kept_deleted["k"].to_pylist()) == [1, 2, 3]
     assert sorted(kept_added["k"].to_pylist()) == [2, 3, 6]
     assert kept_deleted.filter(pa.compute.equal(kept_deleted["k"], 1))["m"].to_pylist() == [
         [("x", decimal.Decimal("1.5000000000"))]]
 
 
-def test_unmatched_keeps_every_copy_without_a_partner():
-    deleted = side([7, 7], [None, None], [None, None], [1.0, 1.0])
-    added = side([7, 7, 7, 7], [None] * 4, [None] * 4, [1.0] * 4)
-    kept_deleted, kept_added = unmatched(deleted, added)
-    assert (kept_deleted.num_rows, kept_added.num_rows) == (0, 2)
-    kept_deleted, kept_added = unmatched(added, deleted)
-    assert (kept_deleted.num_rows, kept_added.num_rows) == (2, 0)
+@pytest.mark.parametrize("row_hash", HASHES)
+def test_unmatched_keeps_every_copy_without_a_partner(row_hash):
+    deleted = side([7, 7, 8], [None, None, None], [None, None, None], [1.0, 1.0, 2.0])
+    added = side([7, 7, 7, 7, 9], [None] * 5, [None] * 5, [1.0] * 4 + [2.0])
+    kept_deleted, kept_added = unmatched(deleted, added, row_hash)
+    assert (kept_deleted["k"].to_pylist(), sorted(kept_added["k"].to_pylist())) == ([8], [7, 7, 9])
+    kept_deleted, kept_added = unmatched(added, deleted, row_hash)
+    assert (sorted(kept_deleted["k"].to_pylist()), kept_added["k"].to_pylist()) == ([7, 7, 9], [8])
 
 
 def test_lineage_cancels_by_sequence_number_and_row_id_only():
