@@ -226,11 +226,15 @@ def main() -> None:
                         help="timed runs of each figure (the minimum counts: the machine is shared)")
     parser.add_argument("--view-only", action="store_true",
                         help="only the comparisons with the view (v2, v3): no scale or file-count case")
+    parser.add_argument("--stock-daemon", action="store_true",
+                        help="PySpark's own worker daemon (each new worker imports pyiceberg itself)")
     args = parser.parse_args()
     os.environ.setdefault("ICECDC_CACHE_DIR", os.path.expanduser("~/.cache/icecdc"))
     os.environ["ICECDC_CARRY_OVER_PROFILE"] = PROFILE  # Python workers inherit it through the JVM
-    spark = build_spark_session(SparkSettings(master="local[2]", app_name="bench-changelog",
-                                              conf={"spark.ui.enabled": "false", "spark.driver.memory": "4g"}))
+    conf = {"spark.ui.enabled": "false", "spark.driver.memory": "4g"}
+    if not args.stock_daemon:  # workers forked with pyiceberg's Arrow reader imported (docs/carry-over.md)
+        conf["spark.python.daemon.module"] = "icecdc_dagster.changelog.worker_daemon"
+    spark = build_spark_session(SparkSettings(master="local[2]", app_name="bench-changelog", conf=conf))
     work = tempfile.mkdtemp(prefix="bench-changelog-")
     try:
         settings = CatalogSettings(name=CAT, uri=f"sqlite:///{work}/catalog.db", warehouse=f"file://{work}/wh")

@@ -135,10 +135,13 @@ def read_context(table: "Table", value_schema: "StructType", output_schema: "Str
 
 def matched_rows(spark: "SparkSession", context: ReadContext, descriptors: list[str],
                  output_schema: "StructType") -> "DataFrame":
-    """The rows of every group left after carry-over removal, computed by one task per group."""
-    rows = spark.sparkContext.parallelize([(d,) for d in descriptors], len(descriptors))
-    groups = spark.createDataFrame(rows, "group string")
-    return groups.mapInArrow(functools.partial(match_descriptors, context), output_schema)
+    """The rows of every group left after carry-over removal, computed by one task per group.
+
+    The tasks come from a range of one id per partition (no rows pickled in the driver, no shuffle); each
+    task picks its group by that id from the descriptors shipped with the function.
+    """
+    groups = spark.range(0, len(descriptors), 1, len(descriptors))
+    return groups.mapInArrow(functools.partial(match_descriptors, context, tuple(descriptors)), output_schema)
 
 
 # --- executor side --------------------------------------------------------------------------------
@@ -169,11 +172,12 @@ def _nullable(schema: pa.Schema) -> pa.Schema:
     return pa.schema([f.with_nullable(True) for f in schema])
 
 
-def match_descriptors(context: ReadContext, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: for each group descriptor, the group's rows left after carry-over removal."""
+def match_descriptors(context: ReadContext, descriptors: Sequence[str],
+                      batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: for each group id of the input, the group's rows left after carry-over removal."""
     for batch in batches:
-        for text in batch.column(0).to_pylist():
-            yield from _match_group(context, json.loads(text))
+        for group_id in batch.column(0).to_pylist():
+            yield from _match_group(context, json.loads(descriptors[group_id]))
 
 
 def _match_group(context: ReadContext, group: dict) -> Iterator[pa.RecordBatch]:
