@@ -87,19 +87,26 @@ def _type_supported(field_type: Any) -> bool:
 
     if isinstance(field_type, StructType):
         return all(_type_supported(f.field_type) for f in field_type.fields)
+    # pyiceberg 0.12 rebuilds a list of structs and a map with struct values from their offsets alone,
+    # so a null list or map reads as an empty one: those tables take the Spark path.
     if isinstance(field_type, ListType):
-        return _type_supported(field_type.element_type)
+        return not isinstance(field_type.element_type, StructType) and _type_supported(field_type.element_type)
     if isinstance(field_type, MapType):
-        return _type_supported(field_type.key_type) and _type_supported(field_type.value_type)
+        return (not isinstance(field_type.value_type, StructType) and _type_supported(field_type.key_type)
+                and _type_supported(field_type.value_type))
     if isinstance(field_type, (DecimalType, FixedType)):
         return True
     return str(field_type) in _SUPPORTED_PRIMITIVES
 
 
 def arrow_supported(table: "Table") -> bool:
+    return schema_supported(table.schema())
+
+
+def schema_supported(schema: "Schema") -> bool:
     """Whether every column reads in Arrow as Spark reads it (uuid, time, nanosecond timestamps, variant
-    and geospatial types go the Spark way)."""
-    return all(_type_supported(f.field_type) for f in table.schema().fields)
+    and geospatial types, lists of structs and maps of structs go the Spark way)."""
+    return all(_type_supported(f.field_type) for f in schema.fields)
 
 
 def uses_lineage(group: FileGroup) -> bool:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from icecdc_dagster import changelog
 from icecdc_dagster.batch import CHANGE_TYPE, COMMIT_SNAPSHOT_ID, DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
-from icecdc_dagster.changelog.carry_over import unmatched, unmatched_by_lineage
+from icecdc_dagster.changelog.carry_over import schema_supported, unmatched, unmatched_by_lineage
 from icecdc_dagster.column_names import quote
 from tests.changelog.test_properties import COMMON, Workload, as_counter, compared_columns, programs, tables, view_rows
 from tests.changelog.workload import apply_changes, mode_properties, rows_at
@@ -79,6 +79,20 @@ def test_lineage_cancels_by_sequence_number_and_row_id_only():
     kept_deleted, kept_added = unmatched_by_lineage(deleted, added, 5)
     assert kept_deleted["_row_id"].to_pylist() == [1, 2]
     assert kept_added["_row_id"].to_pylist() == [1, 9]
+
+
+def test_types_pyiceberg_reads_wrong_take_the_spark_path():
+    """pyiceberg 0.12 reads a null list of structs or a null map of struct values as an empty one."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import IntegerType, ListType, MapType, NestedField, StringType, StructType
+
+    inner = StructType(NestedField(10, "f", IntegerType(), required=False))
+    fine = Schema(NestedField(1, "s", StructType(NestedField(2, "m", MapType(3, StringType(), 4,
+                                                                                  ListType(5, IntegerType())))),
+                              required=False))
+    assert schema_supported(fine)
+    for nested in (ListType(6, inner), MapType(7, StringType(), 8, inner)):
+        assert not schema_supported(Schema(NestedField(1, "s", StructType(NestedField(9, "x", nested)))))
 
 
 # --- real tables: Arrow path = Spark path (= Iceberg's view) --------------------------------------
