@@ -1,7 +1,13 @@
 """Changelog engine benchmark.
 
 1. 1M-row partitioned copy-on-write table, 1% of rows updated in one snapshot: our change rows vs
-   Iceberg's create_changelog_view(compute_updates => true) in the same SparkSession.
+   Iceberg's create_changelog_view(compute_updates => true) in the same SparkSession, in wall time
+   (``ratio``) and in CPU seconds of the whole process tree: this Python driver, the driver JVM (local
+   executors are its threads) and the Python workers it starts (``cpu_ratio``, steadier than wall time on
+   a shared machine). ``spark_ratio``: our Spark carry-over path (shuffle + sort of every row read, the
+   reference) against the view. The same on a format v3 table (row lineage: ``v3_ratio``,
+   ``v3_cpu_ratio``; against the view on the v3 table, or on the v2 table of the same rows when the view
+   refuses v3).
    floor: a plain count of the rows of the files the change touched (the removed files as of the
    parent, the added files as of the snapshot), each read once, in the same session.
 2. The same 100-row change (one partition) on a 1M and a BIG-row table (partitions of constant
@@ -28,20 +34,95 @@ ROWS_PER_PARTITION = 62_500
 CAT = "bench_cl"
 
 
-def create(spark, name: str, rows: int) -> None:
+def create(spark, name: str, rows: int, version: int = 2) -> None:
     spark.sql(f"CREATE TABLE {CAT}.db.{name} (id bigint, day int, v string, amount double) USING iceberg "
-              "PARTITIONED BY (day) TBLPROPERTIES ('format-version'='2', 'write.update.mode'='copy-on-write')")
+              f"PARTITIONED BY (day) TBLPROPERTIES ('format-version'='{version}', "
+              "'write.update.mode'='copy-on-write')")
     (spark.range(0, rows).selectExpr("id", f"cast(id div {ROWS_PER_PARTITION} as int) day",
                                      "concat('value-', id) v", "id * 0.5 amount")
      .repartition("day").sortWithinPartitions("id").writeTo(f"{CAT}.db.{name}").append())
 
 
-def time_ours(spark, catalog, name: str) -> tuple[float, int]:
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _process_cpu(pid: int) -> float:
+    """CPU seconds of a process and of its children that have exited (reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(v) for v in fields[11:15]) / _CLOCK_TICKS  # utime, stime, cutime, cstime
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            tree.setdefault(parent, []).append(int(entry))
+    return tree
+
+
+def tree_cpu(spark) -> dict[str, float]:
+    """CPU seconds so far of this process (driver), the driver JVM (local executors are its threads) and
+    every process under the JVM (Python daemon and workers; a reaped worker's CPU is in its daemon's)."""
+    jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
+    tree = _children()
+    pids: set[int] = set()
+    stack = list(tree.get(jvm_pid, []))
+    while stack:
+        pid = stack.pop()
+        if pid not in pids:
+            pids.add(pid)
+            stack += tree.get(pid, [])
+    return {"driver": _process_cpu(os.getpid()), "jvm": _process_cpu(jvm_pid),
+            "workers": sum(_process_cpu(pid) for pid in pids)}
+
+
+SPLIT: dict[str, list[dict[str, float]]] = {}
+
+
+def timed(spark, run, label: str = "") -> tuple[float, int, float]:
+    """(wall seconds, result, CPU seconds of the process tree) of ``run()``; the split per process goes
+    to ``SPLIT[label]``."""
+    cpu, started = tree_cpu(spark), time.monotonic()
+    result = run()
+    wall, after = time.monotonic() - started, tree_cpu(spark)
+    split = {k: after[k] - cpu[k] for k in cpu}
+    SPLIT.setdefault(label, []).append(split)
+    return wall, result, sum(split.values())
+
+
+def print_split(label: str) -> None:
+    """The CPU split of the cheapest run of ``label``."""
+    runs = SPLIT.get(label, [])
+    if runs:
+        best = min(runs, key=lambda r: sum(r.values()))
+        print(f"  CPU split {label}: " + ", ".join(f"{k} {v:.2f}s" for k, v in best.items()))
+
+
+def time_ours(spark, catalog, name: str, carry_over: str = "arrow") -> tuple[float, int]:
+    wall, count, _ = time_ours_cpu(spark, catalog, name, carry_over)
+    return wall, count
+
+
+def time_ours_cpu(spark, catalog, name: str, carry_over: str = "arrow") -> tuple[float, int, float]:
     table = catalog.load_table(f"db.{name}")
-    started = time.monotonic()
-    change_set = changelog.changes(spark, CAT, table, table.metadata.current_snapshot().snapshot_id, ["id"])
-    count = change_set.rows.count()
-    return time.monotonic() - started, count
+    sid = table.metadata.current_snapshot().snapshot_id
+
+    def run() -> int:
+        # Keep the ChangeSet referenced while counting: its finalizer unpersists the cached change rows,
+        # and a count after that would compute them a second time.
+        change_set = changelog.changes(spark, CAT, table, sid, ["id"], carry_over=carry_over)
+        return change_set.rows.count()
+
+    return timed(spark, run, f"{name}/{carry_over}")
 
 
 def time_floor(spark, catalog, name: str) -> tuple[float, int]:
@@ -88,16 +169,57 @@ def create_files(catalog, name: str, files: int, work: str) -> None:
     table.add_files(paths)
 
 
-def time_icv(spark, catalog, name: str) -> tuple[float, int]:
+def time_icv(spark, catalog, name: str) -> tuple[float, int, float]:
     table = catalog.load_table(f"db.{name}")
     snapshot = table.metadata.current_snapshot()
-    started = time.monotonic()
-    spark.sql(f"CALL {CAT}.system.create_changelog_view(table => 'db.{name}', changelog_view => 'icv_{name}', "
-              f"options => map('start-snapshot-id', '{snapshot.parent_snapshot_id}', "
-              f"'end-snapshot-id', '{snapshot.snapshot_id}'), compute_updates => true, "
-              f"identifier_columns => array('id'))")
-    count = spark.table(f"icv_{name}").count()
-    return time.monotonic() - started, count
+
+    def run() -> int:
+        spark.sql(f"CALL {CAT}.system.create_changelog_view(table => 'db.{name}', changelog_view => 'icv_{name}', "
+                  f"options => map('start-snapshot-id', '{snapshot.parent_snapshot_id}', "
+                  f"'end-snapshot-id', '{snapshot.snapshot_id}'), compute_updates => true, "
+                  f"identifier_columns => array('id'))")
+        return spark.table(f"icv_{name}").count()
+
+    return timed(spark, run, f"{name}/view")
+
+
+def compare_with_view(spark, catalog, name: str, view_name: str, repeat: int) -> dict[str, tuple]:
+    """Best of ``repeat`` interleaved runs of ours (Arrow and Spark carry-over) and of the view; each figure
+    (wall, rows, CPU) is the minimum over runs (the machine is shared)."""
+    kinds = {"ours": lambda: time_ours_cpu(spark, catalog, name),
+             "ours_spark": lambda: time_ours_cpu(spark, catalog, name, "spark"),
+             "icv": lambda: time_icv(spark, catalog, view_name)}
+    for run in kinds.values():
+        run()  # warm-up (JIT, catalog, Python workers), untimed
+    runs: dict[str, list] = {k: [] for k in kinds}
+    for _ in range(repeat):  # interleaved, so that load from elsewhere hits all alike
+        for kind, run in kinds.items():
+            runs[kind].append(run())
+    for label in (f"{name}/arrow", f"{name}/spark", f"{view_name}/view"):
+        print_split(label)
+    task_profile()
+    return {k: (min(r[0] for r in v), v[0][1], min(r[2] for r in v)) for k, v in runs.items()}
+
+
+PROFILE = os.path.join(tempfile.gettempdir(), f"icecdc-carry-over-profile-{os.getpid()}.jsonl")
+
+
+def task_profile() -> None:
+    """CPU seconds per task phase of the Arrow path (summed over groups, averaged over runs), then reset."""
+    if not os.path.exists(PROFILE):
+        return
+    import json
+
+    with open(PROFILE) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    os.remove(PROFILE)
+    if rows:
+        print("  Arrow tasks, CPU-s summed over all runs: " + ", ".join(
+            f"{k} {sum(r[k] for r in rows):.2f}" for k in rows[0]) + f" ({len(rows)} group tasks)")
+
+
+def load_average() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def main() -> None:
@@ -108,10 +230,17 @@ def main() -> None:
     parser.add_argument("--few-files", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=5,
                         help="timed runs of each figure (the minimum counts: the machine is shared)")
+    parser.add_argument("--view-only", action="store_true",
+                        help="only the comparisons with the view (v2, v3): no scale or file-count case")
+    parser.add_argument("--stock-daemon", action="store_true",
+                        help="PySpark's own worker daemon (each new worker imports pyiceberg itself)")
     args = parser.parse_args()
     os.environ.setdefault("ICECDC_CACHE_DIR", os.path.expanduser("~/.cache/icecdc"))
-    spark = build_spark_session(SparkSettings(master="local[2]", app_name="bench-changelog",
-                                              conf={"spark.ui.enabled": "false", "spark.driver.memory": "4g"}))
+    os.environ["ICECDC_CARRY_OVER_PROFILE"] = PROFILE  # Python workers inherit it through the JVM
+    conf = {"spark.ui.enabled": "false", "spark.driver.memory": "4g"}
+    if not args.stock_daemon:  # workers forked with pyiceberg's Arrow reader imported (docs/carry-over.md)
+        conf["spark.python.daemon.module"] = "icecdc_dagster.changelog.worker_daemon"
+    spark = build_spark_session(SparkSettings(master="local[2]", app_name="bench-changelog", conf=conf))
     work = tempfile.mkdtemp(prefix="bench-changelog-")
     try:
         settings = CatalogSettings(name=CAT, uri=f"sqlite:///{work}/catalog.db", warehouse=f"file://{work}/wh")
@@ -120,24 +249,41 @@ def main() -> None:
         catalog.create_namespace("db")
         create(spark, "t1m", args.rows)
         spark.sql(f"UPDATE {CAT}.db.t1m SET v = concat(v, '-u') WHERE id % 100 = 0")
-        time_ours(spark, catalog, "t1m")  # warm-up (JIT, catalog), untimed
-        time_icv(spark, catalog, "t1m")
+        best = compare_with_view(spark, catalog, "t1m", "t1m", args.repeat)
+        (ours, ours_n, ours_cpu), (icv, icv_n, icv_cpu) = best["ours"], best["icv"]
+        spark_path, spark_cpu = best["ours_spark"][0], best["ours_spark"][2]
         time_floor(spark, catalog, "t1m")
-        time_floor_columns(spark, catalog, "t1m")
-        runs = {"ours": [], "icv": [], "floor": [], "floor_columns": []}
-        for _ in range(args.repeat):  # interleaved, so that load from elsewhere hits all three alike
-            runs["ours"].append(time_ours(spark, catalog, "t1m"))
-            runs["icv"].append(time_icv(spark, catalog, "t1m"))
-            runs["floor"].append(time_floor(spark, catalog, "t1m"))
-            runs["floor_columns"].append(time_floor_columns(spark, catalog, "t1m"))
-        (ours, ours_n), (icv, icv_n), (floor, floor_n) = (min(runs[k]) for k in ("ours", "icv", "floor"))
-        print(f"1% update of {args.rows:,} rows: ours {ours:.2f}s ({ours_n} rows), "
-              f"create_changelog_view {icv:.2f}s ({icv_n} rows), ratio {ours / icv:.2f}; "
-              f"floor {floor:.2f}s ({floor_n:,} rows read once), floor ratio {ours / floor:.2f}")
-        floor_columns = min(runs["floor_columns"])[0]
+        floor = min(time_floor(spark, catalog, "t1m") for _ in range(args.repeat))[0]
+        floor_columns = min(time_floor_columns(spark, catalog, "t1m") for _ in range(args.repeat))[0]
+        print(f"1% update of {args.rows:,} rows (v2, load {load_average()}): ours {ours:.2f}s {ours_cpu:.2f} CPU-s "
+              f"({ours_n} rows), create_changelog_view {icv:.2f}s {icv_cpu:.2f} CPU-s ({icv_n} rows), ratio "
+              f"{ours / icv:.2f}, cpu_ratio {ours_cpu / icv_cpu:.2f}; Spark carry-over path {spark_path:.2f}s "
+              f"{spark_cpu:.2f} CPU-s; floor {floor:.2f}s, floor ratio {ours / floor:.2f}")
         print(f"floor with every column read: {floor_columns:.2f}s, ours / that {ours / floor_columns:.2f}")
         if ours_n != icv_n:
             print(f"WARNING: row counts differ: ours {ours_n}, view {icv_n}")
+
+        create(spark, "t1m3", args.rows, version=3)
+        spark.sql(f"UPDATE {CAT}.db.t1m3 SET v = concat(v, '-u') WHERE id % 100 = 0")
+        try:
+            time_icv(spark, catalog, "t1m3")
+            v3_view = "t1m3"
+        except Exception as error:  # noqa: BLE001 - the view may refuse v3: compare with it on the v2 table
+            print(f"create_changelog_view on v3: {str(error).splitlines()[0][:200]}; v3 compared with the view on v2")
+            v3_view = "t1m"
+        best3 = compare_with_view(spark, catalog, "t1m3", v3_view, args.repeat)
+        (v3, v3_n, v3_cpu), (icv3, icv3_n, icv3_cpu) = best3["ours"], best3["icv"]
+        print(f"1% update of {args.rows:,} rows (v3, load {load_average()}): ours {v3:.2f}s {v3_cpu:.2f} CPU-s "
+              f"({v3_n} rows), view ({v3_view}) {icv3:.2f}s {icv3_cpu:.2f} CPU-s ({icv3_n} rows), ratio "
+              f"{v3 / icv3:.2f}, cpu_ratio {v3_cpu / icv3_cpu:.2f}; Spark carry-over path "
+              f"{best3['ours_spark'][0]:.2f}s {best3['ours_spark'][2]:.2f} CPU-s")
+
+        if args.view_only:
+            print(f"RESULT ours_s={ours:.3f} icv_s={icv:.3f} ratio={ours / icv:.3f} ours_cpu_s={ours_cpu:.3f} "
+                  f"icv_cpu_s={icv_cpu:.3f} cpu_ratio={ours_cpu / icv_cpu:.3f} spark_ratio={spark_path / icv:.3f} "
+                  f"spark_cpu_ratio={spark_cpu / icv_cpu:.3f} v3_s={v3:.3f} v3_ratio={v3 / icv3:.3f} "
+                  f"v3_cpu_ratio={v3_cpu / icv3_cpu:.3f} floor_s={floor:.3f} load={load_average()}")
+            return
 
         def interleaved(names: tuple[str, str]) -> dict[str, tuple[float, int]]:
             """Best of ``--repeat`` runs on each table, taking turns (load from elsewhere hits both alike)."""
@@ -172,8 +318,11 @@ def main() -> None:
                   f"({file_times[name][1]} change rows)")
         files_ratio = file_times["fmany"][0] / file_times["ffew"][0]
         print(f"files ratio ({args.many_files:,} vs {args.few_files:,} files): {files_ratio:.2f}")
-        print(f"RESULT ours_s={ours:.3f} icv_s={icv:.3f} ratio={ours / icv:.3f} floor_s={floor:.3f} "
-              f"floor_ratio={ours / floor:.3f} scale_ratio={scale:.3f} files_ratio={files_ratio:.3f}")
+        print(f"RESULT ours_s={ours:.3f} icv_s={icv:.3f} ratio={ours / icv:.3f} ours_cpu_s={ours_cpu:.3f} "
+              f"icv_cpu_s={icv_cpu:.3f} cpu_ratio={ours_cpu / icv_cpu:.3f} spark_ratio={spark_path / icv:.3f} "
+              f"spark_cpu_ratio={spark_cpu / icv_cpu:.3f} v3_s={v3:.3f} v3_ratio={v3 / icv3:.3f} "
+              f"v3_cpu_ratio={v3_cpu / icv3_cpu:.3f} floor_s={floor:.3f} floor_ratio={ours / floor:.3f} "
+              f"scale_ratio={scale:.3f} files_ratio={files_ratio:.3f} load={load_average()}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -23,8 +23,12 @@ from pyspark.sql import types as T
 from icecdc_dagster.batch import (
     CHANGE_COLUMNS, CHANGE_ORDINAL, CHANGE_TYPE, COMMIT_SEQUENCE_NUMBER, COMMIT_SNAPSHOT_ID, COMMIT_TIMESTAMP,
     DELETE, INSERT, LAST_UPDATED_SEQUENCE_NUMBER, ROW_ID, UPDATE_AFTER, UPDATE_BEFORE)
+from icecdc_dagster.changelog.carry_over import (
+    DEFAULT_MAX_GROUP_BYTES, FileGroup, arrow_supported, descriptor, group_files, matched_rows, read_context,
+    uses_lineage)
 from icecdc_dagster.changelog.plan import SnapshotPlan, ancestry_ids, plan_snapshot, table_name
-from icecdc_dagster.changelog.read import java_data_file_changes, java_table, read_files, touched_files
+from icecdc_dagster.changelog.read import (
+    changed_files, java_data_file_changes, java_table, read_files, touched_files)
 from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import (
     DuplicateKeyChangeError, IdentifierColumnError, SnapshotNotFoundError, TableHasNoSnapshotError,
@@ -34,6 +38,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Row
     from pyspark.sql import SparkSession
     from pyiceberg.table import Table
+    from icecdc_dagster.runtime.java import JavaObject
 
 LINEAGE_COLUMNS = (ROW_ID, LAST_UPDATED_SEQUENCE_NUMBER)
 MIN_FORMAT_VERSION = 2  # v1 snapshots have no sequence numbers: their changes cannot be ordered
@@ -214,11 +219,15 @@ def _keyed_changes(rows: DataFrame, keys: Sequence[str]) -> DataFrame:
     """
     by_key = [*keys, COMMIT_SNAPSHOT_ID]
     df, keep = _carry_over_window(rows.repartition(*_cols(by_key)), by_key)
-    kept = df.where(keep).select(*_cols(rows.columns))
+    return _keyed_updates(df.where(keep).select(*_cols(rows.columns)), keys)
+
+
+def _keyed_updates(rows: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """Update detection and the key flags of :func:`_keyed_changes` on rows without carry-over."""
     is_insert = (column(CHANGE_TYPE) == INSERT).cast("long")
-    per_key = Window.partitionBy(*_cols(by_key))
+    per_key = Window.partitionBy(*_cols([*keys, COMMIT_SNAPSHOT_ID]))
     inserts, deletes = F.col(f"{_TMP}ins"), F.col(f"{_TMP}del")
-    counted = kept.select("*", F.sum(is_insert).over(per_key).alias(f"{_TMP}ins"),
+    counted = rows.select("*", F.sum(is_insert).over(per_key).alias(f"{_TMP}ins"),
                           F.sum(1 - is_insert).over(per_key).alias(f"{_TMP}del"))
     return _mark_updates(counted, keys, inserts, deletes)
 
@@ -405,9 +414,106 @@ def output_columns(table: "Table") -> list[str]:
     return data_columns(table) + (list(LINEAGE_COLUMNS) if uses_row_lineage(table) else [])
 
 
+@dataclass
+class _PlanRows:
+    """How one snapshot's rows are read: every row as read (statistics, and the Spark path's input), and
+    where the Arrow path is taken, the same rows split by who removes their carry-over."""
+
+    as_read: list[DataFrame] = field(default_factory=list)
+    descriptors: list[str] = field(default_factory=list)  # groups matched in Arrow, one task each
+    lineage_groups: int = 0  # of which matched by v3 row lineage (no value compared)
+    clean: list[DataFrame] = field(default_factory=list)  # groups with one side only: nothing to cancel
+    to_match: list[DataFrame] = field(default_factory=list)  # groups too large for a task: Spark cancels
+    files_read: int = 0
+    two_sided: bool = False
+    split: bool = False  # the Arrow path was taken
+
+
+def _arrow_groups(spark: "SparkSession", jtable: "JavaObject", plan: SnapshotPlan, before: set[str],
+                  after: set[str]) -> list[FileGroup] | None:
+    """Groups of a plain copy-on-write rewrite (no delete file on either side), or None."""
+    if plan.has_delete_files or plan.live_delete_files:
+        return None
+    files = changed_files(spark, jtable, plan.snapshot_id)
+    if files is None:
+        return None
+    if ({f.path for f in files if not f.added} != before or {f.path for f in files if f.added} != after):
+        return None
+    return group_files(files)
+
+
+def _plan_rows(spark: "SparkSession", catalog_name: str, table: "Table", plan: SnapshotPlan, ordinal: int,
+               jtable: "JavaObject", arrow: bool, max_group_bytes: int) -> _PlanRows:
+    before, after = touched_files(table, plan)
+    result = _PlanRows(files_read=len(before) + len(after), two_sided=bool(before and after))
+    # Without delete files the touched files are exactly the ones the snapshot removed and added:
+    # their scan tasks come from the snapshot's own manifests, not from planning the table.
+    changed_by = None if plan.needs_diff else plan.snapshot_id
+    columns = output_columns(table)
+
+    def read(paths: set[str], change_type: str) -> DataFrame:
+        at = plan.parent_id if change_type == DELETE else plan.snapshot_id
+        assert at is not None, "a snapshot that removes rows has a parent"
+        return _with_change_columns(read_files(spark, catalog_name, table, at, paths, changed_by, jtable),
+                                    columns, change_type, plan, ordinal)
+
+    result.as_read = [read(paths, kind) for paths, kind in ((before, DELETE), (after, INSERT)) if paths]
+    groups = _arrow_groups(spark, jtable, plan, before, after) if arrow and result.two_sided else None
+    if groups is None:
+        return result
+    result.split = True
+    lineage = uses_row_lineage(table)
+    for group in groups:
+        sides = [({f.path for f in g}, kind) for g, kind in ((group.deleted, DELETE), (group.added, INSERT)) if g]
+        if group.one_sided:
+            result.clean += [read(paths, kind) for paths, kind in sides]
+        elif group.size > max_group_bytes:
+            result.to_match += [read(paths, kind) for paths, kind in sides]
+        else:
+            result.descriptors.append(descriptor(group, plan, ordinal, lineage))
+            result.lineage_groups += int(lineage and uses_lineage(group))
+    return result
+
+
+def _union(parts: Sequence[DataFrame]) -> DataFrame:
+    return reduce(DataFrame.unionByName, parts)
+
+
+def _split_rows(spark: "SparkSession", table: "Table", read: list[_PlanRows]) -> tuple[list[DataFrame], bool]:
+    """Rows of the Arrow path: carry-over already removed (Arrow groups, one-sided groups, plans with one
+    side), and whether some rows (groups too large for a task, plans not split) still need Spark's removal."""
+    template = next(p.as_read[0] for p in read if p.split)
+    values = T.StructType(template.schema.fields[:len(output_columns(table))])
+    parts: list[DataFrame] = []
+    descriptors = [d for p in read for d in p.descriptors]
+    if descriptors:
+        context = read_context(table, values, template.schema)
+        parts.append(matched_rows(spark, context, descriptors, template.schema))
+    to_match: list[DataFrame] = []
+    for p in read:
+        if p.split:
+            parts += p.clean
+            to_match += p.to_match
+        elif p.two_sided:
+            to_match += p.as_read
+        else:
+            parts += p.as_read
+    return parts + to_match, bool(to_match)
+
+
 def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_id: "SnapshotSelector",
-            identifier_columns: Sequence[str] = (), net: bool = False) -> ChangeSet:
-    """Change rows of one snapshot, or of ``(start_exclusive, end_inclusive)`` along the ancestry."""
+            identifier_columns: Sequence[str] = (), net: bool = False, carry_over: str = "spark",
+            max_group_bytes: int = DEFAULT_MAX_GROUP_BYTES) -> ChangeSet:
+    """Change rows of one snapshot, or of ``(start_exclusive, end_inclusive)`` along the ancestry.
+
+    ``carry_over``: "spark" (the default: measured cheaper today, docs/carry-over.md) shuffles and sorts
+    every row read; "arrow" cancels the carry-over of copy-on-write rewrites inside Spark tasks, group
+    by group (:mod:`icecdc_dagster.changelog.carry_over`), for groups of at most ``max_group_bytes`` of
+    data files; "spark" shuffles and sorts every row read (the reference path, always used for
+    merge-on-read snapshots, larger groups and keyless net changes).
+    """
+    if carry_over not in ("arrow", "spark"):
+        raise ValueError(f"carry_over must be 'arrow' or 'spark', not {carry_over!r}")
     name = table_name(table)
     check_supported(table)
     _require_snapshot(table)
@@ -416,38 +522,30 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
     jvm_changes = java_data_file_changes(spark, jtable)
     plans = [plan_snapshot(table, sid, jvm_changes) for sid in _resolve_range(table, snapshot_id)]
     columns = output_columns(table)
-    parts, files_read, sides = [], 0, []
-    for ordinal, plan in enumerate(plans):
-        before, after = touched_files(table, plan)
-        files_read += len(before) + len(after)
-        sides.append((before, after))
-        # Without delete files the touched files are exactly the ones the snapshot removed and added:
-        # their scan tasks come from the snapshot's own manifests, not from planning the table.
-        changed_by = None if plan.needs_diff else plan.snapshot_id
-        if before:
-            assert plan.parent_id is not None, "a snapshot that removes rows has a parent"
-            parts.append(_with_change_columns(
-                read_files(spark, catalog_name, table, plan.parent_id, before, changed_by, jtable),
-                columns, DELETE, plan, ordinal))
-        if after:
-            parts.append(_with_change_columns(
-                read_files(spark, catalog_name, table, plan.snapshot_id, after, changed_by, jtable),
-                columns, INSERT, plan, ordinal))
+    row_keys = list(keys) or ([ROW_ID] if uses_row_lineage(table) else [])
+    keyless_net = net and len(plans) > 1 and not row_keys
+    arrow = carry_over == "arrow" and not keyless_net and arrow_supported(table)
+    read = [_plan_rows(spark, catalog_name, table, plan, ordinal, jtable, arrow, max_group_bytes)
+            for ordinal, plan in enumerate(plans)]
+    parts = [part for p in read for part in p.as_read]
     if not parts:
         empty_plan = plans[-1] if plans else None
         current = table.metadata.current_snapshot()
         assert current is not None, "check_supported refuses a table without snapshots"
         source = read_files(spark, catalog_name, table, current.snapshot_id, set())
         parts.append(_with_change_columns(source, columns, INSERT, empty_plan or _NO_PLAN, 0))
-    raw = reduce(DataFrame.unionByName, parts)
-    row_keys = list(keys) or ([ROW_ID] if uses_row_lineage(table) else [])
+    raw = _union(parts)
     # Carry-over (and so an update) needs a DELETE and an INSERT in one snapshot: when no snapshot
     # reads both sides (appends, whole-file deletes), the plan proves there is none to remove.
-    one_sided = all(not (before and after) for before, after in sides)
+    one_sided = not any(p.two_sided for p in read)
+    split = any(p.split for p in read)
     cached = None
-    if net and len(plans) > 1 and not row_keys:
+    if keyless_net:
         # Like Iceberg, keyless net changes start from the rows as read: carry-over decides attribution.
         rows = net_changes_without_keys(raw)
+    elif split and not row_keys:
+        split_parts, needs_removal = _split_rows(spark, table, read)
+        rows = remove_carry_over(_union(split_parts)) if needs_removal else _union(split_parts)
     elif not row_keys:
         rows = raw if one_sided else remove_carry_over(raw)
     elif one_sided:
@@ -456,7 +554,13 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
     else:
         # One shuffle and one sort; the duplicate/null key check runs before any sink sees the batch, so
         # keep what it computed (change rows after carry-over removal, small next to the rows read).
-        cached = _keyed_changes(raw, row_keys).persist(StorageLevel.MEMORY_AND_DISK)
+        if split:
+            split_parts, needs_removal = _split_rows(spark, table, read)
+            keyed = (_keyed_changes(_union(split_parts), row_keys) if needs_removal
+                     else _keyed_updates(_union(split_parts), row_keys))
+        else:
+            keyed = _keyed_changes(raw, row_keys)
+        cached = keyed.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             _raise_on_bad_key(cached, row_keys, name)
         except Exception:
@@ -465,8 +569,10 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
         rows = cached.select(*_cols(raw.columns))
         if net and len(plans) > 1:
             rows = net_changes(rows, row_keys)
-    stats = {"snapshots": len(plans), "files_read": files_read,
-             "delete_files_added": sum(len(p.added_delete_files) for p in plans)}
+    stats = {"snapshots": len(plans), "files_read": sum(p.files_read for p in read),
+             "delete_files_added": sum(len(p.added_delete_files) for p in plans),
+             "carry_over_groups_in_arrow": sum(len(p.descriptors) for p in read),
+             "carry_over_groups_by_lineage": sum(p.lineage_groups for p in read)}
     change_set = ChangeSet(rows=rows, plans=plans, stats=stats, raw_rows=raw)
     if cached is not None:
         weakref.finalize(change_set, cached.unpersist)

@@ -40,6 +40,22 @@ class DeleteFileInfo:
 
 
 @dataclass(frozen=True)
+class ChangedFile:
+    """A data file a snapshot added or removed, with what a reader outside Spark needs to read it right
+    (format, partition) and to inherit v3 row lineage (first row id, data sequence number)."""
+
+    path: str
+    added: bool
+    record_count: int
+    size: int
+    spec_id: int
+    partition: tuple
+    file_format: str  # "PARQUET", "AVRO" or "ORC"
+    first_row_id: int | None = None
+    data_sequence_number: int | None = None
+
+
+@dataclass(frozen=True)
 class SnapshotPlan:
     table_name: str
     snapshot_id: int

@@ -22,7 +22,8 @@ from pyiceberg.types import PrimitiveType
 from pyiceberg.conversions import from_bytes
 from pyiceberg.manifest import DataFileContent, ManifestContent
 
-from icecdc_dagster.changelog.plan import ChangedDataFile, DataFileChanges, SnapshotPlan, snapshot_or_raise
+from icecdc_dagster.changelog.plan import (
+    ChangedDataFile, ChangedFile, DataFileChanges, SnapshotPlan, snapshot_or_raise)
 from icecdc_dagster.column_names import quote
 from icecdc_dagster.runtime.java import JavaObject, gateway, jvm
 
@@ -106,6 +107,30 @@ def java_data_file_changes(spark: "SparkSession", jtable: JavaObject) -> DataFil
         return _described(spark, snapshot.addedDataFiles(io)), _described(spark, snapshot.removedDataFiles(io))
 
     return changes
+
+
+def _optional_long(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _detailed(spark: "SparkSession", files: JavaObject, added: bool) -> list[ChangedFile]:
+    return [ChangedFile(path=str(f.location()), added=added, record_count=int(f.recordCount()),
+                        size=int(f.fileSizeInBytes()), spec_id=int(f.specId()),
+                        partition=_partition_values(spark, f.partition()), file_format=str(f.format()),
+                        first_row_id=_optional_long(f.firstRowId()),
+                        data_sequence_number=_optional_long(f.dataSequenceNumber()))
+            for f in files]
+
+
+def changed_files(spark: "SparkSession", jtable: JavaObject, snapshot_id: int) -> list[ChangedFile] | None:
+    """The data files a snapshot removed and added, described by Iceberg in the JVM, which applies the
+    spec's inheritance (v3 first row ids, data sequence numbers) when it reads the snapshot's manifests.
+    None when the snapshot is not in the JVM's view of the table."""
+    snapshot = jtable.snapshot(int(snapshot_id))
+    if snapshot is None:
+        return None
+    io = jtable.io()
+    return _detailed(spark, snapshot.removedDataFiles(io), False) + _detailed(spark, snapshot.addedDataFiles(io), True)
 
 
 def _table_cache(spark: "SparkSession") -> JavaObject:
