@@ -98,7 +98,7 @@ class NatsJetStreamInput(StreamInput):
                 want = max(self.config.max_messages - len(fetched), 1)
                 try:
                     msgs = self._run(sub.fetch(batch=want, timeout=self.config.fetch_wait_s))
-                except NatsTimeout:
+                except (NatsTimeout, TimeoutError):  # nats-py raises either when nothing more waits
                     break
                 if not msgs:
                     break
