@@ -65,7 +65,7 @@ def main() -> None:
     from icecdc_dagster.assets import naming
     from icecdc_dagster.config import load_config
     from icecdc_dagster.definitions import build_definitions
-    from icecdc_dagster.sensors.snapshots import asset_keys
+    from icecdc_dagster.assets.naming import asset_keys
 
     instance = DagsterInstance.get()
     from icecdc_dagster.launcher import set_sqlite_synchronous

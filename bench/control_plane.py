@@ -4,11 +4,12 @@
 A real Dagster instance (SQLite storage, as ``dagster dev`` uses) holds N synced keys, each
 materialised by the line's two assets (changelog + one sink); a real Iceberg table (pyiceberg, SQL
 catalog, no Spark) has 5 snapshots: the last 2 synced keys are its first snapshots (older ones were
-expired, as in production) and its 3 newest are new. We time ``sensors.snapshots.evaluate_window``
-(ours: the ancestry after the line's latest materialisations) and, as the peer, the previous
+expired, as in production) and its 3 newest are new. We time ``sensors.snapshots.plan_window``
+of ``lines.window.table_window`` (ours: the ancestry after the line's latest materialisations) and,
+as the peer, the previous
 planning that asked Dagster for the status of every known partition (``legacy_plan`` below,
 measured at 1k and 10k only: at 100k it takes minutes). Landing-file lines use
-``sensors.line.pending_keys`` (walks the known keys back to the frontier): timed as ``walk_*``.
+``lines.line.pending_keys`` (walks the known keys back to the frontier): timed as ``walk_*``.
 ``icecdc status`` of the table (``status.table_status``: the table, its window, an aggregate count of
 its partitions, its one sink's checkpoint - at the last synced snapshot - read from an osmem
 OpenSearch clone) is timed as ``status_*``.
@@ -41,8 +42,10 @@ from pyiceberg.catalog.sql import SqlCatalog
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
 from icecdc_dagster.pipeline.ordering import KeyStatus, NextRun, plan_next_run
-from icecdc_dagster.sensors import line as lines
-from icecdc_dagster.sensors.snapshots import evaluate_window, table_line
+from icecdc_dagster.lines import line as lines
+from icecdc_dagster.assets.naming import table_line
+from icecdc_dagster.lines.window import TableWindow, table_window
+from icecdc_dagster.sensors.snapshots import plan_window
 from icecdc_dagster.status import table_status
 
 NEW_KEYS = 3
@@ -128,6 +131,12 @@ def timed(fn, repeat: int) -> float:  # noqa: ANN001
     return min(samples)  # the least disturbed run: the machine is shared, the cost is not
 
 
+def _window(instance: DagsterInstance, line: lines.Line, table) -> TableWindow:  # noqa: ANN001 - pyiceberg Table
+    window = table_window(instance, line, table)
+    assert window is not None, "the seeded line follows its table"
+    return window
+
+
 def measure(synced: int, legacy: bool, repeat: int, opensearch_url: str) -> tuple[float, float, float | None, float]:
     """(tick, walk, legacy, status) seconds (fastest of the repeats) with ``synced`` synced keys."""
     with tempfile.TemporaryDirectory() as home:
@@ -140,10 +149,10 @@ def measure(synced: int, legacy: bool, repeat: int, opensearch_url: str) -> tupl
         new_keys = seed(instance, line, synced, [str(s.snapshot_id) for s in table.snapshots()])
         print(f"  seeded {synced:,} synced keys x {len(line.asset_keys)} assets "
               f"in {time.perf_counter() - started:.1f} s")
-        discovered, planned = evaluate_window(instance, line, table)
+        discovered, planned = plan_window(instance, line, _window(instance, line, table))
         assert discovered == new_keys and isinstance(planned, NextRun) and list(planned.keys) == new_keys, planned
         assert lines.plan(instance, line, new_keys) == planned       # the walk agrees
-        tick = timed(lambda: evaluate_window(instance, line, table), repeat)
+        tick = timed(lambda: plan_window(instance, line, _window(instance, line, table)), repeat)
         walk = timed(lambda: lines.plan(instance, line, new_keys), repeat)
         peer = None
         if legacy:

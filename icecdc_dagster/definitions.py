@@ -7,7 +7,7 @@ Nothing is read at import: ``dagster dev`` and run workers call :func:`defs`, th
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
-from dagster import (AssetChecksDefinition, AssetsDefinition, AssetSpec, Definitions, EnvVar, ScheduleDefinition,
+from dagster import (AssetChecksDefinition, AssetsDefinition, AssetSpec, Definitions, ScheduleDefinition,
                      SensorDefinition, SourceAsset, definitions)
 
 from icecdc_dagster.assets import naming
@@ -23,8 +23,8 @@ from icecdc_dagster.errors import ConfigError
 from icecdc_dagster.lease.executor import line_executor
 from icecdc_dagster.lineage import LineageEmitter
 from icecdc_dagster.config import IngestConfig, PipelineConfig, TableConfig, load_config
-from icecdc_dagster.fields import EnvRef
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
+from icecdc_dagster.resources.secrets import env_var
 from icecdc_dagster.pipeline.changelog_store import changelog_table_name
 from icecdc_dagster.pipeline.ingest import fixed_target
 from icecdc_dagster.sensors.ingest import build_ingest_sensor
@@ -35,17 +35,12 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 
-def _secret(value: EnvRef | None) -> EnvVar | None:
-    return EnvVar(value.name) if isinstance(value, EnvRef) else value
-
-
 def build_resources(config: PipelineConfig) -> dict:
     resources: dict = {
         "catalog": IcebergCatalogResource(type=config.catalog.type, name=config.catalog.name, uri=config.catalog.uri,
                                           warehouse=config.catalog.warehouse,
-                                          password=_secret(config.catalog.password),
-                                          properties={k: EnvVar(v.name) if isinstance(v, EnvRef) else v
-                                                      for k, v in config.catalog.properties.items()}),
+                                          password=env_var(config.catalog.password),
+                                          properties={k: env_var(v) for k, v in config.catalog.properties.items()}),
         "spark": SparkResource(master=config.spark.master, app_name=config.spark.app_name,
                                conf={k: str(v) for k, v in config.spark.conf.items()}, jars=list(config.spark.jars),
                                spark_config=dict(config.spark.spark_config)),

@@ -13,8 +13,9 @@ from icecdc_dagster.pipeline import lifecycle
 from icecdc_dagster.pipeline.maintenance import retention_warning
 from icecdc_dagster.pipeline.ordering import KeyStatus
 from icecdc_dagster.pipeline.sinks import open_configured_sink
-from icecdc_dagster.sensors import line as lines
-from icecdc_dagster.sensors.snapshots import TableWindow, diagnose, discover_new_keys, table_line, table_window
+from icecdc_dagster.lines import line as lines
+from icecdc_dagster.lines.metadata import recorded
+from icecdc_dagster.lines.window import TableWindow, WholeLine, diagnose, discover_new_keys, line_view
 from icecdc_dagster.definitions import resource
 
 if TYPE_CHECKING:
@@ -177,7 +178,7 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
     """Never raises for a table that changed under its line: the problem is reported with its fix.
 
     Reads what the sensor reads: when the line follows the table, the snapshots after the line's
-    latest materialisations (``sensors.snapshots.table_window``) and aggregate counts of its keys,
+    latest materialisations (``lines.window.line_view``) and aggregate counts of its keys,
     whatever the history; otherwise the whole line once, and its diagnosis.
     """
     from pyiceberg.exceptions import NoSuchTableError
@@ -189,24 +190,12 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
         return TableStatus(table.table_name, None, 0, 0, [])
     current = source.current_snapshot()
     current_id = current.snapshot_id if current else None
-    table_line_ = table_line(table)
-    window = table_window(instance, table_line_, source)
-    if window is not None:
-        status, line_keys = _window_status(instance, table, table_line_, source, current_id, window, config_path)
-    else:  # the line does not simply follow the table: read the whole line once and diagnose it
-        known = list(instance.get_dynamic_partitions(naming.partitions_name(table)))
-        active = lifecycle.active_keys(known)
-        done = lines.done_in_every_asset(instance, table_line_, active)
-        problem = diagnose(instance, table, source, known, config_path, done)
-        keys = active + ([] if problem else discover_new_keys(source, active[-1] if active else None))
-        statuses = lines.pending_statuses(instance, table_line_, keys, done)
-        status = TableStatus(
-            table.table_name, current_id, len(known),
-            sum(1 for k in keys if statuses.get(k) is not KeyStatus.DONE),
-            [k for k in active if statuses.get(k) is KeyStatus.FAILED],
-            problem=problem.message if problem else None, line=lifecycle.line_token(known),
-            superseded_partitions=len(known) - len(active))
-        line_keys = _LineKeys(len(keys), lambda: keys[0] if keys else None)
+    table_line_ = naming.table_line(table)
+    view = line_view(instance, table_line_, source)
+    if isinstance(view, TableWindow):
+        status, line_keys = _window_status(instance, table, table_line_, source, current_id, view, config_path)
+    else:  # the line does not simply follow the table: the whole line, diagnosed
+        status, line_keys = _whole_line_status(instance, table, table_line_, source, current_id, view, config_path)
     spark = None
     needed: list[int] = []  # checkpoints of sinks that still have snapshots to apply
     for sink in table.sinks:
@@ -246,12 +235,27 @@ def left_behind(instance: DagsterInstance, catalog_name: str, table: TableConfig
     found = []
     for name, value in sorted(line_record.left_behind(catalog_name, table).items()):
         records = instance.fetch_materializations(AssetKey.from_user_string(value["asset_key"]), limit=1).records
-        materialization = records[0].asset_materialization if records else None
-        entry = materialization.metadata.get("checkpoint_snapshot_id") if materialization else None
-        checkpoint = getattr(entry, "value", entry)
+        checkpoint = recorded(records[0].asset_materialization if records else None, "checkpoint_snapshot_id")
         found.append(LeftBehind(name, str(value.get("kind")), str(value.get("target")),
                                 str(checkpoint) if checkpoint not in (None, "none") else None))
     return found
+
+
+def _whole_line_status(instance: DagsterInstance, table: TableConfig, table_line_: lines.Line, source: "Table",
+                       current_id: int | None, view: WholeLine,
+                       config_path: str | None) -> tuple[TableStatus, _LineKeys]:
+    """Status of a line that does not simply follow its table: every key of the line, diagnosed."""
+    active = view.active
+    done = lines.done_in_every_asset(instance, table_line_, active)
+    problem = diagnose(instance, table_line_, source, view.known, config_path, done)
+    keys = active + ([] if problem else discover_new_keys(source, active[-1] if active else None))
+    statuses = lines.pending_statuses(instance, table_line_, keys, done)
+    status = TableStatus(
+        table.table_name, current_id, len(view.known),
+        sum(1 for k in keys if statuses.get(k) is not KeyStatus.DONE),
+        [k for k in active if statuses.get(k) is KeyStatus.FAILED],
+        problem=problem.message if problem else None, line=view.token, superseded_partitions=view.superseded)
+    return status, _LineKeys(len(keys), lambda: keys[0] if keys else None)
 
 
 def _window_status(instance: DagsterInstance, table: TableConfig, table_line_: lines.Line, source: "Table",

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from dagster import DagsterInstance, DagsterRunStatus, Definitions
 from dagster._core.utils import make_new_run_id
 
+from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.source import source_observations
 from icecdc_dagster.config import IngestConfig, PipelineConfig, TableConfig
 from icecdc_dagster.errors import LineBusyError, SyncInterruptedError
@@ -32,7 +33,8 @@ from icecdc_dagster.lease.run_thread import adopt_spark_session, interrupt_run
 from icecdc_dagster.lease.line_lock import LineLock, holding
 from icecdc_dagster.pipeline.ordering import Blocked, NextRun
 from icecdc_dagster.sensors import ingest as ingest_sensor
-from icecdc_dagster.sensors import line as lines
+from icecdc_dagster.lines import line as lines
+from icecdc_dagster.lines.window import diagnose
 from icecdc_dagster.sensors import snapshots
 from icecdc_dagster.definitions import resource
 
@@ -277,7 +279,7 @@ def sync_table(defs: Definitions, instance: DagsterInstance, table: TableConfig,
             instance.report_runless_asset_event(observation)
         return new_keys, planned
 
-    return _sync_line(context, snapshots.table_line(table), evaluate, max_runs)
+    return _sync_line(context, naming.table_line(table), evaluate, max_runs)
 
 
 def sync_ingest(defs: Definitions, instance: DagsterInstance, entry: IngestConfig,
@@ -325,7 +327,6 @@ def resync_table(config: PipelineConfig, defs: Definitions, instance: DagsterIns
     is added under the line's lock, with no run of the line in flight, so no old batch can interleave."""
     from dagster import AssetObservation
 
-    from icecdc_dagster.assets import naming
     from icecdc_dagster.errors import TableHasNoSnapshotError
     from icecdc_dagster.pipeline import lifecycle
 
@@ -338,7 +339,7 @@ def resync_table(config: PipelineConfig, defs: Definitions, instance: DagsterIns
     if current is None:
         raise TableHasNoSnapshotError(f"{table.table_name} has no snapshot yet: nothing to re-bootstrap from; "
                                       f"commit to it, then run icecdc sync")
-    line = snapshots.table_line(table)
+    line = naming.table_line(table)
     with holding(LineLock.for_instance(instance, line.line_id), context.holder, wait=context.wait,
                  on_wait=context.say, stop_requested=lambda: context.stop.requested):
         failover.fail_dead_runs(instance, line.line_id, context.holder)
@@ -347,7 +348,7 @@ def resync_table(config: PipelineConfig, defs: Definitions, instance: DagsterIns
             raise LineBusyError(f"{table.table_name}: {lines.describe_run(running)} is in flight; resync when it "
                                 f"has ended")
         known = list(instance.get_dynamic_partitions(line.partitions_name))
-        problem = snapshots.diagnose(instance, table, source, known, context.config_path)
+        problem = diagnose(instance, line, source, known, context.config_path)
         key = lifecycle.resync_key(current.snapshot_id, known)
         instance.add_dynamic_partitions(line.partitions_name, [key])
         for observation in source_observations(table, resource(defs, "catalog").name, source, [key]):

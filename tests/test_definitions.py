@@ -134,8 +134,8 @@ def test_batch_runs_carry_the_line_checks_and_maintenance_carries_the_consistenc
     from dagster import AssetCheckKey
 
     from icecdc_dagster.pipeline.ordering import NextRun
-    from icecdc_dagster.sensors import line as lines
-    from icecdc_dagster.sensors.snapshots import table_line
+    from icecdc_dagster.lines import line as lines
+    from icecdc_dagster.assets.naming import table_line
 
     config = load_config(two_table_config)
     defs = build_definitions(config)

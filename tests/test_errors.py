@@ -14,12 +14,12 @@ from dagster._core.storage.dagster_run import DagsterRun
 
 import icecdc_dagster
 from icecdc_dagster import errors
-from icecdc_dagster.assets import naming
+from icecdc_dagster.lease import failover
 from icecdc_dagster.errors import classify
 from icecdc_dagster.lease import retry
 from icecdc_dagster.lease.failover import FAILED_OVER_TAG
 from icecdc_dagster.pipeline.ordering import Blocked, NextRun
-from icecdc_dagster.sensors import line as lines
+from icecdc_dagster.lines import line as lines
 
 # Written by hand: the decision for every class (a new class fails this test until it is decided here).
 TRANSIENT = {"LineBusyError", "SyncInterruptedError", "StagingBranchLostError", "TableHasNoSnapshotError",
@@ -93,7 +93,8 @@ LINE = lines.Line("db.t", DynamicPartitionsDefinition(name="db__t"), (AssetKey([
 def _failed(instance, key: str, **tags: str) -> str:  # noqa: ANN001
     run_id = str(uuid.uuid4())
     run = instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id=run_id, status=DagsterRunStatus.STARTED,
-                                      tags={naming.TABLE_TAG: LINE.line_id, naming.FIRST_SNAPSHOT_TAG: key, **tags}))
+                                      tags={failover.TABLE_TAG: LINE.line_id, failover.FIRST_SNAPSHOT_TAG: key,
+                                            **tags}))
     instance.report_run_failed(run)
     return run_id
 

@@ -11,7 +11,7 @@ import pytest
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, in_process_executor, job, op, reconstructable
 from dagster._core.test_utils import instance_for_test
 
-from icecdc_dagster.assets import naming
+from icecdc_dagster.lease import failover
 from icecdc_dagster.launcher import DEFAULT_SWITCH_INTERVAL_MS, HOST_TAG, PID_TAG, SESSION_TAG, WarmRunLauncher
 from icecdc_dagster.lease.executor import line_executor
 from icecdc_dagster.lease.holder import ROLE_TAG, Holder
@@ -176,7 +176,7 @@ def test_warm_runs_record_their_worker_and_wait_for_a_busy_line_until_terminated
     sync_lock = LineLock.for_instance(instance, "db.orders")
     assert sync_lock.try_acquire(Holder.current(role="icecdc sync"))
     origin = reconstructable(line_job).get_python_origin()
-    run = instance.create_run_for_job(job_def=line_job, job_code_origin=origin, tags={naming.TABLE_TAG: "db.orders"})
+    run = instance.create_run_for_job(job_def=line_job, job_code_origin=origin, tags={failover.TABLE_TAG: "db.orders"})
     instance.launch_run(run.run_id, workspace=None)
     deadline = time.monotonic() + 30
     while not [e for e in instance.all_logs(run.run_id, of_type=DagsterEventType.ENGINE_EVENT)
@@ -191,7 +191,8 @@ def test_warm_runs_record_their_worker_and_wait_for_a_busy_line_until_terminated
         DagsterRunStatus.CANCELED
     assert not instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_START)
     sync_lock.release()
-    after = instance.create_run_for_job(job_def=line_job, job_code_origin=origin, tags={naming.TABLE_TAG: "db.orders"})
+    after = instance.create_run_for_job(job_def=line_job, job_code_origin=origin,
+                                        tags={failover.TABLE_TAG: "db.orders"})
     instance.launch_run(after.run_id, workspace=None)
     instance.run_launcher.join(timeout=30)
     assert instance.get_run_by_id(after.run_id).status == DagsterRunStatus.SUCCESS

@@ -24,7 +24,8 @@ from icecdc_dagster.pipeline import lifecycle
 from icecdc_dagster.pipeline.changelog_store import ChangelogStore
 from icecdc_dagster.lease import retry
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
-from icecdc_dagster.sensors.line import TAIL_PAGE
+from icecdc_dagster.lines.metadata import SOURCE_UUID, line_metadata, recorded_line
+from icecdc_dagster.lines.line import TAIL_PAGE
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
@@ -58,9 +59,7 @@ def line_keys(instance: "DagsterInstance", table: TableConfig, first_key: str) -
                                               limit=1).records
     if not records or records[0].partition_key is None:
         return None
-    materialization = records[0].asset_materialization
-    token = materialization.metadata.get("line") if materialization else None
-    recorded_line = str(getattr(token, "value", token)) if token is not None else None
+    line = recorded_line(records[0].asset_materialization)
     name = naming.partitions_name(table)
     wanted = {first_key, records[0].partition_key}
     tail: list[str] = []
@@ -76,8 +75,8 @@ def line_keys(instance: "DagsterInstance", table: TableConfig, first_key: str) -
     tail.reverse()
     if any(lifecycle.is_resync_key(key) for key in tail):
         return tail
-    if recorded_line is not None:
-        start = recorded_line if instance.get_existing_dynamic_partitions(name, [recorded_line]) else None
+    if line is not None:
+        start = line if instance.get_existing_dynamic_partitions(name, [line]) else None
     else:
         first = instance.get_paginated_dynamic_partitions(name, limit=1, ascending=True).results
         start = first[0] if first else None
@@ -132,9 +131,7 @@ def _store_batch(context: AssetExecutionContext, table: TableConfig, lineage: Li
             outcome.rows[written.name] = stored.rows
             outcome.column_lineage[written.name] = {c: [c] for c in changelog.data_columns(source)}
     parent = changelog.parent_of(source, computed.info.first_snapshot_id)
-    line_meta = {naming.SOURCE_UUID_METADATA: lifecycle.table_uuid(source)}
-    if request.line is not None:
-        line_meta["line"] = request.line
+    line_meta = {SOURCE_UUID: lifecycle.table_uuid(source), **line_metadata(request.line)}
     context.log.info(f"{table.table_name}: stored {stored.rows} change rows of snapshots "
                      f"{computed.info.first_snapshot_id}..{computed.info.snapshot_id} ({computed.kind})")
     columns = changelog.data_columns(source)

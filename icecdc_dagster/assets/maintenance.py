@@ -16,6 +16,8 @@ from dagster import (AssetExecutionContext, AssetKey, AssetsDefinition, AssetSel
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import IngestConfig, TableConfig
+from icecdc_dagster.lines.line import key_statuses
+from icecdc_dagster.lines.window import TableWindow, line_view
 from icecdc_dagster.pipeline import lifecycle, maintenance
 from icecdc_dagster.pipeline.ordering import KeyStatus
 
@@ -112,13 +114,12 @@ def needed_snapshots(instance: "DagsterInstance", table: TableConfig, source: "T
     The sensors' window when the line follows the table (a few indexed queries, whatever the history,
     so the line locks are held briefly); the whole active line's statuses otherwise (a resync without
     a batch yet, a diverged line)."""
-    from icecdc_dagster.sensors.snapshots import key_statuses, table_line, table_window
-
-    window = table_window(instance, table_line(table), source)
-    if window is not None:
-        return [int(k) for k in window.keys], [window.applied]
-    active = lifecycle.active_keys(list(instance.get_dynamic_partitions(naming.partitions_name(table))))
-    statuses = key_statuses(instance, table, active)
+    table_line = naming.table_line(table)
+    view = line_view(instance, table_line, source)
+    if isinstance(view, TableWindow):
+        return [int(k) for k in view.keys], [view.applied]
+    active = view.active
+    statuses = key_statuses(instance, table_line, active)
     pending = [lifecycle.snapshot_id_of(k) for k in active if statuses.get(k) is not KeyStatus.DONE]
     applied = [lifecycle.snapshot_id_of(k) for k in active if statuses.get(k) is KeyStatus.DONE]
     return pending, applied[-1:]

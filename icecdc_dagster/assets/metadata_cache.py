@@ -19,6 +19,7 @@ from typing import Any
 from dagster import TableSchema, deserialize_value, serialize_value
 
 from icecdc_dagster.assets import json_file
+from icecdc_dagster.lines.metadata import plain
 from icecdc_dagster.assets.table_metadata import COLUMN_SCHEMA, TABLE_NAME, URI, uri_value
 
 FILE_NAME = "table_metadata.json"
@@ -46,8 +47,8 @@ def load() -> dict[str, dict[str, Any]]:
 
 def remember(metadata: Mapping[str, Any]) -> bool:
     """Record a table's metadata (from :func:`table_metadata`); True when the file changed."""
-    name = _plain(metadata[TABLE_NAME])
-    entry = {"uri": _plain(metadata[URI]), "schema_id": metadata.get("schema_id"),
+    name = plain(metadata[TABLE_NAME])
+    entry = {"uri": plain(metadata[URI]), "schema_id": metadata.get("schema_id"),
              "column_schema": serialize_value(metadata[COLUMN_SCHEMA])}
     path = cache_path()
     if json_file.read(path).get(name) == entry:  # the common case: nothing changed, no lock, no write
@@ -71,8 +72,3 @@ def _metadata(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
     if entry.get("schema_id") is not None:
         metadata["schema_id"] = entry["schema_id"]
     return metadata
-
-
-def _plain(value: Any) -> Any:
-    """A metadata value as written (``MetadataValue.path(...)`` -> its path)."""
-    return getattr(value, "value", value)

@@ -11,6 +11,7 @@ import re
 from dagster import AssetCheckKey, AssetKey, DynamicPartitionsDefinition
 
 from icecdc_dagster.config import IngestConfig, SinkConfig, TableConfig
+from icecdc_dagster.lines.line import Line
 
 
 def _slug(text: str) -> str:
@@ -99,7 +100,15 @@ def consistency_check_keys(table: TableConfig) -> tuple[AssetCheckKey, ...]:
     return tuple(AssetCheckKey(sink_key(sink), CONSISTENCY_CHECK) for sink in table.sinks)
 
 
-TABLE_TAG = "icecdc/table"
-FIRST_SNAPSHOT_TAG = "icecdc/first_snapshot"
-LAST_SNAPSHOT_TAG = "icecdc/last_snapshot"
-SOURCE_UUID_METADATA = "source_table_uuid"  # changelog metadata: the table uuid a batch was computed from
+
+def asset_keys(table: TableConfig) -> list[AssetKey]:
+    """Every asset a run of the table's line materialises: the changelog first, then each sink."""
+    return [changelog_key(table), *(sink_key(s) for s in table.sinks)]
+
+
+def table_line(table: TableConfig) -> Line:
+    """The line Dagster knows the table by: its partitions, assets, checks, limits."""
+    return Line(line_id=table.table_name, partitions_def=partitions_def(table),
+                asset_keys=tuple(asset_keys(table)), max_keys_per_run=table.max_snapshots_per_run,
+                max_retries=table.max_retries, check_keys=batch_check_keys(table),
+                joinable=tuple(sink_key(s) for s in table.sinks))

@@ -24,6 +24,7 @@ from icecdc_dagster.pipeline.batches import batch_info, join_export, uses_row_id
 from icecdc_dagster.pipeline.changelog_store import ChangelogStore
 from icecdc_dagster.pipeline.sinks import open_configured_sink
 from icecdc_dagster.lease import retry
+from icecdc_dagster.lines.metadata import line_metadata
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 from icecdc_dagster.sinks.base import Sink
 
@@ -107,7 +108,7 @@ def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
         {"sink": target.name, "skipped_already_applied": result.skipped,
          "checkpoint_snapshot_id": str(checkpoint.snapshot_id) if checkpoint else "none",
          **{f"sink_{k}": v for k, v in result.counts.items()}, **result.details,
-         **({"line": request.line} if request.line is not None else {}),
+         **line_metadata(request.line),
          **({"joined_line_export": True} if joining else {})})
     # The data version is the source snapshot the sink now holds, as the source observation records it.
     return MaterializeResult(metadata={**metadata, **described}, data_version=DataVersion(str(info.snapshot_id)))

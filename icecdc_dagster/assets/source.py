@@ -18,7 +18,7 @@ from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.table_metadata import source_fallback, table_metadata
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.pipeline import lifecycle
-from icecdc_dagster.sensors.line import TAIL_PAGE
+from icecdc_dagster.lines.line import TAIL_PAGE
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table

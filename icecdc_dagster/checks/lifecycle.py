@@ -12,7 +12,7 @@ from icecdc_dagster.assets import naming
 from icecdc_dagster.checks.run import run_id_of
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.pipeline import lifecycle
-from icecdc_dagster.sensors.snapshots import ancestry_window, diagnose, table_line
+from icecdc_dagster.lines.window import TableWindow, diagnose, line_view
 
 
 def build_lifecycle_check(table: TableConfig, config_path: str | None) -> AssetChecksDefinition:
@@ -35,19 +35,17 @@ def build_lifecycle_check(table: TableConfig, config_path: str | None) -> AssetC
                                                          f"not created yet)"})
         uuid = lifecycle.table_uuid(source)
         metadata: dict[str, Any] = {"table_uuid": uuid}
-        window = ancestry_window(context.instance, table_line(table), source)
-        if window is not None:
+        table_line = naming.table_line(table)
+        view = line_view(context.instance, table_line, source)
+        if isinstance(view, TableWindow):
             # The line follows the table (what the sensor checks at every tick): its latest batches are
-            # in the table's ancestry, no resync is pending. Metadata and indexed queries only, whatever
-            # the history; the whole line is read and diagnosed only when this cannot tell. The next
-            # batch (the window's first snapshot) may still need an expired parent.
-            problem = (lifecycle.pending_problem(source, table.table_name, window[0], config_path)
-                       if window else None)
+            # in the table's ancestry, no resync is pending. The next batch (the window's first snapshot)
+            # may still need an expired parent.
+            problem = (lifecycle.pending_problem(source, table.table_name, view.keys[0], config_path)
+                       if view.keys else None)
         else:
-            known = list(context.instance.get_dynamic_partitions(naming.partitions_name(table)))
-            problem = diagnose(context.instance, table, source, known, config_path)
-            metadata |= {"line": lifecycle.line_token(known) or "original",
-                         "superseded_partitions": len(known) - len(lifecycle.active_keys(known))}
+            problem = diagnose(context.instance, table_line, source, view.known, config_path)
+            metadata |= {"line": view.token or "original", "superseded_partitions": view.superseded}
         if problem is None:
             return AssetCheckResult(passed=True, metadata={**metadata, "problem": "none"})
         return AssetCheckResult(passed=False, severity=AssetCheckSeverity.ERROR,

@@ -5,11 +5,11 @@ import time
 from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDefinition, AssetCheckSeverity, asset_check
 
 from icecdc_dagster.assets import naming
+from icecdc_dagster.lease import failover
 from icecdc_dagster.checks.run import run_id_of
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.pipeline import lifecycle
-from icecdc_dagster.sensors import line as lines
-from icecdc_dagster.sensors.snapshots import table_line
+from icecdc_dagster.lines import line as lines
 
 STUCK_AFTER_INTERVALS = 10
 
@@ -27,12 +27,12 @@ def build_stuck_check(table: TableConfig) -> AssetChecksDefinition:
         source = context.resources.catalog.source_table(run_id_of(context), table.table_name)
         # Only what is still pending is read (the line's frontier), never the whole history; superseded
         # partitions (before the latest resync) never run again: only the active line counts.
-        line = table_line(table)
+        line = naming.table_line(table)
         waiting = lifecycle.active_keys(lines.pending_keys(context.instance, line))
         limit_s = STUCK_AFTER_INTERVALS * table.polling_interval_s
         now_ms = time.time() * 1000
         # The first pending key failed unless this very run is its retry.
-        retrying = context.run.tags.get(naming.FIRST_SNAPSHOT_TAG)
+        retrying = context.run.tags.get(failover.FIRST_SNAPSHOT_TAG)
         failed = [k for k in waiting[:1] if k != retrying and lines.failures_of(context.instance, line, k)]
 
         def committed_ms(key: str) -> float:  # an expired snapshot: stuck (line_follows_table says why)

@@ -16,7 +16,7 @@ from icecdc_dagster.fields import (Duration, EnvRef, Flag, LocationOrUri, Model,
                                    PropertyValue, Secret, TableName, is_secret_property, local_path, parse_duration)
 from icecdc_dagster.inputs.base import InputConfig
 from icecdc_dagster.inputs.registry import INPUT_KINDS
-from icecdc_dagster.runtime.catalog import CATALOG_TYPES, CatalogSettings
+from icecdc_dagster.runtime.catalog import CATALOG_TYPES, CatalogSettings, with_password
 from icecdc_dagster.runtime.spark import SparkSettings
 from icecdc_dagster.sinks.kind import SinkConfig
 from icecdc_dagster.sinks.registry import SINK_KINDS
@@ -238,11 +238,7 @@ class CatalogConfig(Model):
         return self._settings(resolve=True)
 
     def _settings(self, resolve: bool) -> CatalogSettings:
-        uri = self.uri
-        if self.type == "sql" and self.password is not None and self.password.resolve():
-            from sqlalchemy.engine import make_url
-
-            uri = make_url(uri).set(password=self.password.resolve()).render_as_string(hide_password=False)
+        uri = with_password(self.uri, self.type, self.password.resolve() if self.password is not None else None)
         properties = {}
         for key, value in self.properties.items():
             if isinstance(value, EnvRef):

@@ -11,6 +11,7 @@ import yaml
 
 from icecdc_dagster.demo import workload
 from icecdc_dagster.definitions import resource
+from icecdc_dagster.lines.metadata import plain
 
 if TYPE_CHECKING:
     from dagster import AssetKey, DagsterInstance
@@ -164,4 +165,4 @@ def _latest_metadata(instance: "DagsterInstance", asset_key: "AssetKey", partiti
     if not result.records or result.records[0].asset_materialization is None:
         return None
     materialization = result.records[0].asset_materialization
-    return {k: getattr(v, "value", v) for k, v in (materialization.metadata or {}).items()}
+    return {k: plain(v) for k, v in (materialization.metadata or {}).items()}

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 from dagster import ConfigurableResource
 from pydantic import Field, PrivateAttr
 
-from icecdc_dagster.runtime.catalog import CatalogSettings
+from icecdc_dagster.runtime.catalog import CatalogSettings, with_password
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -28,12 +28,8 @@ class IcebergCatalogResource(ConfigurableResource):
     _catalog: "Catalog | None" = PrivateAttr(default=None)
 
     def settings(self) -> CatalogSettings:
-        uri = self.uri
-        if self.password and self.type == "sql":
-            from sqlalchemy.engine import make_url
-
-            uri = make_url(uri).set(password=self.password).render_as_string(hide_password=False)
-        return CatalogSettings(self.name, uri, self.warehouse, dict(self.properties), type=self.type)
+        return CatalogSettings(self.name, with_password(self.uri, self.type, self.password), self.warehouse,
+                               dict(self.properties), type=self.type)
 
     def load(self) -> "Catalog":
         if self._catalog is None:

@@ -21,6 +21,14 @@ SPARK_CATALOG_IMPL = "org.apache.iceberg.spark.SparkCatalog"
 CATALOG_TYPES = ("sql", "rest", "hive", "glue")
 
 
+def with_password(uri: str, catalog_type: str, password: str | None) -> str:
+    """A SQL catalog's SQLAlchemy URL with its password (kept out of the file and the resources' config
+    until now); any other catalog's URI unchanged."""
+    if catalog_type != "sql" or not password:
+        return uri
+    return make_url(uri).set(password=password).render_as_string(hide_password=False)
+
+
 @dataclass(frozen=True)
 class CatalogSettings:
     """``uri`` is a REST catalog's base URL, or for ``sql`` a SQLAlchemy URL: ``sqlite:////abs/catalog.db``

@@ -9,7 +9,7 @@ from icecdc_dagster.assets import naming
 from icecdc_dagster.config import IngestConfig
 from icecdc_dagster.pipeline.ingest import input_keys
 from icecdc_dagster.pipeline.ordering import Blocked, NextRun
-from icecdc_dagster.sensors import line
+from icecdc_dagster.lines import line
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance

@@ -19,7 +19,6 @@ from dagster._core.instance.ref import InstanceRef
 from dagster._core.test_utils import instance_for_test
 from dagster._daemon.monitoring.run_monitoring import monitor_started_run
 
-from icecdc_dagster.assets import naming
 from icecdc_dagster.launcher import MonitoredRunLauncher
 from icecdc_dagster.lease import failover
 from icecdc_dagster.lease.dagster_yaml import ensure_dagster_yaml
@@ -57,7 +56,7 @@ def _dead_holder() -> Holder:
 
 
 def _started_run(instance, holder: Holder | None, first: str = "101", extra: dict | None = None):  # noqa: ANN001
-    tags = {naming.TABLE_TAG: LINE, naming.FIRST_SNAPSHOT_TAG: first, naming.LAST_SNAPSHOT_TAG: first,
+    tags = {failover.TABLE_TAG: LINE, failover.FIRST_SNAPSHOT_TAG: first, failover.LAST_SNAPSHOT_TAG: first,
             **(holder.tags() if holder else {}), **(extra or {})}
     run = instance.create_run_for_job(job_def=line_job, tags=tags)
     instance.report_dagster_event(DagsterEvent(event_type_value=DagsterEventType.PIPELINE_START.value,
@@ -134,17 +133,17 @@ def test_a_launched_run_records_its_worker_and_waits_for_the_line(instance):
     assert sync_lock.try_acquire(Holder.current(role="icecdc sync"))
     results = []
     runner = threading.Thread(target=lambda: results.append(execute_job(
-        reconstructable(line_job), instance, tags={naming.TABLE_TAG: LINE})))
+        reconstructable(line_job), instance, tags={failover.TABLE_TAG: LINE})))
     runner.start()
     deadline = time.monotonic() + 60
     waiting = []
     while not waiting and time.monotonic() < deadline:
-        runs = instance.get_runs(RunsFilter(tags={naming.TABLE_TAG: LINE}))
+        runs = instance.get_runs(RunsFilter(tags={failover.TABLE_TAG: LINE}))
         logs = instance.all_logs(runs[0].run_id, of_type=DagsterEventType.ENGINE_EVENT) if runs else []
         waiting = [e for e in logs if "Waiting for the line lock" in (e.message or "")]
         time.sleep(0.05)
     assert waiting and "icecdc sync on" in waiting[0].message
-    (run,) = instance.get_runs(RunsFilter(tags={naming.TABLE_TAG: LINE}))
+    (run,) = instance.get_runs(RunsFilter(tags={failover.TABLE_TAG: LINE}))
     assert not instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_START)   # nothing applied meanwhile
     assert run.tags[ROLE_TAG] == "run worker" and Holder.from_tags(run.tags).pid == Holder.current().pid
     sync_lock.release()

@@ -101,8 +101,8 @@ def test_a_burst_of_kills_never_spends_the_batchs_retries(spark, catalog_setting
 
     from icecdc_dagster.config import load_config
     from icecdc_dagster.lease.failover import FAILED_OVER_TAG
-    from icecdc_dagster.sensors import line as lines
-    from icecdc_dagster.sensors.snapshots import table_line
+    from icecdc_dagster.lines import line as lines
+    from icecdc_dagster.assets.naming import table_line
     from tests.crash.scenario import BIG
 
     lake = Lake(spark, catalog, catalog_settings, tmp_path, opensearch_url, big_rows=2_000, small_rows=100)

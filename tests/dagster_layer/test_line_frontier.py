@@ -7,11 +7,11 @@ import pytest
 from dagster import AssetKey, AssetMaterialization, DagsterRunStatus, DynamicPartitionsDefinition
 from dagster._core.storage.dagster_run import DagsterRun
 
-from icecdc_dagster.assets import naming
+from icecdc_dagster.lease import failover
 from icecdc_dagster.pipeline.ordering import Blocked, NextRun
-from icecdc_dagster.sensors import line as lines
+from icecdc_dagster.lines import line as lines
 from icecdc_dagster.sensors.ingest import unknown_keys
-from icecdc_dagster.sensors.snapshots import ancestry_window
+from icecdc_dagster.lines.window import ancestry_window
 
 CHANGELOG, SINK = AssetKey(["changelog", "db", "t_changelog"]), AssetKey(["replica", "db", "db_t_copy"])
 
@@ -28,8 +28,8 @@ def materialize(instance, asset: AssetKey, *keys: str) -> None:
 
 def failed_run(instance, line: lines.Line, first: str, last: str) -> None:
     instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id=str(uuid.uuid4()), status=DagsterRunStatus.FAILURE,
-                                tags={naming.TABLE_TAG: line.line_id, naming.FIRST_SNAPSHOT_TAG: first,
-                                      naming.LAST_SNAPSHOT_TAG: last}))
+                                tags={failover.TABLE_TAG: line.line_id, failover.FIRST_SNAPSHOT_TAG: first,
+                                      failover.LAST_SNAPSHOT_TAG: last}))
 
 
 def test_pending_keys_start_after_the_newest_key_done_in_every_asset(instance):
@@ -77,7 +77,7 @@ def test_a_run_in_progress_blocks_the_line(instance):
     line = make_line()
     instance.add_dynamic_partitions(line.partitions_def.name, ["s1"])
     instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id=str(uuid.uuid4()), status=DagsterRunStatus.STARTED,
-                                tags={naming.TABLE_TAG: line.line_id, naming.FIRST_SNAPSHOT_TAG: "s1"}))
+                                tags={failover.TABLE_TAG: line.line_id, failover.FIRST_SNAPSHOT_TAG: "s1"}))
     blocked = lines.plan(instance, line)
     assert isinstance(blocked, Blocked) and blocked.key == "s1" and "in progress" in blocked.reason
 
@@ -120,7 +120,7 @@ def test_a_table_line_plans_from_its_ancestry_after_the_laggard_assets_latest_ke
 
 @pytest.mark.parametrize("polling_s, minimum", [(5, 4), (30, 29), (1, 1), (0.5, 1), (2.5, 2)])
 def test_sensor_minimum_interval_stays_under_the_polling_interval(polling_s, minimum):
-    from icecdc_dagster.sensors.line import minimum_interval
+    from icecdc_dagster.lines.line import minimum_interval
 
     assert minimum_interval(polling_s) == minimum
 

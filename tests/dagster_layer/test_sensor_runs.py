@@ -250,7 +250,7 @@ def test_code_server_ticks_share_one_instance_and_build_no_resources(spark, cata
     instance (and its storage checks) per tick. The ticks decide as before: idle, then a new snapshot."""
     from dagster import build_sensor_context
 
-    from icecdc_dagster.sensors import line
+    from icecdc_dagster.lines import line
     from icecdc_dagster.sensors.snapshots import UNCHANGED_SKIP
 
     name = catalog_settings.name

@@ -17,9 +17,9 @@ from icecdc_dagster.assets.source import build_source_asset
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
 from icecdc_dagster.pipeline.ordering import KeyStatus
-from icecdc_dagster.sensors import line as lines
+from icecdc_dagster.lines import line as lines
 from icecdc_dagster.sensors.ingest import ingest_line
-from icecdc_dagster.sensors.snapshots import table_line
+from icecdc_dagster.assets.naming import table_line
 from icecdc_dagster.status import ingest_status, table_status
 from tests.helpers import write_pipeline
 

@@ -90,7 +90,8 @@ class OpenSearchSinkConfig(SinkConfig):
     def connection_resource(self) -> "OpenSearchResource":
         from icecdc_dagster.sinks.opensearch.resource import OpenSearchResource
 
-        return OpenSearchResource.of(self)
+        return OpenSearchResource.of(list(self.hosts), self.username, self.password, self.verify_certs,
+                                     self.ca_certs, self.request_timeout_s)
 
     def settings(self, connection: Any = None, *, username: str | None = None,
                  password: str | None = None) -> "OpenSearchSinkSettings":

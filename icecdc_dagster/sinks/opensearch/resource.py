@@ -1,15 +1,11 @@
 """The Dagster adapter of the OpenSearch sink kind: the cluster connection as a resource, so the
 UI shows it, a launch can override it, and credentials are ``EnvVar``s resolved only at run time."""
 
-from typing import TYPE_CHECKING
-
-from dagster import ConfigurableResource, EnvVar
+from dagster import ConfigurableResource
 from pydantic import Field
 
 from icecdc_dagster.fields import EnvRef
-
-if TYPE_CHECKING:
-    from icecdc_dagster.sinks.opensearch.config import OpenSearchSinkConfig
+from icecdc_dagster.resources.secrets import env_var
 
 
 class OpenSearchResource(ConfigurableResource):
@@ -21,12 +17,9 @@ class OpenSearchResource(ConfigurableResource):
     request_timeout_s: float = 60.0
 
     @classmethod
-    def of(cls, config: "OpenSearchSinkConfig") -> "OpenSearchResource":
-        """The connection part of a sink config; ``{env: VAR}`` values become ``EnvVar``s."""
-
-        def secret(value: EnvRef | str | None) -> str | EnvVar | None:
-            return EnvVar(value.name) if isinstance(value, EnvRef) else value
-
-        return cls(hosts=list(config.hosts), username=secret(config.username), password=secret(config.password),
-                   verify_certs=config.verify_certs, ca_certs=config.ca_certs,
-                   request_timeout_s=config.request_timeout_s)
+    def of(cls, hosts: list[str], username: EnvRef | str | None, password: EnvRef | None, verify_certs: bool,
+           ca_certs: str | None, request_timeout_s: float) -> "OpenSearchResource":
+        """The connection part of a sink config (``connection_resource``); ``{env: VAR}`` values become
+        ``EnvVar``s."""
+        return cls(hosts=hosts, username=env_var(username), password=env_var(password), verify_certs=verify_certs,
+                   ca_certs=ca_certs, request_timeout_s=request_timeout_s)

@@ -23,7 +23,6 @@ from dagster import (AssetCheckKey, AssetKey, AssetRecordsFilter, DagsterEventTy
 from dagster._core.storage.dagster_run import FINISHED_STATUSES
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from icecdc_dagster.assets import naming
 from icecdc_dagster.errors import TERMINAL
 from icecdc_dagster.lease import failover, retry
 from icecdc_dagster.lease.holder import Holder
@@ -88,7 +87,7 @@ class Line:
     max_retries: int
     check_keys: tuple[AssetCheckKey, ...] = ()  # the checks a batch run executes (None of them: all)
     # Assets that may join the line while it runs (a table's sinks): one never materialised does not
-    # hold the line back; it gets its own export with the next batch (see ``sensors.snapshots``).
+    # hold the line back; it gets its own export with the next batch (see ``lines.window``).
     joinable: tuple[AssetKey, ...] = ()
 
     @property
@@ -96,6 +95,11 @@ class Line:
         """The name of the line's dynamic partitions (always set: lines build them by name)."""
         assert self.partitions_def.name is not None
         return self.partitions_def.name
+
+    @property
+    def first_asset(self) -> AssetKey:
+        """The asset a run of the line materialises first (a table's changelog, an entry's ingest)."""
+        return self.asset_keys[0]
 
 
 def key_statuses(instance: "DagsterInstance", line: Line, keys: Sequence[str]) -> dict[str, KeyStatus]:
@@ -112,7 +116,7 @@ def key_statuses(instance: "DagsterInstance", line: Line, keys: Sequence[str]) -
 
 def active_run(instance: "DagsterInstance", line: Line) -> "DagsterRun | None":
     records = instance.get_run_records(
-        RunsFilter(tags={naming.TABLE_TAG: line.line_id}, statuses=_ACTIVE_RUN_STATUSES), limit=1)
+        RunsFilter(tags={failover.TABLE_TAG: line.line_id}, statuses=_ACTIVE_RUN_STATUSES), limit=1)
     return records[0].dagster_run if records else None
 
 
@@ -343,8 +347,8 @@ def run_selection(line: Line, planned: NextRun) -> tuple[list[AssetKey], list[As
 
 
 def run_request(line: Line, planned: NextRun) -> RunRequest:
-    tags = {naming.TABLE_TAG: line.line_id, naming.FIRST_SNAPSHOT_TAG: planned.first_key,
-            naming.LAST_SNAPSHOT_TAG: planned.last_key}
+    tags = {failover.TABLE_TAG: line.line_id, failover.FIRST_SNAPSHOT_TAG: planned.first_key,
+            failover.LAST_SNAPSHOT_TAG: planned.last_key}
     selection, checks = run_selection(line, planned)
     if planned.first_key == planned.last_key:
         return RunRequest(run_key=planned.run_key, partition_key=planned.first_key, asset_selection=selection,

@@ -1,0 +1,3 @@
+"""A line as the Dagster instance records it: its keys in order, what each asset has materialised, the
+window of snapshots still pending, and the metadata a batch records. Below the assets, sensors, checks
+and status that read it; above ``lease`` (who holds a line) and ``pipeline.ordering`` (the plan)."""
