@@ -7,6 +7,7 @@ corrupt the target, whatever the orchestrator does.
 """
 
 import enum
+import re
 from dataclasses import dataclass, field
 
 from icecdc_dagster.errors import CheckpointError
@@ -109,3 +110,13 @@ def decide(sink_name: str, checkpoint: Checkpoint | None, batch: BatchInfo) -> D
         f"{sink_name}: refusing snapshot {batch.snapshot_id} of {batch.table_name}: the sink is at "
         f"snapshot {checkpoint.snapshot_id} (sequence {checkpoint.sequence_number}) but this batch "
         f"follows {list(batch.accepted_predecessors)}; apply the batches in between first")
+
+
+# A resync line's token is its first key, ``<snapshot id>@resync<n>`` (``pipeline.lifecycle``).
+RESYNC_KEY = re.compile(r"^(-?\d+)@resync(\d+)$")
+
+
+def line_epoch(token: str | None) -> int:
+    """0 for the original line, n for the line started by the n-th resync."""
+    match = RESYNC_KEY.match(token or "")
+    return int(match.group(2)) if match else 0

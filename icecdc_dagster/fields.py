@@ -116,8 +116,13 @@ PropertyValue = Annotated[EnvRef | str, PlainValidator(_property_value),
 """A catalog property: written plainly (kept as text; booleans as ``true``/``false``) or ``{env: VARIABLE}``."""
 
 
+def is_table_name(text: str) -> bool:
+    """``<namespace>.<table>`` (namespaces may nest)."""
+    return bool(_TABLE_NAME.match(text))
+
+
 def _table_name(value: str) -> str:
-    if not _TABLE_NAME.match(value):
+    if not is_table_name(value):
         raise ValueError("expected <namespace>.<table>")
     return value
 

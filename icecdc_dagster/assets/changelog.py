@@ -15,7 +15,8 @@ from icecdc_dagster.assets import line_record, naming
 from icecdc_dagster.assets.lineage import lineage_run
 from icecdc_dagster.assets.metadata import batch_metadata
 from icecdc_dagster.assets.table_metadata import (CHANGELOG_DOCS, COLUMN_LINEAGE, PARTITION_ROW_COUNT,
-                                                  changelog_fallback, column_lineage, described_table)
+                                                  changelog_fallback, column_lineage)
+from icecdc_dagster.assets.metadata_cache import described_table
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.lineage import LineageDataset, LineageEmitter, iceberg_dataset
 from icecdc_dagster.pipeline.batches import (BatchRequest, compute_batch, identifier_columns_of, keys_to_request,

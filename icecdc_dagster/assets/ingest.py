@@ -25,7 +25,8 @@ from dagster._core.definitions.data_version import DATA_VERSION_TAG
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.lineage import ingest_lineage_run
 from icecdc_dagster.assets.table_metadata import (COLUMN_SCHEMA, DEAD_LETTER_DOCS, PARTITION_ROW_COUNT, ROW_COUNT,
-                                                  TABLE_NAME, column_schema, described_table, source_fallback)
+                                                  TABLE_NAME, column_schema, source_fallback)
+from icecdc_dagster.assets.metadata_cache import described_table
 from icecdc_dagster.config import IngestConfig
 from icecdc_dagster.ingest import dead_letters, routing
 from icecdc_dagster.ingest.pipeline import IngestResult, ingest_files, recorded_batches

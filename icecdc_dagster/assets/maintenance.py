@@ -85,7 +85,7 @@ def build_maintenance_asset(table: TableConfig, writers: tuple[IngestConfig, ...
                 needed = pending + applied
                 guarded = maintenance.guarded_expiry_cutoff(source, needed, cutoff)
                 done.expired_snapshots = maintenance.expire_snapshots(spark, catalog.name, table.table_name, guarded)
-                done.notes.append(f"expired before {maintenance._timestamp(guarded)} UTC (retention guard)")
+                done.notes.append(f"expired before {maintenance.utc_timestamp(guarded)} UTC (retention guard)")
                 results.append(done)
             results.append(maintenance.expire_changelog(spark, catalog.name, table.table_name,
                                                         table.changelog_retention_s, set(pending), now_s=now))

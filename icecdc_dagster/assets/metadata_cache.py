@@ -11,16 +11,20 @@ Dagster home), keyed by ``dagster/table_name`` (catalog.namespace.table). Update
 by an OS file lock and replace the file atomically; an unreadable file is treated as empty.
 """
 
+import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagster import TableSchema, deserialize_value, serialize_value
 
 from icecdc_dagster.assets import json_file
 from icecdc_dagster.lines.metadata import plain
-from icecdc_dagster.assets.table_metadata import COLUMN_SCHEMA, TABLE_NAME, URI, uri_value
+from icecdc_dagster.assets.table_metadata import COLUMN_SCHEMA, TABLE_NAME, URI, table_metadata, uri_value
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
 
 FILE_NAME = "table_metadata.json"
 
@@ -71,4 +75,16 @@ def _metadata(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
                                 COLUMN_SCHEMA: deserialize_value(entry["column_schema"], TableSchema)}
     if entry.get("schema_id") is not None:
         metadata["schema_id"] = entry["schema_id"]
+    return metadata
+
+
+def described_table(catalog_name: str, table: "Table", identifier_columns: Sequence[str] = (),
+                    docs: Mapping[str, str] | None = None, fallback: str | None = None) -> dict[str, Any]:
+    """:func:`table_metadata` of a table a step wrote, remembered for the next definitions load."""
+    metadata = table_metadata(catalog_name, table, identifier_columns, docs, fallback)
+    try:
+        remember(metadata)
+    except OSError as exc:  # a read-only home costs the next load its metadata, never the batch
+        logging.getLogger(__name__).warning("table metadata not remembered in %s: %s",
+                                            cache_path(), exc)
     return metadata

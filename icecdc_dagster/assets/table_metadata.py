@@ -17,11 +17,11 @@ Definition metadata (what the asset pages show before and between runs) costs no
 asset at load: a source's from the table the load checks read anyway; a replica's derived from that
 source (:meth:`SinkConfig.target_schema`), a dead-letter table's from the schema the engine creates;
 the changelog store's and an ingest target's (and every table's location) from a small cache
-(:mod:`icecdc_dagster.assets.metadata_cache`) that each materialisation refreshes when the table's
+(:mod:`icecdc_dagster.assets.metadata_cache`, :func:`~.metadata_cache.described_table`) that each
+materialisation refreshes when the table's
 schema or location changed.
 """
 
-import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -113,20 +113,6 @@ def table_metadata(catalog_name: str, table: "Table", identifier_columns: Sequen
     rows = exact_row_count(table)
     if rows is not None:
         metadata[ROW_COUNT] = rows
-    return metadata
-
-
-def described_table(catalog_name: str, table: "Table", identifier_columns: Sequence[str] = (),
-                    docs: Mapping[str, str] | None = None, fallback: str | None = None) -> dict[str, Any]:
-    """:func:`table_metadata` of a table a step wrote, remembered for the next definitions load."""
-    from icecdc_dagster.assets import metadata_cache
-
-    metadata = table_metadata(catalog_name, table, identifier_columns, docs, fallback)
-    try:
-        metadata_cache.remember(metadata)
-    except OSError as exc:  # a read-only home costs the next load its metadata, never the batch
-        logging.getLogger(__name__).warning("table metadata not remembered in %s: %s",
-                                            metadata_cache.cache_path(), exc)
     return metadata
 
 

@@ -140,7 +140,7 @@ def parent_of(table: "Table", snapshot_id: int) -> int | None:
     return snapshot_or_raise(table, snapshot_id).parent_snapshot_id
 
 
-def _partition_key(partition: "Record | None") -> tuple:
+def partition_key(partition: "Record | None") -> tuple:
     if partition is None:
         return ()
     return tuple(partition[i] for i in range(len(partition)))
@@ -214,7 +214,7 @@ def plan_snapshot(table: "Table", snapshot_id: int, data_file_changes: DataFileC
             if entry.snapshot_id != snapshot.snapshot_id or entry.status == ManifestEntryStatus.EXISTING:
                 continue
             data_file = entry.data_file
-            key = (manifest.partition_spec_id, _partition_key(data_file.partition))
+            key = (manifest.partition_spec_id, partition_key(data_file.partition))
             partitions.add(key)
             is_added = entry.status == ManifestEntryStatus.ADDED
             if data_file.content == DataFileContent.DATA:

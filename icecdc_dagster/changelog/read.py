@@ -23,7 +23,7 @@ from pyiceberg.conversions import from_bytes
 from pyiceberg.manifest import DataFileContent, ManifestContent
 
 from icecdc_dagster.changelog.plan import (
-    ChangedDataFile, ChangedFile, DataFileChanges, SnapshotPlan, snapshot_or_raise)
+    ChangedDataFile, ChangedFile, DataFileChanges, SnapshotPlan, partition_key, snapshot_or_raise)
 from icecdc_dagster.column_names import quote
 from icecdc_dagster.runtime.java import JavaObject, gateway, jvm
 
@@ -329,8 +329,6 @@ def _parent_files_in_partitions(table: "Table", parent_id: int, partitions: set[
     """
     if not partitions:
         return set()
-    from icecdc_dagster.changelog.plan import _partition_key
-
     snapshot = snapshot_or_raise(table, parent_id)
     result = set()
     global_delete = any(not values for _, values in partitions)  # unpartitioned delete: every file
@@ -340,7 +338,7 @@ def _parent_files_in_partitions(table: "Table", parent_id: int, partitions: set[
         if not global_delete and not _manifest_may_hold(table, manifest, partitions):
             continue
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-            key = (manifest.partition_spec_id, _partition_key(entry.data_file.partition))
+            key = (manifest.partition_spec_id, partition_key(entry.data_file.partition))
             if key in partitions or global_delete:
                 result.add(entry.data_file.file_path)
     return result

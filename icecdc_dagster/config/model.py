@@ -13,7 +13,8 @@ from pydantic import (AfterValidator, Discriminator, Field, PrivateAttr, Tag, Va
 
 from icecdc_dagster.errors import ConfigError
 from icecdc_dagster.fields import (Duration, EnvRef, Flag, LocationOrUri, Model, Names, NonNegativeInt, PositiveInt,
-                                   PropertyValue, Secret, TableName, is_secret_property, local_path, parse_duration)
+                                   PropertyValue, Secret, TableName, is_secret_property, is_table_name, local_path,
+                                   parse_duration)
 from icecdc_dagster.inputs.base import InputConfig
 from icecdc_dagster.inputs.registry import INPUT_KINDS
 from icecdc_dagster.runtime.catalog import CATALOG_TYPES, CatalogSettings, with_password
@@ -158,7 +159,7 @@ class IngestConfig(Model):
 
         if routing.is_template(target):
             routing.namespace_of(target)  # ValueError names the fixed namespace rule
-        elif not _is_table_name(target):
+        elif not is_table_name(target):
             raise ValueError("expected <namespace>.<table> or a template like db.{source.table}")
         return target
 
@@ -175,12 +176,6 @@ class IngestConfig(Model):
             raise ValueError("identifier_columns per target only applies to a routing template; "
                              "give a list of columns for a fixed target")
         return self
-
-
-def _is_table_name(text: str) -> bool:
-    from icecdc_dagster.fields import _TABLE_NAME
-
-    return bool(_TABLE_NAME.match(text))
 
 
 class CatalogConfig(Model):

@@ -23,7 +23,7 @@ from icecdc_dagster.ingest import schema_inference as si
 from icecdc_dagster.errors import IngestError
 
 INSERT, UPDATE, DELETE = "insert", "update", "delete"
-_OPS = {"c": INSERT, "r": INSERT, "i": INSERT, "insert": INSERT, "create": INSERT, "index": INSERT,
+OPS = {"c": INSERT, "r": INSERT, "i": INSERT, "insert": INSERT, "create": INSERT, "index": INSERT,
         "u": UPDATE, "update": UPDATE, "d": DELETE, "delete": DELETE}
 EPOCH = dt.datetime(1970, 1, 1)
 EPOCH_DATE = dt.date(1970, 1, 1)
@@ -47,7 +47,7 @@ class Envelope:
 
 
 def map_op(op: Any) -> str:
-    mapped = _OPS.get(str(op).lower()) if op is not None else None
+    mapped = OPS.get(str(op).lower()) if op is not None else None
     if mapped is None:
         raise EventError(f"unknown op {op!r}")
     return mapped

@@ -34,8 +34,11 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from icecdc_dagster.ingest import debezium, landing
+from icecdc_dagster.ingest.coercion import IGNORED_FIELDS
+from icecdc_dagster.ingest.columns import NOTES, RAW, REASON, SOURCE_FILE, SOURCE_OFFSET, TOMBSTONE, WIDEN
 from icecdc_dagster.ingest import schema_inference as si
-from icecdc_dagster.ingest.debezium import _OPS, DELETE, INSERT, Logical
+from icecdc_dagster.ingest.debezium import OPS, DELETE, INSERT, Logical
+from icecdc_dagster.writer.merge import OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -413,8 +416,6 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
     raw, source position and notes (``ignored_fields``), as the Python rules would produce them.
     ``branches``: schema blocks (:func:`sample_branches`) whose lines are decoded natively too.
     """
-    from icecdc_dagster.ingest import pipeline as p  # the column names the pipeline shares with the Python rules
-
     raw = F.col("raw")
     frame, typed_columns, payload_typed = _parsed_lines(lines, columns, branches)
     deleting = F.col(_OP_TEXT) == F.lit(DELETE)
@@ -434,20 +435,20 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
     reason = F.when(~tombstone, _null_reason(columns, values, keys, deleting))
     known_keys = F.array(*[F.lit(k) for k in known]) if known else F.array().cast("array<string>")
     ignored = F.size(F.array_except(F.map_keys(image), known_keys)).cast("long")
-    ops_out = F.when(tombstone, F.lit(p.TOMBSTONE)).when(F.col(_OP_TEXT) == F.lit(INSERT), F.lit(p.OP_INSERT)).when(
-        deleting, F.lit(p.OP_DELETE)).otherwise(F.lit(p.OP_UPSERT))
+    ops_out = F.when(tombstone, F.lit(TOMBSTONE)).when(F.col(_OP_TEXT) == F.lit(INSERT), F.lit(OP_INSERT)).when(
+        deleting, F.lit(OP_DELETE)).otherwise(F.lit(OP_UPSERT))
     empty_notes = F.create_map().cast("map<string,bigint>")
     return frame.select(
         *[F.when(reason.isNull(), v.cast(c.dtype).alias(c.name)).alias(c.name)
           for v, c in zip(values, columns, strict=True)],
-        ops_out.alias(p.OP_COLUMN),
-        (F.col("file_index") * F.lit(order_file_shift) + F.col("source_offset")).alias(p.ORDER_COLUMN),
+        ops_out.alias(OP_COLUMN),
+        (F.col("file_index") * F.lit(order_file_shift) + F.col("source_offset")).alias(ORDER_COLUMN),
         # the raw line is kept only where it is needed: dead letters and the Python rules (a smaller cache)
-        reason.alias(p.REASON), F.when(reason.isNotNull() | ~fast, raw).alias(p.RAW),
-        F.col("source_file").alias(p.SOURCE_FILE), F.col("source_offset").alias(p.SOURCE_OFFSET),
-        F.when(reason.isNull() & (ignored > 0), F.create_map(F.lit(p.IGNORED_FIELDS), ignored))
-        .otherwise(empty_notes).alias(p.NOTES),
-        F.lit(None).cast("map<string,string>").alias(p.WIDEN), "file_index", fast.alias(FAST))
+        reason.alias(REASON), F.when(reason.isNotNull() | ~fast, raw).alias(RAW),
+        F.col("source_file").alias(SOURCE_FILE), F.col("source_offset").alias(SOURCE_OFFSET),
+        F.when(reason.isNull() & (ignored > 0), F.create_map(F.lit(IGNORED_FIELDS), ignored))
+        .otherwise(empty_notes).alias(NOTES),
+        F.lit(None).cast("map<string,string>").alias(WIDEN), "file_index", fast.alias(FAST))
 
 
 def _parsed_lines(lines: DataFrame, columns: Sequence[TargetColumn], branches: Sequence[SchemaBranch]
@@ -465,7 +466,7 @@ def _parsed_lines(lines: DataFrame, columns: Sequence[TargetColumn], branches: S
     envelope = T.StructType([T.StructField("schema", T.StringType()), T.StructField("payload", payload),
                              T.StructField("op", T.StringType()), T.StructField("before", image_map),
                              T.StructField("after", image_map)])
-    op_map = F.create_map(*[x for k, v in _OPS.items() for x in (F.lit(k), F.lit(v))])
+    op_map = F.create_map(*[x for k, v in OPS.items() for x in (F.lit(k), F.lit(v))])
     typed_columns = [c for c in columns if isinstance(c.dtype, (T.DecimalType, T.BinaryType))]
     epoch_types: dict[str, T.DataType] = {}
     if branches:
@@ -616,12 +617,10 @@ def split(classified: DataFrame) -> tuple[DataFrame, DataFrame]:
     Materialise (persist) it first: a filter on the flag would otherwise be pushed below the projection
     and repeat every JSON parse once per reference.
     """
-    from icecdc_dagster.ingest import pipeline as p
-
     native = classified.where(F.col(FAST)).drop(FAST, "file_index")
-    rest = classified.where(~F.col(FAST)).select("file_index", F.col(p.SOURCE_FILE).alias("source_file"),
-                                                 F.col(p.SOURCE_OFFSET).alias("source_offset"),
-                                                 F.col(p.RAW).alias("raw"))
+    rest = classified.where(~F.col(FAST)).select("file_index", F.col(SOURCE_FILE).alias("source_file"),
+                                                 F.col(SOURCE_OFFSET).alias("source_offset"),
+                                                 F.col(RAW).alias("raw"))
     return native, rest
 
 

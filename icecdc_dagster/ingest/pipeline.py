@@ -20,6 +20,7 @@ from pyspark.sql import types as T
 
 from icecdc_dagster.errors import TargetTableMissingError
 from icecdc_dagster.ingest import dead_letters, horizon, landing, native, routing
+from icecdc_dagster.ingest.columns import NOTES, RAW, REASON, SOURCE_FILE, SOURCE_OFFSET, TOMBSTONE, WIDEN
 from icecdc_dagster.ingest.coercion import IGNORED_FIELDS, STRINGIFIED, CoercionError, coerce
 from icecdc_dagster.ingest.debezium import DELETE, INSERT, NANOS_TRUNCATED, EventError, loads, parse_line
 from icecdc_dagster.ingest.schema_inference import merge_types, spark_type, widened
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 
 LANDING_PROPERTY = "icecdc.landing"
 TARGETS_PROPERTY = "icecdc.batch-targets"
-TOMBSTONE = "tombstone"
 ORDER_FILE_SHIFT = 1 << 40
 PARSED_SCHEMA = T.StructType([
     T.StructField("file_index", T.LongType()), T.StructField("source_file", T.StringType()),
@@ -46,10 +46,6 @@ PARSED_SCHEMA = T.StructType([
     # (name, Iceberg type) in the envelope's field order: a list, since a map would lose that order
     T.StructField("field_types", T.ArrayType(T.StructType([T.StructField("name", T.StringType()),
                                                            T.StructField("type", T.StringType())])))])
-# Columns the coercion pass adds next to the table's own (prefixed: a table may have a column "raw" or "reason").
-REASON, RAW, SOURCE_FILE, SOURCE_OFFSET = ("_icecdc_reason", "_icecdc_raw", "_icecdc_source_file",
-                                           "_icecdc_source_offset")
-NOTES, WIDEN = "_icecdc_notes", "_icecdc_widen"
 # Declared coercion rules whose applications every run counts (docs/ingestion.md).
 RULE_COUNTS = (IGNORED_FIELDS, STRINGIFIED, NANOS_TRUNCATED)
 # Lines the native reader routed to the Python rules (a native-path batch counts them: they cost the most).

@@ -16,6 +16,7 @@ from typing import Any
 from pyspark.sql import types as T
 
 from icecdc_dagster.errors import SchemaDeclarationError
+from icecdc_dagster.writer.type_ddl import split_top
 
 MAX_DECIMAL_PRECISION = 38
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
@@ -183,50 +184,6 @@ def _struct_fields(t: str) -> list[tuple[str, str]]:
         name, _, inner = part.partition(":")
         out.append((name.strip(), inner.strip()))
     return out
-
-
-def split_top(text: str, sep: str = ",") -> list[str]:
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch in "<(":
-            depth += 1
-        elif ch in ">)":
-            depth -= 1
-        elif ch == sep and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return [p.strip() for p in parts if p.strip()]
-
-
-_PRIMITIVE_DDL = {"boolean": "boolean", "int": "int", "integer": "int", "long": "bigint", "bigint": "bigint",
-                  "float": "float", "double": "double", "date": "date", "timestamp": "timestamp_ntz",
-                  "timestamp_ntz": "timestamp_ntz", "timestamptz": "timestamp", "string": "string",
-                  "uuid": "string", "binary": "binary"}
-
-
-def spark_ddl(iceberg_type: str, where: str = "") -> str:
-    """Spark DDL for an Iceberg type string (used for CREATE TABLE / ADD COLUMN)."""
-    t = iceberg_type.strip()
-    low = t.lower()
-    if low in _PRIMITIVE_DDL:
-        return _PRIMITIVE_DDL[low]
-    if low.startswith("decimal(") or low.startswith("fixed["):
-        return t if low.startswith("decimal(") else "binary"
-    if low.startswith("struct<") and t.endswith(">"):
-        fields = []
-        for part in split_top(t[7:-1]):
-            name, _, inner = part.partition(":")
-            fields.append(f"`{name.strip()}`: {spark_ddl(inner, where)}")
-        return "struct<" + ", ".join(fields) + ">"
-    if low.startswith("list<") and t.endswith(">"):
-        return f"array<{spark_ddl(t[5:-1], where)}>"
-    if low.startswith("map<") and t.endswith(">"):
-        key, value = split_top(t[4:-1])
-        return f"map<{spark_ddl(key, where)}, {spark_ddl(value, where)}>"
-    if low == "time":
-        raise SchemaDeclarationError(f"{where}: Spark 3.5 cannot write Iceberg 'time' columns; declare string")
-    raise SchemaDeclarationError(f"{where}: unknown Iceberg type {iceberg_type!r}")
 
 
 _SPARK_PRIMITIVES = {"boolean": T.BooleanType(), "int": T.IntegerType(), "integer": T.IntegerType(),

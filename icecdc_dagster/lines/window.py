@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from dagster import AssetKey, AssetRecordsFilter
 
 from icecdc_dagster import changelog
+from icecdc_dagster.batch import line_epoch
 from icecdc_dagster.errors import SnapshotNotFoundError
 from icecdc_dagster.lines import metadata
 from icecdc_dagster.lines.line import Line, done_in_every_asset, materialised_keys
@@ -149,7 +150,7 @@ def table_window(instance: "DagsterInstance", table_line: Line, source_table: "T
     if len(lines) > 1:
         return None
     current_line = lines.pop()
-    epoch = lifecycle.line_epoch(current_line)
+    epoch = line_epoch(current_line)
     windows: dict[int, list[str]] = {}
     for anchor in anchors:
         try:

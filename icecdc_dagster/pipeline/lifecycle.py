@@ -14,10 +14,10 @@ an asset check use it instead of raising on every tick. No Dagster imports here.
 
 from typing import TYPE_CHECKING
 import enum
-import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from icecdc_dagster.batch import RESYNC_KEY
 from icecdc_dagster.errors import (LineDivergedError, SnapshotExpiredError, TableRecreatedError,
                                    TableRolledBackError)
 
@@ -25,20 +25,16 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 RESYNC_MARK = "@resync"
-_RESYNC_RE = re.compile(r"^(-?\d+)@resync(\d+)$")
-# OpenSearch external versions of line n are n * 2**40 + the source sequence number, so the export
-# of a new line outranks every document the old line wrote (a recreated table restarts at 1).
-VERSION_EPOCH_SHIFT = 40
 
 
 def snapshot_id_of(key: str) -> int:
     """The snapshot id of a partition key (``123`` or ``123@resync2``)."""
-    match = _RESYNC_RE.match(key)
+    match = RESYNC_KEY.match(key)
     return int(match.group(1)) if match else int(key)
 
 
 def is_resync_key(key: str) -> bool:
-    return _RESYNC_RE.match(key) is not None
+    return RESYNC_KEY.match(key) is not None
 
 
 def resync_key(snapshot_id: int, keys: Sequence[str]) -> str:
@@ -67,16 +63,6 @@ def line_token(keys: Sequence[str]) -> str | None:
     """The resync key of the active line, None for the original line."""
     first = active_keys(keys)[:1]
     return first[0] if first and is_resync_key(first[0]) else None
-
-
-def line_epoch(token: str | None) -> int:
-    """0 for the original line, n for the line started by the n-th resync."""
-    match = _RESYNC_RE.match(token or "")
-    return int(match.group(2)) if match else 0
-
-
-def version_offset(token: str | None) -> int:
-    return line_epoch(token) << VERSION_EPOCH_SHIFT
 
 
 def recovery_command(config_path: str | None, table_name: str) -> str:

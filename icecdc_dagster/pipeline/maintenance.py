@@ -42,7 +42,7 @@ class TableMaintenance:
     notes: list[str] = field(default_factory=list)
 
 
-def _timestamp(epoch_s: float) -> str:
+def utc_timestamp(epoch_s: float) -> str:
     return datetime.fromtimestamp(epoch_s, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
@@ -82,7 +82,7 @@ def compact(spark: Any, catalog_name: str, table: str,
 def expire_snapshots(spark: Any, catalog_name: str, table: str, older_than_s: float) -> int:
     """Expire snapshots committed before ``older_than_s`` (epoch seconds); the current one always stays."""
     row = spark.sql(f"CALL {catalog_name}.system.expire_snapshots(table => '{table}', "
-                    f"older_than => TIMESTAMP '{_timestamp(older_than_s)}', retain_last => 1)").first()
+                    f"older_than => TIMESTAMP '{utc_timestamp(older_than_s)}', retain_last => 1)").first()
     return int(row["deleted_manifest_lists_count"] or 0) if row else 0
 
 
@@ -101,7 +101,7 @@ def expire_changelog(spark: Any, catalog_name: str, source_table: str, retention
     cutoff = (now_s if now_s is not None else time.time()) - retention_s
     # One row per batch (an aggregate over the store, never its change rows).
     old = (spark.table(fq).groupBy(BATCH_SNAPSHOT_ID).agg(F.max("_commit_timestamp").alias("t"))
-           .where(F.col("t") < F.lit(_timestamp(cutoff)).cast("timestamp")).select(BATCH_SNAPSHOT_ID).collect())
+           .where(F.col("t") < F.lit(utc_timestamp(cutoff)).cast("timestamp")).select(BATCH_SNAPSHOT_ID).collect())
     drop = sorted(int(r[0]) for r in old if int(r[0]) not in keep_batches)
     if drop:
         ids = ", ".join(str(i) for i in drop)

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from icecdc_dagster.errors import SchemaDeclarationError
-from icecdc_dagster.ingest.schema_inference import spark_ddl
+from icecdc_dagster.writer.type_ddl import spark_ddl
 from icecdc_dagster.writer.tables import spark_catalog
 
 DEFAULT_PROPERTIES = {"format-version": "2", "write.merge.mode": "merge-on-read",

@@ -11,7 +11,8 @@ from pyspark.sql import types as T
 from icecdc_dagster.ingest import landing, routing
 from icecdc_dagster.ingest.coercion import CoercionError, coerce
 from icecdc_dagster.ingest.debezium import DELETE, INSERT, UPDATE, EventError, map_op, parse_line
-from icecdc_dagster.ingest.schema_inference import merge_types, spark_ddl, type_of_value
+from icecdc_dagster.ingest.schema_inference import merge_types, type_of_value
+from icecdc_dagster.writer.type_ddl import spark_ddl
 
 
 @pytest.mark.parametrize("op,expected", [("c", INSERT), ("R", INSERT), ("i", INSERT), ("Insert", INSERT),

@@ -9,6 +9,7 @@ from icecdc_dagster.errors import CheckpointError, SupersededPartitionError, Tab
 from icecdc_dagster.pipeline import lifecycle
 from icecdc_dagster.pipeline.batches import keys_to_request
 from icecdc_dagster.pipeline.maintenance import MAX_SNAPSHOT_AGE_PROPERTY, retention_warning
+from icecdc_dagster.sinks.opensearch.sink import version_offset
 
 
 def test_resync_keys_mark_the_active_line_and_supersede_the_rest():
@@ -21,7 +22,7 @@ def test_resync_keys_mark_the_active_line_and_supersede_the_rest():
     assert lifecycle.line_token(keys) == "12@resync1" and lifecycle.line_token(["11"]) is None
     second = lifecycle.resync_key(14, keys)
     assert second == "14@resync2" and lifecycle.active_keys([*keys, second]) == [second]
-    assert lifecycle.version_offset(second) == 2 << 40 and lifecycle.version_offset(None) == 0
+    assert version_offset(second) == 2 << 40 and version_offset(None) == 0
     # A resync bootstrap is an export (even with export disabled); superseded keys are refused.
     request = keys_to_request("db.t", ["12@resync1"], keys, True, ("id",))
     assert request.includes_bootstrap and not request.disable_export and request.line == "12@resync1"

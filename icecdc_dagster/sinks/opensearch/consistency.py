@@ -10,7 +10,7 @@ import json
 
 from icecdc_dagster import changelog
 from icecdc_dagster.batch import ICEBERG_OPERATION, ICEBERG_TABLE_NAME, INSERT, UPDATE_AFTER
-from icecdc_dagster.pipeline.batches import uses_row_lineage
+from icecdc_dagster.changelog import uses_row_lineage
 from icecdc_dagster.sinks.kind import Comparison, SinkContext
 from icecdc_dagster.sinks.opensearch.documents import ICEBERG_METADATA_COLUMNS, ID, SOURCE, bulk_rows
 from icecdc_dagster.sinks.opensearch.settings import OpenSearchSinkSettings

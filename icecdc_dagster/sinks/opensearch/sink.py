@@ -34,7 +34,6 @@ from pyspark.sql import functions as F
 from icecdc_dagster import batch as b
 from icecdc_dagster.batch import BatchInfo, Checkpoint, Decision, decide
 from icecdc_dagster.errors import CheckpointError, ConfigError, ReindexError, SinkUnavailableError, SinkWriteError
-from icecdc_dagster.pipeline.lifecycle import version_offset
 from icecdc_dagster.sinks.base import ApplyResult
 from icecdc_dagster.sinks.opensearch import checkpoint as cp
 from icecdc_dagster.sinks.opensearch import versions as vs
@@ -49,6 +48,15 @@ from icecdc_dagster.sinks.opensearch.writer import write_bulk_rows
 # (snapshot id, identifier columns) -> a block yielding the CDC events of every row of the source at
 # that snapshot (the export path); what a new index version is filled from.
 SourceExport = Callable[[int, tuple[str, ...]], AbstractContextManager[DataFrame]]
+
+
+# OpenSearch external versions of line n are n * 2**40 + the source sequence number, so the export
+# of a new line outranks every document the old line wrote (a recreated table restarts at 1).
+VERSION_EPOCH_SHIFT = 40
+
+
+def version_offset(token: str | None) -> int:
+    return b.line_epoch(token) << VERSION_EPOCH_SHIFT
 
 
 class DeleteWithoutDocumentIdError(SinkWriteError):
