@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 
-def build_resources(config: PipelineConfig) -> dict:
-    resources: dict = {
+def build_resources(config: PipelineConfig) -> dict[str, Any]:
+    resources: dict[str, Any] = {
         "catalog": IcebergCatalogResource(type=config.catalog.type, name=config.catalog.name, uri=config.catalog.uri,
                                           warehouse=config.catalog.warehouse,
                                           password=env_var(config.catalog.password),
@@ -53,9 +53,9 @@ def build_resources(config: PipelineConfig) -> dict:
     return resources
 
 
-def ingest_writers(config: PipelineConfig) -> dict[str, tuple]:
+def ingest_writers(config: PipelineConfig) -> dict[str, tuple[Any, ...]]:
     """Table name -> keys of the ingest assets whose fixed target it is."""
-    writers: dict[str, tuple] = {}
+    writers: dict[str, tuple[Any, ...]] = {}
     for entry in config.ingest:
         target = fixed_target(entry)
         if target:
@@ -106,7 +106,8 @@ def check_format_version(config: PipelineConfig, table: TableConfig, source: "Ta
 
 def _rows_identifiable(table: TableConfig, source: "Table") -> bool:
     """A sink can name a row: identifier columns, v3 row lineage, or the table is declared append-only."""
-    from icecdc_dagster.pipeline.batches import identifier_columns_of, uses_row_lineage
+    from icecdc_dagster.changelog import uses_row_lineage
+    from icecdc_dagster.pipeline.batches import identifier_columns_of
 
     keyed = bool(identifier_columns_of(table.identifier_columns, source))
     return table.append_only or keyed or uses_row_lineage(source)

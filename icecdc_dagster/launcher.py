@@ -240,11 +240,11 @@ def _warm_recon_job(recon_job: ReconstructableJob) -> ReconstructableJob:
     return recon_job._replace(repository=_WarmRepository._make(recon_job.repository))
 
 
-_DEFINITIONS: dict[tuple, "RepositoryDefinition"] = {}
+_DEFINITIONS: dict[tuple[Any, ...], "RepositoryDefinition"] = {}
 _DEFINITIONS_LOCK = threading.Lock()
 
 
-def _config_stamp() -> tuple | None:
+def _config_stamp() -> tuple[Any, ...] | None:
     """The pipeline file the definitions are built from (``$ICECDC_CONFIG``): a change rebuilds them."""
     path = os.environ.get("ICECDC_CONFIG")
     if not path:
@@ -294,7 +294,7 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
         self._workers_wanted = workers
         self._sqlite_synchronous = sqlite_synchronous
         self._switch_interval_ms = switch_interval_ms
-        self._queue: queue.Queue = queue.Queue()
+        self._queue: queue.Queue[Any] = queue.Queue()
         self._workers: list[threading.Thread] = []
         self._watcher: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -317,7 +317,7 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
         return self._workers_wanted
 
     @classmethod
-    def config_type(cls) -> dict:
+    def config_type(cls) -> dict[str, Any]:
         return {"workers": Field(IntSource, is_required=False, default_value=1,
                                  description="Runs executing at once (lanes sharing the SparkSession)."),
                 "sqlite_synchronous": Field(StringSource, is_required=False,

@@ -1,6 +1,6 @@
 """Where each table and sink stands: checkpoint, pending snapshots, lag."""
 
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 import time
 from dataclasses import dataclass, field
 
@@ -146,7 +146,7 @@ def _count_expired(defs: Definitions, entry: IngestConfig, status: IngestStatus)
         status.error = str(exc)[:200]
 
 
-def status_document(tables: "list[TableStatus]", ingests: "list[IngestStatus]") -> dict:
+def status_document(tables: "list[TableStatus]", ingests: "list[IngestStatus]") -> dict[str, Any]:
     """``icecdc status --json``: snapshot ids as strings. They exceed 2^53, and JavaScript and jq read
     JSON numbers as doubles (…512166 would come back as …512000)."""
     import dataclasses

@@ -11,7 +11,7 @@ worker are failed over before planning. A stop request (SIGINT/SIGTERM) abandons
 flight before its commit where it can (run CANCELED) and stops before the next one.
 """
 
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 import os
 import signal
 import threading
@@ -127,7 +127,7 @@ class SyncContext:
     on_batch: Callable[[str, str, str, DagsterRunStatus | None, float], None] | None = None
 
 
-def console_log_config(level: str) -> dict:
+def console_log_config(level: str) -> dict[str, Any]:
     """Run config for Dagster's console logger at ``level`` (the event log keeps everything)."""
     return {"loggers": {"console": {"config": {"log_level": level.upper()}}}}
 

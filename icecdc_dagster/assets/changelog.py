@@ -103,7 +103,7 @@ def build_changelog_asset(table: TableConfig, lineage: LineageEmitter | None = N
                   **(described or {})},
     )
     def _changelog(context: AssetExecutionContext, spark: SparkResource,
-                   catalog: IcebergCatalogResource) -> MaterializeResult:
+                   catalog: IcebergCatalogResource) -> MaterializeResult[Any]:
         with retry.classified(context.instance, context.run_id):
             return _store_batch(context, table, lineage, spark, catalog)
 
@@ -111,7 +111,7 @@ def build_changelog_asset(table: TableConfig, lineage: LineageEmitter | None = N
 
 
 def _store_batch(context: AssetExecutionContext, table: TableConfig, lineage: LineageEmitter | None,
-                 spark: SparkResource, catalog: IcebergCatalogResource) -> MaterializeResult:
+                 spark: SparkResource, catalog: IcebergCatalogResource) -> MaterializeResult[Any]:
     """Compute the run's batch and store its change rows; the line records the keys it is built on."""
     started = time.monotonic()
     session = spark.session(catalog)

@@ -57,7 +57,7 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
                   **{k: v for k, v in (described or {}).items() if k != ROW_COUNT}},
     )
     def _ingest(context: AssetExecutionContext, spark: SparkResource,
-                catalog: IcebergCatalogResource) -> MaterializeResult:
+                catalog: IcebergCatalogResource) -> MaterializeResult[Any]:
         started = time.monotonic()
         session = spark.session(catalog)
         stream_metadata: dict[str, Any] = {}
@@ -77,7 +77,7 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
                                 f"({entry.max_file_age}) were never ingested and are set aside: {expired} "
                                 "(take_expired_files: true ingests them)")
         totals: dict[str, int] = {}
-        targets: dict[str, dict] = {}
+        targets: dict[str, dict[str, Any]] = {}
         for r in results:
             for key, value in r.totals().items():
                 totals[key] = totals.get(key, 0) + int(value)

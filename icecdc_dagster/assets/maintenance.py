@@ -53,7 +53,7 @@ def build_maintenance_asset(table: TableConfig, writers: tuple[IngestConfig, ...
                      f"{table.table_name}__changelog batches applied by every sink and older than "
                      f"{table.changelog_retention}; never expires a snapshot a sink still needs."),
     )
-    def _maintain(context: AssetExecutionContext) -> MaterializeResult:
+    def _maintain(context: AssetExecutionContext) -> MaterializeResult[Any]:
         from pyiceberg.exceptions import NoSuchTableError
 
         from icecdc_dagster.lease.holder import Holder

@@ -49,7 +49,7 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitt
         description=sink.describe(table.table_name),
         metadata={"source_table": table.table_name, "target": sink.asset_name, **(described or {})},
     )
-    def _sink(context: AssetExecutionContext) -> MaterializeResult:
+    def _sink(context: AssetExecutionContext) -> MaterializeResult[Any]:
         with retry.classified(context.instance, context.run_id):
             result = _apply(context, table, sink, lineage)
         catalog_name = context.resources.catalog.name
@@ -61,7 +61,7 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitt
 
 
 def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
-           lineage: LineageEmitter | None) -> MaterializeResult:
+           lineage: LineageEmitter | None) -> MaterializeResult[Any]:
     """Apply the run's batch to the sink (a sink joining the running line: its own export)."""
     started = time.monotonic()
     spark: SparkResource = context.resources.spark

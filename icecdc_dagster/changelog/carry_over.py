@@ -187,7 +187,7 @@ def match_descriptors(context: ReadContext, descriptors: Sequence[str],
             yield from _match_group(context, json.loads(descriptors[group_id]))
 
 
-def _match_group(context: ReadContext, group: dict) -> Iterator[pa.RecordBatch]:
+def _match_group(context: ReadContext, group: dict[str, Any]) -> Iterator[pa.RecordBatch]:
     started = time.process_time()
     deleted = read_group_files(context, group["deleted"])
     added = read_group_files(context, group["added"])
@@ -212,7 +212,7 @@ def _profile(read_s: float, match_s: float, convert_s: float) -> None:
             f.write(json.dumps({"read_s": read_s, "match_s": match_s, "convert_s": convert_s}) + "\n")
 
 
-def _with_change_columns(rows: pa.Table, change_type: str, group: dict) -> pa.Table:
+def _with_change_columns(rows: pa.Table, change_type: str, group: dict[str, Any]) -> pa.Table:
     n = rows.num_rows
     columns = {CHANGE_TYPE: pa.scalar(change_type, pa.string()),
                COMMIT_SNAPSHOT_ID: pa.scalar(int(group["snapshot_id"]), pa.int64()),
@@ -224,7 +224,7 @@ def _with_change_columns(rows: pa.Table, change_type: str, group: dict) -> pa.Ta
     return rows
 
 
-def read_group_files(context: ReadContext, files: list[dict]) -> pa.Table:
+def read_group_files(context: ReadContext, files: list[dict[str, Any]]) -> pa.Table:
     """The rows of ``files`` in the table's current schema (Spark's Arrow types), v3 lineage inherited."""
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io.pyarrow import ArrowScan
@@ -240,7 +240,7 @@ def read_group_files(context: ReadContext, files: list[dict]) -> pa.Table:
     return pa.concat_tables(tables) if tables else value_schema.empty_table()
 
 
-def _data_file(f: dict) -> Any:
+def _data_file(f: dict[str, Any]) -> Any:
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
     from pyiceberg.typedef import Record
 
@@ -253,7 +253,7 @@ def _data_file(f: dict) -> Any:
     return data_file
 
 
-def _inherit_lineage(rows: pa.Table, f: dict) -> pa.Table:
+def _inherit_lineage(rows: pa.Table, f: dict[str, Any]) -> pa.Table:
     """v3 inheritance: a null ``_row_id`` is the file's first row id + position, a null
     ``_last_updated_sequence_number`` the file's data sequence number (no delete file: position = index)."""
     if f["first_row_id"] is None:

@@ -7,7 +7,7 @@ Column names come from the table and may hold dots, spaces, backticks or any uni
 to one goes through :func:`column` (a quoted reference), never a bare string that Spark would parse.
 """
 
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 import operator
@@ -59,10 +59,10 @@ class ChangeSet:
 
     rows: DataFrame
     plans: list[SnapshotPlan]
-    stats: dict = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
     raw_rows: DataFrame | None = None
 
-    def compute_stats(self) -> dict:
+    def compute_stats(self) -> dict[str, Any]:
         counts = {r[CHANGE_TYPE]: r["count"] for r in self.rows.groupBy(column(CHANGE_TYPE)).count().collect()}
         result = dict(self.stats)
         result.update({f"{t.lower()}_rows": int(counts.get(t, 0)) for t in (INSERT, DELETE, UPDATE_BEFORE,

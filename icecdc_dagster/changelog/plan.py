@@ -5,7 +5,7 @@ table with live delete files, cannot go through Iceberg's changelog scan, and th
 which data files (or partitions) a time-travel diff has to look at.
 """
 
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,7 +34,7 @@ class DeleteFileInfo:
     path: str
     content: str  # "position", "equality" or "deletion_vector"
     spec_id: int
-    partition: tuple
+    partition: tuple[Any, ...]
     record_count: int
     referenced_data_file: str | None
 
@@ -49,7 +49,7 @@ class ChangedFile:
     record_count: int
     size: int
     spec_id: int
-    partition: tuple
+    partition: tuple[Any, ...]
     file_format: str  # "PARQUET", "AVRO" or "ORC"
     first_row_id: int | None = None
     data_sequence_number: int | None = None
@@ -66,7 +66,7 @@ class SnapshotPlan:
     added_data_files: tuple[str, ...]
     removed_data_files: tuple[str, ...]
     added_delete_files: tuple[str, ...]
-    affected_partitions: tuple[tuple[int, tuple], ...]  # (spec_id, partition values)
+    affected_partitions: tuple[tuple[int, tuple[Any, ...]], ...]  # (spec_id, partition values)
     has_delete_files: bool  # this snapshot added or removed delete files
     live_delete_files: bool  # delete files are live in this snapshot (changelog scan refuses)
     delete_files: tuple[DeleteFileInfo, ...] = ()
@@ -87,7 +87,7 @@ class SnapshotPlan:
         return self.has_delete_files or self.live_delete_files or self.format_version >= 3
 
     @property
-    def equality_partitions(self) -> tuple[tuple[int, tuple], ...]:
+    def equality_partitions(self) -> tuple[tuple[int, tuple[Any, ...]], ...]:
         return tuple(sorted({(d.spec_id, d.partition) for d in self.delete_files
                              if d.referenced_data_file is None}, key=repr))
 
@@ -99,7 +99,7 @@ class SnapshotPlan:
 
 
 def manifest_entries(io: "FileIO", manifest: "ManifestFile", format_version: int,
-                     discard_deleted: bool = False) -> list:
+                     discard_deleted: bool = False) -> list[Any]:
     """Entries of a manifest, read with the table's format version: pyiceberg 0.12's
     ``fetch_manifest_entry`` reads v2 fields only and loses v3's ``referenced_data_file`` (DVs)."""
     if format_version < 3:
@@ -140,7 +140,7 @@ def parent_of(table: "Table", snapshot_id: int) -> int | None:
     return snapshot_or_raise(table, snapshot_id).parent_snapshot_id
 
 
-def partition_key(partition: "Record | None") -> tuple:
+def partition_key(partition: "Record | None") -> tuple[Any, ...]:
     if partition is None:
         return ()
     return tuple(partition[i] for i in range(len(partition)))
@@ -154,7 +154,7 @@ def _delete_content(data_file: "DataFile") -> str:
     return "position"
 
 
-ChangedDataFile = tuple[str, int, int, tuple]
+ChangedDataFile = tuple[str, int, int, tuple[Any, ...]]
 """(path, record count, spec id, partition values) of a data file a snapshot added or removed."""
 
 DataFileChanges = Callable[[int], "tuple[list[ChangedDataFile], list[ChangedDataFile]] | None"]
@@ -167,7 +167,7 @@ decodes manifests faster than pyiceberg (Iceberg's JVM); None to decline."""
 _LARGE_MANIFEST_EXISTING = 1000
 
 
-def _needs_fast_reader(manifests: list, snapshot_id: int) -> bool:
+def _needs_fast_reader(manifests: list[Any], snapshot_id: int) -> bool:
     own = [m for m in manifests if m.added_snapshot_id == snapshot_id and m.content == ManifestContent.DATA]
     existing = sum(m.existing_files_count or 0 for m in own)
     changed = sum((m.added_files_count or 0) + (m.deleted_files_count or 0) for m in own)
@@ -185,9 +185,9 @@ def plan_snapshot(table: "Table", snapshot_id: int, data_file_changes: DataFileC
     io = table.io
     added: list[str] = []
     removed: list[str] = []
-    deletes: list = []
-    removed_deletes: list = []
-    partitions: set[tuple[int, tuple]] = set()
+    deletes: list[Any] = []
+    removed_deletes: list[Any] = []
+    partitions: set[tuple[int, tuple[Any, ...]]] = set()
     live_deletes = False
     added_records = removed_records = 0
     records: dict[str, int] = {}
@@ -246,7 +246,7 @@ def plan_snapshot(table: "Table", snapshot_id: int, data_file_changes: DataFileC
         format_version=int(table.metadata.format_version))
 
 
-def _ancestry(table: "Table") -> list:
+def _ancestry(table: "Table") -> list[Any]:
     """The current snapshot's ancestry, oldest first."""
     chain, snapshot = [], table.metadata.current_snapshot()
     while snapshot is not None:

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 FILE_PATH_FIELD_ID = 2147483546  # position delete files: the data file path column
 
 # Scan-task sets staged while a ``staged_scans`` block is open (None: not tracked).
-_STAGED: ContextVar[list | None] = ContextVar("icecdc_staged_scans", default=None)
+_STAGED: ContextVar[list[Any] | None] = ContextVar("icecdc_staged_scans", default=None)
 
 
 @contextmanager
@@ -47,7 +47,7 @@ def staged_scans(spark: "SparkSession") -> Iterator[None]:
     process (warm launcher, ``icecdc sync``) would otherwise grow with every batch. Only use the
     DataFrames built inside the block before it ends.
     """
-    staged: list = []
+    staged: list[Any] = []
     token = _STAGED.set(staged)
     try:
         yield
@@ -74,7 +74,7 @@ def _java_table(spark: "SparkSession", identifier: str) -> JavaObject:
     return jvm(spark).org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, identifier)
 
 
-def _partition_values(spark: "SparkSession", partition: JavaObject) -> tuple:
+def _partition_values(spark: "SparkSession", partition: JavaObject) -> tuple[Any, ...]:
     """A JVM partition tuple as Python values (informational: types py4j does not map become strings)."""
     any_class = jvm(spark).java.lang.Object._java_lang_class
     values = []
@@ -84,7 +84,7 @@ def _partition_values(spark: "SparkSession", partition: JavaObject) -> tuple:
     return tuple(values)
 
 
-def _described(spark: "SparkSession", files: JavaObject) -> list[tuple[str, int, int, tuple]]:
+def _described(spark: "SparkSession", files: JavaObject) -> list[tuple[str, int, int, tuple[Any, ...]]]:
     return [(str(f.location()), int(f.recordCount()), int(f.specId()), _partition_values(spark, f.partition()))
             for f in files]
 
@@ -252,10 +252,10 @@ def read_files(spark: "SparkSession", catalog_name: str, table: "Table", snapsho
     return spark.read.format("iceberg").option("scan-task-set-id", group_id).load(group_id)
 
 
-def _delete_file_targets(table: "Table", plan: SnapshotPlan) -> tuple[set[str], set[tuple[int, tuple]]]:
+def _delete_file_targets(table: "Table", plan: SnapshotPlan) -> tuple[set[str], set[tuple[int, tuple[Any, ...]]]]:
     """Data files named by the snapshot's delete files, and partitions touched without a file name."""
     files: set[str] = set(plan.removed_data_files)
-    partitions: set[tuple[int, tuple]] = set()
+    partitions: set[tuple[int, tuple[Any, ...]]] = set()
     bounds = _position_delete_bounds(table, plan)
     for delete in plan.delete_files:
         if delete.referenced_data_file:
@@ -301,7 +301,7 @@ def _summary_may_hold(summary: "PartitionFieldSummary", field_type: "PrimitiveTy
         return True
 
 
-def _manifest_may_hold(table: "Table", manifest: "ManifestFile", partitions: set[tuple[int, tuple]]) -> bool:
+def _manifest_may_hold(table: "Table", manifest: "ManifestFile", partitions: set[tuple[int, tuple[Any, ...]]]) -> bool:
     """Partition summaries of the manifest list prune manifests without reading them."""
     wanted = [values for spec_id, values in partitions if spec_id == manifest.partition_spec_id]
     if not wanted:
@@ -320,7 +320,8 @@ def _manifest_may_hold(table: "Table", manifest: "ManifestFile", partitions: set
                for values in wanted)
 
 
-def _parent_files_in_partitions(table: "Table", parent_id: int, partitions: set[tuple[int, tuple]]) -> set[str]:
+def _parent_files_in_partitions(table: "Table", parent_id: int,
+                                partitions: set[tuple[int, tuple[Any, ...]]]) -> set[str]:
     """Live data files of the parent in the given (spec id, partition) set: equality deletes can
     remove rows from any older file of their partition (an unpartitioned table is one partition).
 

@@ -32,7 +32,7 @@ def parse_config(data: Any, source: str = "<config>", base_dir: Path | None = No
     return config
 
 
-def load_config(path: str | os.PathLike | None = None) -> PipelineConfig:
+def load_config(path: str | os.PathLike[str] | None = None) -> PipelineConfig:
     """Load the pipeline file at ``path``, or ``$ICECDC_CONFIG``; no file means an empty pipeline."""
     path = path or os.environ.get(CONFIG_ENV)
     if not path:
@@ -89,7 +89,7 @@ def _describe(error: Any, data: Any) -> str:
     return f"{_path(loc, data)}: {message}"
 
 
-def _path(loc: tuple, data: Any) -> str:
+def _path(loc: tuple[Any, ...], data: Any) -> str:
     """``tables[0] (db.t).sinks[1].opensearch.index``: YAML keys, list positions, and the name of a
     table or ingest entry to find it by."""
     parts: list[str] = []
@@ -124,7 +124,7 @@ def _keys(model: type[BaseModel]) -> list[str]:
     return sorted(field.alias or name for name, field in model.model_fields.items())
 
 
-def _model_at(loc: tuple) -> type[BaseModel] | None:
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The model class that validates the mapping at ``loc`` (for the list of keys it allows)."""
     from icecdc_dagster.sinks.registry import SINK_KINDS
 

@@ -1,6 +1,6 @@
 """Run the demo: create, sync (export), change, sync again (CDC per snapshot), verify, summarise."""
 
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 import os
 import shlex
 import sys
@@ -26,7 +26,7 @@ def _nats() -> tuple[str, str, str]:
             f"{stream.lower()}.inventory.customers")
 
 
-def _customers_input(input_kind: str) -> dict:
+def _customers_input(input_kind: str) -> dict[str, Any]:
     """Where the demo's customers events come from: landing files, or a JetStream subject (``--input nats``)."""
     if input_kind == "nats":
         url, stream, subject = _nats()
@@ -36,7 +36,7 @@ def _customers_input(input_kind: str) -> dict:
 
 
 def write_config(directory: Path, opensearch_url: str | None, input_kind: str = "files") -> Path:
-    sinks: list[dict] = [{"iceberg": {"table_name": workload.REPLICA_TABLE}}]
+    sinks: list[dict[str, Any]] = [{"iceberg": {"table_name": workload.REPLICA_TABLE}}]
     if opensearch_url:
         sinks.append({"opensearch": {"hosts": [opensearch_url], "index": "demo-orders", "verify_certs": False}})
     config = {
@@ -157,7 +157,7 @@ def _print_batches(instance: "DagsterInstance", config: "PipelineConfig") -> Non
                   f"{meta.get('count_update_after', 0):>5}")
 
 
-def _latest_metadata(instance: "DagsterInstance", asset_key: "AssetKey", partition: str) -> dict | None:
+def _latest_metadata(instance: "DagsterInstance", asset_key: "AssetKey", partition: str) -> dict[str, Any] | None:
     from dagster import AssetRecordsFilter
 
     result = instance.fetch_materializations(

@@ -1,7 +1,7 @@
 """The demo table and the snapshots we commit to it (inserts, CoW updates, MoR deletes, MERGE, compaction),
 and a Debezium stream of customers landed as files (the OLTP side of the chain)."""
 
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 import json
 from pathlib import Path
 
@@ -58,7 +58,7 @@ def apply_changes(spark: "SparkSession", catalog: str) -> list[str]:
 CUSTOMERS_TABLE = "demo_raw.customers"
 
 
-def _envelope(op: str, before: dict | None, after: dict | None, ts_ms: int) -> str:
+def _envelope(op: str, before: dict[str, Any] | None, after: dict[str, Any] | None, ts_ms: int) -> str:
     return json.dumps({"payload": {"op": op, "before": before, "after": after, "ts_ms": ts_ms,
                                    "source": {"connector": "postgresql", "schema": "public", "table": "customers"}}})
 

@@ -47,7 +47,7 @@ class CoercionError(IngestError, ValueError):
         self.widen_to = widen_to
 
 
-def _epoch(value: int, notes: Counter) -> dt.datetime:
+def _epoch(value: int, notes: Counter[str]) -> dt.datetime:
     """Epoch number -> naive UTC datetime: millis below 1e14, micros below 1e17, else nanos."""
     magnitude = abs(value)
     if magnitude < 10**14:
@@ -147,7 +147,7 @@ def _json_text(value: Any) -> str:
     raise CoercionError(f"{value!r} has no JSON text")
 
 
-def _string(value: Any, notes: Counter) -> str:
+def _string(value: Any, notes: Counter[str]) -> str:
     if isinstance(value, str):
         return value
     notes[STRINGIFIED] += 1
@@ -158,7 +158,7 @@ def _string(value: Any, notes: Counter) -> str:
     return _json_text(value)
 
 
-def _timestamp(value: Any, aware: bool, notes: Counter) -> dt.datetime:
+def _timestamp(value: Any, aware: bool, notes: Counter[str]) -> dt.datetime:
     if isinstance(value, bool):
         raise CoercionError("boolean is not a timestamp")
     if isinstance(value, dt.datetime):
@@ -193,7 +193,7 @@ def _date(value: Any) -> dt.date:
     raise CoercionError(f"{value!r} is not a date")
 
 
-def coerce(value: Any, dtype: T.DataType, notes: Counter | None = None) -> Any:
+def coerce(value: Any, dtype: T.DataType, notes: Counter[str] | None = None) -> Any:
     """``value`` as the Python value Spark expects for ``dtype``; CoercionError when it cannot be exact.
 
     ``notes`` counts applications of declared rules (stringified values, ignored struct fields,
@@ -259,7 +259,7 @@ def coerce(value: Any, dtype: T.DataType, notes: Counter | None = None) -> Any:
     raise CoercionError(f"unsupported column type {dtype.simpleString()}")
 
 
-def _nested(value: Any, dtype: T.DataType, notes: Counter, where: str) -> Any:
+def _nested(value: Any, dtype: T.DataType, notes: Counter[str], where: str) -> Any:
     """Coerce inside a struct/list/map: nested columns are not widened, so a misfit is a plain error."""
     try:
         return coerce(value, dtype, notes)

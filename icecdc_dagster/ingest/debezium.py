@@ -76,7 +76,7 @@ def _time_string(nanos_of_day: int, digits: int) -> str:
     return f"{text}.{nanos:09d}"[: len(text) + 1 + digits]
 
 
-def _from_epoch(value: Any, per_second: int, notes: Counter) -> dt.datetime:
+def _from_epoch(value: Any, per_second: int, notes: Counter[str]) -> dt.datetime:
     n = _integer(value)
     micros, sub = divmod(n * 10**6, per_second)
     if sub:
@@ -84,7 +84,7 @@ def _from_epoch(value: Any, per_second: int, notes: Counter) -> dt.datetime:
     return EPOCH + dt.timedelta(microseconds=micros)
 
 
-def parse_iso_timestamp(value: Any, notes: Counter) -> dt.datetime:
+def parse_iso_timestamp(value: Any, notes: Counter[str]) -> dt.datetime:
     """ISO-8601 with any number of fractional digits; digits below the microsecond are dropped and counted."""
     if not isinstance(value, str):
         raise ValueError("not an ISO-8601 string")
@@ -106,7 +106,7 @@ def _scaled(unscaled: int, scale: int) -> Decimal:
     return Decimal(f"{unscaled}E{-scale}")
 
 
-def _decimal(value: Any, kind: str | None, params: dict) -> Decimal:
+def _decimal(value: Any, kind: str | None, params: dict[str, Any]) -> Decimal:
     if isinstance(value, str) and kind == "bytes":
         return _scaled(_unscaled(value), int(params.get("scale", 0)))
     if isinstance(value, bool):
@@ -178,7 +178,7 @@ def logical_decoding(name: Any) -> LogicalDecoding | None:
     return LOGICAL_DECODINGS.get(name)
 
 
-def _logical(kind: Logical, value: Any, physical: str | None, params: dict, notes: Counter) -> Any:
+def _logical(kind: Logical, value: Any, physical: str | None, params: dict[str, Any], notes: Counter[str]) -> Any:
     """Decode a value of a logical type (``physical``: its Connect type, ``params``: its schema parameters)."""
     match kind:
         case Logical.DECIMAL:
@@ -219,7 +219,7 @@ def _logical(kind: Logical, value: Any, physical: str | None, params: dict, note
             assert_never(kind)
 
 
-def decode(value: Any, schema: dict | None, path: str, notes: Counter | None = None) -> Any:
+def decode(value: Any, schema: dict[str, Any] | None, path: str, notes: Counter[str] | None = None) -> Any:
     """A JSON value -> Python value per its Connect schema (logical types decoded)."""
     if value is None or not schema:
         return value
@@ -285,7 +285,7 @@ def schema_problem(node: Any, path: str = "schema") -> str | None:
     return None
 
 
-def _field_schema(envelope_schema: dict | None, name: str) -> dict | None:
+def _field_schema(envelope_schema: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
     if not envelope_schema:
         return None
     for f in envelope_schema.get("fields", []):
@@ -322,7 +322,7 @@ def parse_line(line: str) -> Envelope | None:
     if not isinstance(raw_image, dict):
         raise EventError(f"op {payload.get('op')!r} without a '{side}' row image")
     image_schema = _field_schema(schema, side)
-    notes: Counter = Counter()
+    notes: Counter[str] = Counter()
     if image_schema:
         fields = {f["field"]: f for f in image_schema.get("fields", [])}
         try:

@@ -204,7 +204,7 @@ def _bytes_decimal_decoding(kind: Any, parameters: Any) -> FieldDecoding:
         return FieldDecoding(Decoding.OTHER)
 
 
-def _side_decodings(schema: dict, side: str) -> dict[str, FieldDecoding] | None:
+def _side_decodings(schema: dict[str, Any], side: str) -> dict[str, FieldDecoding] | None:
     """Field decodings of one image side, as ``debezium.parse_line`` reads them; None when the Python rules
     would dead-letter (or fail on) every line with this side, so they must decide."""
     try:

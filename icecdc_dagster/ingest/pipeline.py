@@ -197,34 +197,34 @@ def expired_files(spark: Any, catalog_name: str, settings: IngestSettings) -> li
     return [f.uri for f in _unrecorded(spark, catalog_name, settings).expired]
 
 
-def _parse_partition(target: str, home: str) -> Callable[[Iterable[tuple]], Iterator[tuple]]:
+def _parse_partition(target: str, home: str) -> Callable[[Iterable[tuple[Any, ...]]], Iterator[tuple[Any, ...]]]:
     """Executor function: byte ranges -> parsed rows (routed, with field types or a dead-letter reason)."""
 
     parse = _line_parser(target, home)
 
-    def run(ranges: Iterable[tuple]) -> Iterator[tuple]:
+    def run(ranges: Iterable[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
         for file_index, uri, start, end in ranges:
             for offset, line in landing.read_lines(uri, start, end):
                 yield parse(file_index, uri, offset, line)
     return run
 
 
-def _parse_records(target: str, home: str) -> Callable[[Iterable["Row"]], Iterator[tuple]]:
+def _parse_records(target: str, home: str) -> Callable[[Iterable["Row"]], Iterator[tuple[Any, ...]]]:
     """Executor function: a stream batch's messages (rows of ``native.LINE_SCHEMA``) -> parsed rows, by the
     same per-line rules as landing lines (:func:`_line_parser`)."""
     parse = _line_parser(target, home)
 
-    def run(rows: Iterable["Row"]) -> Iterator[tuple]:
+    def run(rows: Iterable["Row"]) -> Iterator[tuple[Any, ...]]:
         for row in rows:
             yield parse(row.file_index, row.source_file, row.source_offset, row.raw)
     return run
 
 
-def _line_parser(target: str, home: str) -> Callable[[int, str, int, str], tuple]:
+def _line_parser(target: str, home: str) -> Callable[[int, str, int, str], tuple[Any, ...]]:
     """One line (or message) -> its parsed row: routed, with field types, a tombstone, or a dead-letter reason."""
     templated = routing.is_template(target)
 
-    def parse(file_index: int, uri: str, offset: int, line: str) -> tuple:
+    def parse(file_index: int, uri: str, offset: int, line: str) -> tuple[Any, ...]:
         routed = target
         try:
             env = parse_line(line)
@@ -246,7 +246,7 @@ def _line_parser(target: str, home: str) -> Callable[[int, str, int, str], tuple
 
 
 def _coerce_partition(columns: list[tuple[str, str, bool]], keys: tuple[str, ...], known: set[str],
-                      evolve: bool) -> Callable[[Iterable["Row"]], Iterator[tuple]]:
+                      evolve: bool) -> Callable[[Iterable["Row"]], Iterator[tuple[Any, ...]]]:
     """Executor function: parsed rows of one target -> table rows + op/order, or a dead-letter reason.
 
     A value that only a wider column type would hold (int -> long, float -> double, more decimal
@@ -254,7 +254,7 @@ def _coerce_partition(columns: list[tuple[str, str, bool]], keys: tuple[str, ...
     """
     coerce_envelope = _envelope_coercer(columns, keys, known, evolve)
 
-    def run(rows: Iterable["Row"]) -> Iterator[tuple]:
+    def run(rows: Iterable["Row"]) -> Iterator[tuple[Any, ...]]:
         for row in rows:
             env = parse_line(row.raw)
             assert env is not None, "tombstones and blank lines are not coerced"
@@ -263,14 +263,14 @@ def _coerce_partition(columns: list[tuple[str, str, bool]], keys: tuple[str, ...
 
 
 def _python_partition(columns: list[tuple[str, str, bool]], keys: tuple[str, ...], known: set[str],
-                      evolve: bool) -> Callable[[Iterable["Row"]], Iterator[tuple]]:
+                      evolve: bool) -> Callable[[Iterable["Row"]], Iterator[tuple[Any, ...]]]:
     """Executor function: landing lines the native reader routed here -> the same rows as the native path
     (tombstones marked by their op, parse errors as dead letters with their reason)."""
     coerce_envelope = _envelope_coercer(columns, keys, known, evolve)
     width = len(columns)
     notes_at = width + 6
 
-    def run(rows: Iterable["Row"]) -> Iterator[tuple]:
+    def run(rows: Iterable["Row"]) -> Iterator[tuple[Any, ...]]:
         for row in rows:
             order = row.file_index * ORDER_FILE_SHIFT + row.source_offset
             try:
@@ -289,14 +289,14 @@ def _python_partition(columns: list[tuple[str, str, bool]], keys: tuple[str, ...
 
 
 def _envelope_coercer(columns: list[tuple[str, str, bool]], keys: tuple[str, ...], known: set[str],
-                      evolve: bool) -> Callable[..., tuple]:
+                      evolve: bool) -> Callable[..., tuple[Any, ...]]:
     """The exact Python rules for one envelope: its table row + op/order, or a dead-letter reason."""
     schema = [(name, T._parse_datatype_json_string(dtype), nullable) for name, dtype, nullable in columns]
     ops = {INSERT: OP_INSERT, DELETE: OP_DELETE}
     no_widening = "" if evolve else " (schema_evolution is off, so the column is not widened)"
 
-    def coerce_envelope(env: Any, raw: str, file_index: int, source_file: str, source_offset: int) -> tuple:
-        notes: Counter = Counter(env.notes)
+    def coerce_envelope(env: Any, raw: str, file_index: int, source_file: str, source_offset: int) -> tuple[Any, ...]:
+        notes: Counter[str] = Counter(env.notes)
         values: list[Any] = []
         reason: str | None = None
         widen: dict[str, str] = {}

@@ -25,7 +25,7 @@ def namespace_of(target: str) -> str:
 
 def route(target: str, payload: dict[str, Any]) -> str:
     """Render the template with dotted paths into the payload (``source.table``); values made identifier-safe."""
-    def value(match: re.Match) -> str:
+    def value(match: re.Match[str]) -> str:
         node: Any = payload
         for part in match.group(1).strip().split("."):
             node = node.get(part) if isinstance(node, dict) else None

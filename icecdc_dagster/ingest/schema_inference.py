@@ -77,7 +77,7 @@ def decimal_type(precision: int, scale: int) -> str:
     return f"decimal({precision},{scale})"
 
 
-def connect_decimal_type(params: dict) -> str:
+def connect_decimal_type(params: dict[str, Any]) -> str:
     """``decimal(P,S)`` of a Connect Decimal: P from ``connect.decimal.precision`` (38 when absent or larger)."""
     scale = int(params.get("scale", 0))
     if not 0 <= scale <= MAX_DECIMAL_PRECISION:
@@ -86,7 +86,7 @@ def connect_decimal_type(params: dict) -> str:
     return decimal_type(min(max(precision, scale, 1), MAX_DECIMAL_PRECISION), scale)
 
 
-def type_of_connect(schema: dict, path: str = "") -> str:
+def type_of_connect(schema: dict[str, Any], path: str = "") -> str:
     """Iceberg type of a Kafka Connect field schema (logical names first); ConnectSchemaError when unknown."""
     where = path or schema.get("field") or "?"
     name = schema.get("name")

@@ -7,7 +7,7 @@ host the verdict is exact: the holder lives iff a process with that pid and that
 the heartbeat it writes on the run (every ``HEARTBEAT_INTERVAL_S``) is younger than the lease timeout.
 """
 
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 import os
 import socket
 import threading
@@ -108,12 +108,12 @@ class Holder:
         return {HOST_TAG: self.host, PID_TAG: str(self.pid), PID_START_TAG: str(self.pid_start or ""),
                 BOOT_TAG: self.boot_id or "", SINCE_TAG: f"{self.since:.3f}", ROLE_TAG: self.role}
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"host": self.host, "pid": self.pid, "pid_start": self.pid_start, "boot_id": self.boot_id,
                 "since": self.since, "role": self.role}
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "Holder":
+    def from_dict(cls, data: Mapping[str, Any]) -> "Holder":
         return cls(host=str(data["host"]), pid=int(data["pid"]),
                    pid_start=int(data["pid_start"]) if data.get("pid_start") not in (None, "") else None,
                    boot_id=data.get("boot_id") or None, since=float(data["since"]), role=str(data["role"]))

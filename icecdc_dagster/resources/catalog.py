@@ -1,7 +1,7 @@
 """The Iceberg catalog (a REST catalog, or a SQL catalog shared with Spark's JDBC catalog)."""
 
 import threading
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 from dagster import ConfigurableResource
 from pydantic import Field, PrivateAttr
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 
-class IcebergCatalogResource(ConfigurableResource):
+class IcebergCatalogResource(ConfigurableResource[Any]):
     """``uri`` is a REST catalog's URL or a SQLAlchemy URL; put a password in ``password`` and a token or
     credential in ``properties`` as an ``EnvVar``, never in the URI or as text."""
 
@@ -78,7 +78,7 @@ class IcebergCatalogResource(ConfigurableResource):
 _RUN_TABLES: dict[tuple[str, str, str, str], "Table"] = {}
 _RUN_TABLES_LOCK = threading.Lock()
 _RUN_TABLES_KEPT = 256  # tables of the runs in flight (a run reads one source table)
-_CATALOGS: dict[tuple, "Catalog"] = {}
+_CATALOGS: dict[tuple[Any, ...], "Catalog"] = {}
 _CATALOGS_LOCK = threading.Lock()
 
 

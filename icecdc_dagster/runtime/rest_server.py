@@ -79,7 +79,7 @@ class RestCatalogServer:
     """A running local REST catalog; :meth:`close` stops it."""
 
     url: str
-    process: subprocess.Popen
+    process: subprocess.Popen[bytes]
     log: Path
 
     def close(self) -> None:
@@ -143,7 +143,7 @@ def start_rest_server(options: RestServerOptions, log: Path | None = None) -> Re
     return RestCatalogServer(_wait_for_url(process, log), process, log)
 
 
-def _wait_for_url(process: subprocess.Popen, log: Path) -> str:
+def _wait_for_url(process: subprocess.Popen[bytes], log: Path) -> str:
     assert process.stdout is not None
     deadline = time.monotonic() + _START_TIMEOUT_S
     while time.monotonic() < deadline:

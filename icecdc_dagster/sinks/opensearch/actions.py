@@ -22,7 +22,7 @@ class MissingDocumentIdError(SinkWriteError, ValueError):
     """A DELETE event without document_id cannot name the document to delete."""
 
 
-def bulk_action(index: str, doc_id: str | None, action: str, version: int | None, source: str | None) -> dict:
+def bulk_action(index: str, doc_id: str | None, action: str, version: int | None, source: str | None) -> dict[str, Any]:
     """The opensearch-py action for one event; ``source`` is the document as a JSON string."""
     if doc_id is not None and version is None:
         raise ValueError(f"{action} event for document {doc_id!r} of index {index} has no _commit_sequence_number "
@@ -40,7 +40,7 @@ def bulk_action(index: str, doc_id: str | None, action: str, version: int | None
     return act
 
 
-def classify(ok: bool, item: dict) -> tuple[str, dict]:
+def classify(ok: bool, item: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """(outcome, item info) of one bulk item result from ``helpers.streaming_bulk``."""
     op, info = next(iter(item.items()))
     status = info.get("status", 500)
@@ -57,7 +57,7 @@ def classify(ok: bool, item: dict) -> tuple[str, dict]:
     return FAILED, info
 
 
-def failure_reason(op: str, info: dict) -> str:
+def failure_reason(op: str, info: dict[str, Any]) -> str:
     error = info.get("error")
     if isinstance(error, dict):
         text = f"{error.get('type')}: {error.get('reason')}"

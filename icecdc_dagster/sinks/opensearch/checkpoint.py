@@ -24,7 +24,7 @@ META_KEY = "icecdc"
 VERSION_KEY = "index_version"  # what the index version was built for (see versions.py)
 
 
-def index_mappings(client: Any, index: str) -> dict | None:
+def index_mappings(client: Any, index: str) -> dict[str, Any] | None:
     """The index's ``mappings`` (properties and ``_meta``), or None when the index does not exist."""
     from opensearchpy.exceptions import NotFoundError
 
@@ -43,7 +43,7 @@ def read_checkpoint(client: Any, index: str, sink_name: str) -> Checkpoint | Non
     return None if mappings is None else checkpoint_in(mappings, index, sink_name)
 
 
-def checkpoint_in(mappings: dict, index: str, sink_name: str) -> Checkpoint | None:
+def checkpoint_in(mappings: dict[str, Any], index: str, sink_name: str) -> Checkpoint | None:
     """The sink's checkpoint in an index's ``mappings`` (as get_mapping returns them)."""
     entry = ((mappings.get("_meta") or {}).get(META_KEY) or {}).get("checkpoints", {}).get(sink_name)
     if entry is None:
@@ -55,7 +55,7 @@ def checkpoint_in(mappings: dict, index: str, sink_name: str) -> Checkpoint | No
 
 
 def write_checkpoint(client: Any, index: str, sink_name: str, batch: BatchInfo,
-                     schema: dict | None = None) -> Checkpoint:
+                     schema: dict[str, Any] | None = None) -> Checkpoint:
     """Advance the checkpoint; ``schema``: the field map the version's documents now follow
     (recorded with it in one put_mapping, see :mod:`.versions`)."""
     mappings = index_mappings(client, index)

@@ -7,6 +7,7 @@ Documents written with ``include_iceberg_metadata`` are compared on the row's co
 keyless) can only be compared by count."""
 
 import json
+from typing import Any
 
 from icecdc_dagster import changelog
 from icecdc_dagster.batch import ICEBERG_OPERATION, ICEBERG_TABLE_NAME, INSERT, UPDATE_AFTER
@@ -36,7 +37,8 @@ def compare_index(context: SinkContext, settings: OpenSearchSinkSettings, snapsh
     return Comparison(sink_count, mismatches, len(expected))
 
 
-def _mismatch(doc: dict, expected: dict, settings: OpenSearchSinkSettings, table_name: str) -> list[str]:
+def _mismatch(doc: dict[str, Any], expected: dict[str, Any], settings: OpenSearchSinkSettings,
+              table_name: str) -> list[str]:
     if not doc.get("found"):
         return [f"document {doc['_id']} is missing"]
     source = doc["_source"]

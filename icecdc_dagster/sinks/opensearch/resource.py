@@ -1,6 +1,8 @@
 """The Dagster adapter of the OpenSearch sink kind: the cluster connection as a resource, so the
 UI shows it, a launch can override it, and credentials are ``EnvVar``s resolved only at run time."""
 
+from typing import Any
+
 from dagster import ConfigurableResource
 from pydantic import Field
 
@@ -8,7 +10,7 @@ from icecdc_dagster.fields import EnvRef
 from icecdc_dagster.resources.secrets import env_var
 
 
-class OpenSearchResource(ConfigurableResource):
+class OpenSearchResource(ConfigurableResource[Any]):
     hosts: list[str] = ["http://localhost:9200"]
     username: str | None = None
     password: str | None = Field(default=None, description="use EnvVar('...'); never logged")

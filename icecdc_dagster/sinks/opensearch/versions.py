@@ -91,13 +91,13 @@ def read_layout(client: Any, alias: str) -> Layout:
     return Layout(alias, live, plain is not None, tuple(versions.values()))
 
 
-def build_meta(number: int, schema: dict, snapshot_id: int | None, line: str | None,
+def build_meta(number: int, schema: dict[str, Any], snapshot_id: int | None, line: str | None,
                reason: str) -> dict[str, Any]:
     return {"number": number, "schema": schema, "snapshot_id": None if snapshot_id is None else str(snapshot_id),
             "line": line, "reason": reason, "started_at_ms": int(time.time() * 1000)}
 
 
-def create_version(client: Any, alias: str, number: int, mappings: dict[str, Any], settings: dict | None,
+def create_version(client: Any, alias: str, number: int, mappings: dict[str, Any], settings: dict[str, Any] | None,
                    meta: dict[str, Any], with_alias: bool) -> str:
     """Create ``<alias>_v<number>`` with ``meta`` in its ``_meta``; ``with_alias``: the alias names it
     at once (the very first version, when there is nothing to keep readers on)."""

@@ -43,7 +43,8 @@ def backoff_s(settings: OpenSearchSinkSettings, attempt: int) -> float:
     return min(settings.max_backoff_s, settings.initial_backoff_s * (2 ** attempt))
 
 
-def send_chunk(client: Any, settings: OpenSearchSinkSettings, chunk: list[dict], bulk_kwargs: dict) -> a.WriteSummary:
+def send_chunk(client: Any, settings: OpenSearchSinkSettings, chunk: list[dict[str, Any]],
+               bulk_kwargs: dict[str, Any]) -> a.WriteSummary:
     """Send one chunk until every item has an answer; retry what may succeed later."""
     from opensearchpy import helpers
     from opensearchpy.exceptions import TransportError
@@ -52,7 +53,7 @@ def send_chunk(client: Any, settings: OpenSearchSinkSettings, chunk: list[dict],
     limit = settings.max_reported_failures
     pending, attempt = chunk, 0
     while pending:
-        results: list[tuple[bool, dict]] = []
+        results: list[tuple[bool, dict[str, Any]]] = []
         error: Exception | None = None
         try:
             for result in helpers.streaming_bulk(
@@ -63,7 +64,7 @@ def send_chunk(client: Any, settings: OpenSearchSinkSettings, chunk: list[dict],
             if not _retryable(exc):
                 raise BulkRequestFailedError(f"bulk request to index {settings.index} rejected: {exc}") from None
             error = exc
-        retry_items: list[tuple[dict, dict]] = []
+        retry_items: list[tuple[dict[str, Any], dict[str, Any]]] = []
         for act, (ok, item) in zip(pending, results, strict=False):
             outcome, info = a.classify(ok, item)
             if outcome == a.RETRY:
@@ -89,8 +90,9 @@ def send_chunk(client: Any, settings: OpenSearchSinkSettings, chunk: list[dict],
     return summary
 
 
-def _chunks(settings: OpenSearchSinkSettings, rows: Iterator[Any], summary: a.WriteSummary) -> Iterator[list[dict]]:
-    chunk: list[dict] = []
+def _chunks(settings: OpenSearchSinkSettings, rows: Iterator[Any],
+            summary: a.WriteSummary) -> Iterator[list[dict[str, Any]]]:
+    chunk: list[dict[str, Any]] = []
     size = 0
     for doc_id, action, version, source in rows:
         summary.actions += 1
@@ -115,9 +117,9 @@ def write_partition(settings: OpenSearchSinkSettings, rows: Iterator[Any]) -> It
     if settings.refresh == "wait_for":
         bulk_kwargs["refresh"] = "wait_for"
     client = settings.client()
-    in_flight: deque[Future] = deque()
+    in_flight: deque[Future[Any]] = deque()
 
-    def settle(future: Future) -> None:
+    def settle(future: Future[Any]) -> None:
         try:
             summary.merge(future.result(), settings.max_reported_failures)
         except Exception as exc:  # noqa: BLE001 - reported to the driver, which fails the batch
