@@ -4,3 +4,6 @@ One contract (:mod:`.base`): read a bounded batch, commit it to Iceberg (the bat
 batch id in the commit: the exactly-once ledger), then acknowledge it to the broker. One folder per kind,
 registered in :mod:`.registry`, like sinks.
 """
+
+# A package of modules, no facade: callers import the module they need.
+__all__ = ["base", "nats_jetstream", "redis_stream", "registry"]
