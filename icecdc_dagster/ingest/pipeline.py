@@ -419,7 +419,14 @@ def _coerce_target(spark: Any, catalog_name: str, settings: IngestSettings, targ
 
 def ingest_files(spark: Any, catalog_name: str, pyiceberg_catalog: Any, settings: IngestSettings,
                  files: Sequence[str]) -> IngestResult:
-    """Ingest one batch (these files, in this order) into its target tables, exactly once."""
+    """Ingest one batch (these files, in this order) into its target tables, exactly once.
+
+    Raises:
+        TargetTableMissingError: a target table does not exist and the entry does not create it.
+        StagingBranchLostError: a target's staging branch vanished mid-batch (``write_batch``); the
+            tables committed before it record the batch, so running it again skips them.
+        SchemaDeclarationError: the entry's declared schema cannot create a missing table.
+    """
     ledger = read_ledger(spark, catalog_name, settings)
     described = landing.describe(files)
     past = ledger_horizon(settings, ledger)

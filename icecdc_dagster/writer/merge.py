@@ -127,6 +127,12 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
     ``bounds``: the batch's key range when the caller has it already (else one aggregate finds it).
     ``replace_all``: the batch is the table's whole new content (a resync export): one overwrite
     replaces every row, so rows the batch does not hold are gone (counts: ``replaced``).
+
+    Raises:
+        StagingBranchLostError: the staging branch vanished while the batch was written (an expiry ran
+            on the table); nothing was published, running the batch again is safe.
+        pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: Spark or Iceberg refused the
+            write (no such table, rows that do not fit its schema, a failed commit); nothing was published.
     """
     if is_committed(spark, table, batch_id, ledger):
         return WriteOutcome(table, batch_id, True, None, {})
