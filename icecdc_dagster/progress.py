@@ -86,14 +86,14 @@ class SyncProgress:
             entry.row = replace(entry.row, state=state if entry.started is None else entry.row.state,
                                 pending=pending)
             self.lines[line] = entry
-            return self.changed("planned", line)
+        return self.changed("planned", line)
 
     def line_started(self, line: str) -> LineRow:
         with self.lock:
             entry = self._entry(line)
             entry.started, entry.ended = self.clock(), None
             entry.row = replace(entry.row, state=PLANNING)
-            return self.changed("line_started", line)
+        return self.changed("line_started", line)
 
     def batch_started(self, line: str, batch: str, state: str, keys: int = 1, rows: int | None = None) -> LineRow:
         """A batch of ``keys`` pending keys is running; ``rows``: its records as metadata counts them."""
@@ -105,7 +105,7 @@ class SyncProgress:
             entry.pending_keys, entry.batch_keys = max(entry.pending_keys - keys, 0), keys
             later = batches_for(entry.pending_keys, entry.per_batch)
             entry.row = replace(entry.row, state=state, rows=rows, pending=1 + later, batch=batch)
-            return self.changed("batch_started", line)
+        return self.changed("batch_started", line)
 
     def batch_finished(self, line: str, ok: bool) -> LineRow:
         """A batch ended; one that failed stays pending (it is retried, or blocks the line)."""
@@ -118,7 +118,7 @@ class SyncProgress:
             entry.row = replace(entry.row, done=entry.row.done + 1, failed=entry.row.failed + (not ok),
                                 pending=None if pending is None else max(pending - 1, 0), rows=None,
                                 state=PLANNING, batch_seconds=self.clock() - entry.batch_started)
-            return self.changed("batch_finished" if ok else "batch_failed", line)
+        return self.changed("batch_finished" if ok else "batch_failed", line)
 
     def line_finished(self, line: str, outcome: str = "done", drained: bool = True) -> LineRow:
         """``drained``: nothing of the line is left (its pending count drops to 0)."""
@@ -128,11 +128,13 @@ class SyncProgress:
             entry.started = now if entry.started is None else entry.started
             entry.ended = now
             entry.row = replace(entry.row, state=outcome, rows=None, pending=0 if drained else entry.row.pending)
-            return self.changed("line_finished", line)
+        return self.changed("line_finished", line)
 
     def changed(self, event: str, line: str) -> LineRow:
-        """The line's row after ``event``, passed to ``on_change`` too."""
-        row = self.row(line)
+        """The line's row after ``event``, passed to ``on_change`` too (outside the lock: a live display's
+        redraw takes its own lock, and its refresh thread takes both in that order)."""
+        with self.lock:
+            row = self.row(line)
         if self.on_change is not None:
             self.on_change(event, row)
         return row

@@ -20,6 +20,7 @@ class SyncDisplay:
             from rich.live import Live
 
             self.live = Live(console=Console(file=self.out), get_renderable=self.table, refresh_per_second=4)
+            self.progress.on_change = self.redraw  # each event at once; the ticks in between advance the times
         else:
             self.progress.on_change = self.plain
 
@@ -31,6 +32,10 @@ class SyncDisplay:
     def __exit__(self, *exc: object) -> None:
         if self.live is not None:
             self.live.stop()  # the last frame stays on the terminal
+
+    def redraw(self, event: str, row: LineRow) -> None:
+        if self.live is not None and self.live.is_started:
+            self.live.refresh()
 
     def plain(self, event: str, row: LineRow) -> None:
         """One line per event a log reader needs: each line's plan, each batch's start and end, each line's end."""
