@@ -85,7 +85,7 @@ def test_a_line_the_plan_missed_appears_at_its_first_batch():
 def test_the_total_covers_every_line_run_one_after_another():
     clock = Clock(10.0)
     progress = SyncProgress(clock=clock, started=2.0)   # imports, instance and Spark before the first line
-    for index, line in enumerate(("ingest:raw", "db.a", "db.b")):
+    for line in ("ingest:raw", "db.a", "db.b"):
         progress.planned(line, 1)
     for index, line in enumerate(("ingest:raw", "db.a", "db.b")):
         progress.line_started(line)
