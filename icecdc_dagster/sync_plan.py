@@ -100,16 +100,18 @@ def ingest_batch(entry: IngestConfig, planned: NextRun) -> tuple[str, int | None
 
 
 def summed(source: "Table | None", keys: tuple[str, ...], fields: tuple[str, ...]) -> int | None:
-    """The sum of ``fields`` over the snapshots of ``keys``; None when a summary lacks them."""
+    """The sum of ``fields`` over the snapshots of ``keys`` (a field a summary omits counts 0: a delete
+    that drops whole files has no ``added-records``); None when a snapshot or its summary is gone."""
     if source is None:
         return None
     total = 0
     for key in keys:
         snapshot = source.metadata.snapshot_by_id(lifecycle.snapshot_id_of(key))
         summary = snapshot.summary if snapshot is not None else None
-        if summary is None or summary.get(fields[0]) is None:
+        values = [summary.get(name) for name in fields] if summary is not None else []
+        if all(value is None for value in values):
             return None
-        total += sum(int(summary.get(name) or 0) for name in fields)
+        total += sum(int(value or 0) for value in values)
     return total
 
 
