@@ -4,7 +4,6 @@ from typing import TYPE_CHECKING, Any
 import argparse
 import os
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -83,56 +82,22 @@ def _sync_context(args: argparse.Namespace, stop: "StopRequest", rebuilt: tuple[
     return config, context
 
 
-class BatchProgress:
-    """One line per batch; on a terminal, a live progress display per line instead (rich)."""
-
-    def __init__(self, live: bool) -> None:
-        self.progress: Any = None
-        self.tasks: dict[str, Any] = {}
-        self.done: dict[str, int] = {}
-        if live:
-            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-            self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
-
-    def __enter__(self) -> "BatchProgress":
-        if self.progress is not None:
-            self.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-
-    def __call__(self, line: str, first: str, last: str, status: Any, seconds: float) -> None:
-        batch = first if first == last else f"{first}..{last}"
-        state = getattr(status, "value", status)
-        outcome = "applied" if state == "SUCCESS" else f"ended {state}"
-        self.done[line] = self.done.get(line, 0) + 1
-        message = f"{line}: batch {batch} {outcome} in {seconds:.1f}s"
-        if self.progress is None:
-            print(message, flush=True)
-            return
-        text = f"{line}: {self.done[line]} batches, last {batch} {outcome} in {seconds:.1f}s"
-        if line not in self.tasks:
-            self.tasks[line] = self.progress.add_task(text, total=None)
-        self.progress.update(self.tasks[line], description=text)
-
-
 def cmd_sync(args: argparse.Namespace) -> int:
     from icecdc_dagster.lease.holder import set_process_role
+    from icecdc_dagster.progress_display import SyncDisplay
     from icecdc_dagster.sync import StopRequest, sync_all
 
     set_process_role("icecdc sync")
-    with StopRequest().installed() as stop, BatchProgress(live=sys.stdout.isatty()) as progress:
-        config, context = _sync_context(args, stop, retry_failed=args.retry_failed, on_batch=progress)
-        started = time.monotonic()
-        reports = sync_all(config, context.defs, context.instance, context=context)
+    display = SyncDisplay(live=sys.stdout.isatty())  # its clock starts at the process start, not here
+    with StopRequest().installed() as stop:
+        with display:
+            config, context = _sync_context(args, stop, retry_failed=args.retry_failed, progress=display.progress)
+            reports = sync_all(config, context.defs, context.instance, context=context)
         for report in reports:
             for message in report.failed_over:
                 print(f"{report.table_name}: failed over a dead worker's run: {message}")
             print(report.render())
-        print(f"sync finished in {time.monotonic() - started:.1f}s (DAGSTER_HOME={os.environ['DAGSTER_HOME']})")
+        print(f"sync finished in {display.progress.total():.1f}s (DAGSTER_HOME={os.environ['DAGSTER_HOME']})")
         if stop.requested:
             print(f"icecdc sync: stopped by {stop.name}; run it again to continue where each line stopped")
             return stop.exit_code

@@ -32,14 +32,18 @@ from icecdc_dagster.lease.holder import HEARTBEAT_TAG, Holder, run_heartbeat
 from icecdc_dagster.lease.run_thread import adopt_spark_session, interrupt_run
 from icecdc_dagster.lease.line_lock import LineLock, holding
 from icecdc_dagster.pipeline.ordering import Blocked, NextRun
+from icecdc_dagster.progress import SyncProgress
 from icecdc_dagster.sensors import ingest as ingest_sensor
 from icecdc_dagster.lines import line as lines
 from icecdc_dagster.lines.window import diagnose
 from icecdc_dagster.sensors import snapshots
 from icecdc_dagster.definitions import resource
+from icecdc_dagster import sync_plan
 
 if TYPE_CHECKING:
     from types import FrameType
+
+    from pyiceberg.table import Table
 
 JOIN_POLL_S = 0.2
 
@@ -123,8 +127,35 @@ class SyncContext:
     say: Callable[[str], None] = lambda message: None
     log_level: str = "INFO"  # of the runs' console log: one line per step at INFO; DEBUG adds Dagster's events
     config_path: str | None = None  # named in recovery commands (icecdc resync --config ...)
-    # Called after each batch: (line, first key, last key, final run status, seconds); the CLI's progress.
-    on_batch: Callable[[str, str, str, DagsterRunStatus | None, float], None] | None = None
+    # The CLI's progress display: every line's plan first, then each line's batches as they run.
+    progress: SyncProgress | None = None
+    batches_run: int = 0  # in this sync so far (a line planned at the start may have more pending since)
+
+
+@dataclass(frozen=True)
+class LineDisplay:
+    """What the progress display asks of a line (``sync_plan``): its pending keys, a batch's state and records."""
+    plan: Callable[[], "sync_plan.LinePlan"]
+    batch: Callable[[NextRun], tuple[str, int | None]]
+
+
+def show_plan(progress: SyncProgress, line_id: str, view: LineDisplay) -> None:
+    """The line's pending count from its plan; a display never fails the sync (unknown: "?")."""
+    try:
+        plan = view.plan()
+    except Exception:  # noqa: BLE001 - the sync reports the line's real problem when it runs it
+        progress.planned(line_id, None)
+        return
+    progress.planned(line_id, plan.pending_keys, plan.per_batch, plan.export_first, plan.state)
+
+
+def outcome(report: "TableSyncReport") -> str:
+    """A finished line's state in the display (the report says why)."""
+    for state, reason in (("stopped", report.stopped), ("busy", report.busy), ("waiting out a retry backoff",
+                                                                               report.waiting)):
+        if reason:
+            return state
+    return "done" if report.ok else "blocked"
 
 
 def console_log_config(level: str) -> dict[str, Any]:
@@ -182,7 +213,7 @@ def _finish(instance: DagsterInstance, run_id: str, errors: list[BaseException])
 
 
 def _drain(context: SyncContext, line: lines.Line, evaluate: Callable[[], tuple[list[str], NextRun | Blocked | None]],
-           max_runs: int, report: TableSyncReport) -> str | None:
+           max_runs: int, report: TableSyncReport, view: LineDisplay | None = None) -> str | None:
     """Run the line's batches in order while holding its lock. Returns the id of a live run of
     another worker that keeps the line busy (to wait for), else None."""
     instance = context.instance
@@ -214,11 +245,12 @@ def _drain(context: SyncContext, line: lines.Line, evaluate: Callable[[], tuple[
         if report.runs and not report.runs[-1][2] and report.runs[-1][0] == planned.first_key:
             report.blocked = f"{planned.first_key} failed again; see the run's logs"
             return None
-        started = time.monotonic()
+        show_batch(context, line, planned, view)
         run_id, status = execute_run(context, line, planned)
         report.runs.append((planned.first_key, planned.last_key, status == DagsterRunStatus.SUCCESS))
-        if context.on_batch is not None:
-            context.on_batch(line.line_id, planned.first_key, planned.last_key, status, time.monotonic() - started)
+        context.batches_run += 1
+        if context.progress is not None:
+            context.progress.batch_finished(line.line_id, status == DagsterRunStatus.SUCCESS)
         if context.stop.requested and status != DagsterRunStatus.SUCCESS:
             applied = next((last for _, last, ok in reversed(report.runs) if ok), None)
             report.stopped = (f"{context.stop.name} received: batch {planned.first_key}..{planned.last_key} abandoned "
@@ -228,8 +260,34 @@ def _drain(context: SyncContext, line: lines.Line, evaluate: Callable[[], tuple[
     return None
 
 
+def show_batch(context: SyncContext, line: lines.Line, planned: NextRun, view: LineDisplay | None) -> None:
+    """The batch about to run, in the display: its state and the records its plan knows."""
+    if context.progress is None:
+        return
+    batch = planned.first_key if planned.first_key == planned.last_key else f"{planned.first_key}..{planned.last_key}"
+    try:
+        state, records = view.batch(planned) if view is not None else (f"batch {batch}", None)
+    except Exception:  # noqa: BLE001 - metadata for the display only
+        state, records = f"batch {batch}", None
+    context.progress.batch_started(line.line_id, batch, state, len(planned.keys), records)
+
+
 def _sync_line(context: SyncContext, line: lines.Line,
-               evaluate: Callable[[], tuple[list[str], NextRun | Blocked | None]], max_runs: int) -> TableSyncReport:
+               evaluate: Callable[[], tuple[list[str], NextRun | Blocked | None]], max_runs: int,
+               view: LineDisplay | None = None) -> TableSyncReport:
+    if context.progress is None:
+        return _sync_line_locked(context, line, evaluate, max_runs, view)
+    if view is not None and context.batches_run:  # earlier lines wrote: an ingest target has new snapshots
+        show_plan(context.progress, line.line_id, view)
+    context.progress.line_started(line.line_id)
+    report = _sync_line_locked(context, line, evaluate, max_runs, view)
+    context.progress.line_finished(line.line_id, outcome(report), drained=report.ok)
+    return report
+
+
+def _sync_line_locked(context: SyncContext, line: lines.Line,
+                      evaluate: Callable[[], tuple[list[str], NextRun | Blocked | None]], max_runs: int,
+                      view: LineDisplay | None) -> TableSyncReport:
     report = TableSyncReport(line.line_id)
     if context.stop.requested:
         report.stopped = f"{context.stop.name} received before this line started; nothing applied"
@@ -239,7 +297,7 @@ def _sync_line(context: SyncContext, line: lines.Line,
         try:
             with holding(lock, context.holder, wait=context.wait, on_wait=context.say,
                          stop_requested=lambda: context.stop.requested):
-                busy_run = _drain(context, line, evaluate, max_runs, report)
+                busy_run = _drain(context, line, evaluate, max_runs, report, view)
         except LineBusyError as busy:
             report.busy = str(busy)
             return report
@@ -264,12 +322,13 @@ def sync_table(defs: Definitions, instance: DagsterInstance, table: TableConfig,
                retry_failed: bool = False, context: SyncContext | None = None) -> TableSyncReport:
     catalog = resource(defs, "catalog")
     context = _context(defs, instance, retry_failed, context)
+    loaded: dict[str, Table] = {}  # the source as the latest evaluation read it (the display's summaries)
 
     def evaluate() -> tuple[list[str], NextRun | Blocked | None]:
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
-            source = catalog.load_table(table.table_name)
+            source = loaded["source"] = catalog.load_table(table.table_name)
         except NoSuchTableError:  # written by an auto-creating ingest entry that has not run yet
             return [], None
         # An operator's sync re-executes a batch whose worker died at once, however often it did.
@@ -279,14 +338,29 @@ def sync_table(defs: Definitions, instance: DagsterInstance, table: TableConfig,
             instance.report_runless_asset_event(observation)
         return new_keys, planned
 
-    return _sync_line(context, naming.table_line(table), evaluate, max_runs)
+    return _sync_line(context, naming.table_line(table), evaluate, max_runs, table_view(context, table, loaded))
+
+
+def table_view(context: SyncContext, table: TableConfig, loaded: "dict[str, Table] | None" = None) -> LineDisplay:
+    """The display's view of a table line; ``loaded``: where the line's evaluation leaves the source it read."""
+    catalog, table_line = resource(context.defs, "catalog"), naming.table_line(table)
+    read = loaded if loaded is not None else {}
+    return LineDisplay(lambda: sync_plan.table_plan(context.instance, table, catalog, context.config_path),
+                    lambda planned: sync_plan.table_batch(context.instance, table_line, planned, read.get("source")))
+
+
+def ingest_view(context: SyncContext, entry: IngestConfig) -> LineDisplay:
+    return LineDisplay(lambda: sync_plan.ingest_plan(context.instance, entry),
+                    lambda planned: sync_plan.ingest_batch(entry, planned))
 
 
 def sync_ingest(defs: Definitions, instance: DagsterInstance, entry: IngestConfig,
                 max_runs: int = 1000, retry_failed: bool = False,
                 context: SyncContext | None = None) -> TableSyncReport:
-    return _sync_line(_context(defs, instance, retry_failed, context), ingest_sensor.ingest_line(entry),
-                      lambda: ingest_sensor.evaluate(instance, entry, patient=False), max_runs)
+    context = _context(defs, instance, retry_failed, context)
+    return _sync_line(context, ingest_sensor.ingest_line(entry),
+                      lambda: ingest_sensor.evaluate(instance, entry, patient=False), max_runs,
+                      ingest_view(context, entry))
 
 
 def sync_all(config: PipelineConfig, defs: Definitions, instance: DagsterInstance,
@@ -296,6 +370,11 @@ def sync_all(config: PipelineConfig, defs: Definitions, instance: DagsterInstanc
     context = _context(defs, instance, retry_failed, context)
     if context.config_path is None:
         context.config_path = config.source
+    if context.progress is not None:  # every line shows from the start, with what its plan has pending
+        for entry in config.ingest:
+            show_plan(context.progress, ingest_sensor.ingest_line(entry).line_id, ingest_view(context, entry))
+        for table in config.tables:
+            show_plan(context.progress, table.table_name, table_view(context, table))
     return ([sync_ingest(defs, instance, entry, context=context) for entry in config.ingest]
             + [sync_table(defs, instance, table, context=context) for table in config.tables])
 

@@ -42,7 +42,8 @@ def test_demo_then_status_then_sync(spark, tmp_path, monkeypatch, capsys):
     # The Debezium stream: 50 snapshot rows, 10 upgraded to gold with a new email column, 5 deleted,
     # one event with a bad key in the dead-letter table.
     ingested = next(line for line in out.splitlines() if line.startswith("ingested customers:"))
-    assert ingested.startswith("ingested customers: 45 rows (10 gold, columns ") and ingested.endswith("dead letters: 1")
+    assert ingested.startswith("ingested customers: 45 rows (10 gold, columns ")
+    assert ingested.endswith("dead letters: 1")
     assert {"id", "name", "tier", "email"} == set(re.search(r"columns ([^)]*)\)", ingested).group(1).split(", "))
 
     config, home = directory / "icecdc.yaml", directory / "dagster_home"
@@ -202,45 +203,70 @@ def _run_on_terminal(argv, env):
     return process.wait(), written.decode("utf-8", "replace")
 
 
-def test_sync_on_a_terminal_shows_live_progress_and_elsewhere_one_line_per_batch(spark, catalog_settings, catalog,
-                                                                                  tmp_path):
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def test_sync_shows_every_line_from_the_start_with_batches_records_and_elapsed(spark, catalog_settings, catalog,
+                                                                                tmp_path):
+    """Elsewhere than a terminal (a pipe, a CI log): plain lines, every configured line's plan before any
+    batch, each batch's records from the snapshot summaries, each line's elapsed time, and a total that
+    counts from the process start. On a terminal: rich's live table, one row per line, the same counts."""
     import subprocess
     import sys
 
     from tests.helpers import write_pipeline
 
-    fq = f"{catalog_settings.name}.db.items"
-    spark.sql(f"CREATE TABLE {fq} (id BIGINT NOT NULL, v STRING) USING iceberg")
-    spark.sql(f"INSERT INTO {fq} VALUES (1, 'a'), (2, 'b')")
+    for name, values in (("items", "(1, 'a'), (2, 'b')"), ("other", "(1, 'x')")):
+        spark.sql(f"CREATE TABLE {catalog_settings.name}.db.{name} (id BIGINT NOT NULL, v STRING) USING iceberg")
+        spark.sql(f"INSERT INTO {catalog_settings.name}.db.{name} VALUES {values}")
     config = write_pipeline(tmp_path / "p.yaml", catalog_settings, [
-        {"table_name": "db.items", "identifier_columns": ["id"], "sinks": [{"iceberg": {"table_name": "db.copy"}}]}])
+        {"table_name": "db.items", "identifier_columns": ["id"], "max_snapshots_per_run": 1,
+         "sinks": [{"iceberg": {"table_name": "db.copy"}}]},
+        {"table_name": "db.other", "identifier_columns": ["id"], "sinks": [{"iceberg": {"table_name": "db.copy2"}}]}])
     home = tmp_path / "home"
     argv = [sys.executable, "-c", SYNC, "sync", "--config", str(config)]
 
-    # On a terminal: rich's live display (cursor hidden while it runs, shown again at the end), its
-    # last frame naming the line's batches, then the usual report.
+    done = subprocess.run(argv, env=_sync_process_env(home), capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "\x1b[" not in out and " - DEBUG - " not in out + done.stderr
+    first_batch = out.index("db.items: export")
+    for line in ("db.items", "db.other"):          # both lines, before any batch runs, with their export
+        assert out.index(f"{line}: waiting, batches 0 done / 1 pending, elapsed 0.0s") < first_batch
+    assert re.search(r"^db\.items: export, batches 0 done / 1 pending, ~2 records, elapsed \d+\.\ds$", out, re.M)
+    assert re.search(r"^db\.other: export, batches 0 done / 1 pending, ~1 records, elapsed \d+\.\ds$", out, re.M)
+    assert re.search(r"^db\.items: batch \d+ applied in \d+\.\ds; batches 1 done / 0 pending$", out, re.M)
+    ended = dict(re.findall(r"^(db\.\w+): done, batches 1 done / 0 pending, elapsed (\d+\.\d)s$", out, re.M))
+    assert set(ended) == {"db.items", "db.other"}
+    total = float(re.search(r"^sync finished in (\d+\.\d)s", out, re.M).group(1))
+    # The total counts from the process start: it covers both lines (one after the other) and more;
+    # each figure is rounded to 0.1 s.
+    assert total + 0.05 * (len(ended) + 1) >= sum(float(s) for s in ended.values())
+    assert total > sum(float(s) for s in ended.values()) - 0.15
+    assert spark.table(f"{catalog_settings.name}.db.copy").count() == 2
+
+    # On a terminal: the live table (cursor hidden while it runs, shown again at the end), a frame per
+    # event: db.other shows, waiting with nothing pending, before db.items' first batch; db.items counts
+    # its two snapshots (one per batch) down; the last frame has both lines done.
+    spark.sql(f"INSERT INTO {catalog_settings.name}.db.items VALUES (3, 'c')")
+    spark.sql(f"DELETE FROM {catalog_settings.name}.db.items WHERE id = 1")
     code, shown = _run_on_terminal(argv, _sync_process_env(home))
     assert code == 0, shown
     assert "\x1b[?25l" in shown and "\x1b[?25h" in shown                 # rich's live display ran
-    frames = re.findall(r"db\.items: (\d+) batches, last (\d+) applied in \d+\.\ds", shown)
-    assert frames and frames[-1][0] == "1"                                # the export, one batch
-    assert "db.items: 1/1 runs succeeded; ok" in shown and "sync finished in" in shown
-    assert not re.search(r"^db\.items: batch \d+ applied", shown, re.M)   # the display replaces the lines
+    text = ANSI.sub("", shown)
+    (tmp_path / "terminal.txt").write_text(text)  # to read when an assertion below fails
+    first = re.search(r"db\.items\s+applying snapshot (\d+)\s+0\s+2\s+~(\d+)\s+\d+\.\ds", text)
+    assert first and int(first.group(2)) >= 1, text[-4000:]
+    assert re.search(r"db\.other\s+waiting\s+0\s+0\s+0\.0s", text[:first.start()]), text[:4000]
+    second = re.search(r"db\.items\s+applying snapshot (\d+)\s+1\s+1\s+~\d+\s+\d+\.\ds", text[first.end():])
+    assert second and second.group(1) != first.group(1), text[first.end():first.end() + 6000]
+    frames = text[:text.index("db.items: 2/2 runs succeeded")]
+    last = frames[frames.rindex("batches done"):]                      # the last frame, left on the terminal
+    assert re.search(r"db\.items\s+done\s+2\s+0\s+\d+\.\ds", last), last
+    assert re.search(r"db\.other\s+done\s+0\s+0\s+\d+\.\ds", last), last
+    assert "db.items: 2/2 runs succeeded; ok" in text and "sync finished in" in text
+    assert not re.search(r"^db\.items: batch \d+ applied", text, re.M)   # the table replaces the lines
     assert " - DEBUG - " not in shown
-    current = str(catalog.load_table("db.items").current_snapshot().snapshot_id)
-    assert frames[-1][1] == current
-    assert spark.table(f"{catalog_settings.name}.db.copy").count() == 2
-
-    # Not a terminal (a pipe, a log file): one plain line per batch, no escape sequences, no DEBUG.
-    spark.sql(f"INSERT INTO {fq} VALUES (3, 'c')")
-    spark.sql(f"DELETE FROM {fq} WHERE id = 1")
-    done = subprocess.run(argv, env=_sync_process_env(home), capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    assert done.returncode == 0, done.stdout + done.stderr
-    batches = re.findall(r"^db\.items: batch (\S+) applied in \d+\.\ds$", done.stdout, re.M)
-    assert batches and batches[-1].endswith(str(catalog.load_table("db.items").current_snapshot().snapshot_id))
-    assert "\x1b[" not in done.stdout and " - DEBUG - " not in done.stdout + done.stderr
-    runs = re.search(r"^db\.items: (\d+)/(\d+) runs succeeded; ok", done.stdout, re.M)
-    assert runs and int(runs.group(1)) == int(runs.group(2)) == len(batches)   # a line for every batch run
     assert spark.table(f"{catalog_settings.name}.db.copy").count() == 2
 
 
