@@ -49,6 +49,7 @@ LAYERS = (
     ("assets",),
     ("sensors", "checks"),
     ("definitions",),
+    ("progress", "sync_plan", "progress_display"),
     ("sync", "status", "launcher"),
     ("demo",),
     ("cli",),
