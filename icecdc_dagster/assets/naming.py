@@ -99,7 +99,4 @@ def consistency_check_keys(table: TableConfig) -> tuple[AssetCheckKey, ...]:
     return tuple(AssetCheckKey(sink_key(sink), CONSISTENCY_CHECK) for sink in table.sinks)
 
 
-TABLE_TAG = "icecdc/table"
-FIRST_SNAPSHOT_TAG = "icecdc/first_snapshot"
-LAST_SNAPSHOT_TAG = "icecdc/last_snapshot"
 SOURCE_UUID_METADATA = "source_table_uuid"  # changelog metadata: the table uuid a batch was computed from

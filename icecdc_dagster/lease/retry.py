@@ -27,17 +27,14 @@ from typing import TYPE_CHECKING
 
 from dagster import DagsterRunStatus, RunsFilter
 
-from icecdc_dagster.assets import naming
 from icecdc_dagster.errors import RETRY_COMMAND, TERMINAL, TRANSIENT, UNCLASSIFIED, classify, recovery_of
-from icecdc_dagster.lease.failover import FAILED_OVER_TAG
+from icecdc_dagster.run_tags import (FAILED_OVER_TAG, FAILURE_CLASS_TAG, FAILURE_KIND_TAG, FAILURE_MESSAGE_TAG,
+                                     FIRST_SNAPSHOT_TAG, TABLE_TAG)
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
     from dagster._core.storage.dagster_run import RunRecord
 
-FAILURE_KIND_TAG = "icecdc/failure_kind"      # transient | terminal | unclassified
-FAILURE_CLASS_TAG = "icecdc/failure_class"    # the exception's class name
-FAILURE_MESSAGE_TAG = "icecdc/failure"        # its message (cut to MESSAGE_CHARS)
 MESSAGE_CHARS = 1500
 RETRY_BACKOFF_S = float(os.environ.get("ICECDC_RETRY_BACKOFF_S", "5"))
 RETRY_BACKOFF_MAX_S = float(os.environ.get("ICECDC_RETRY_BACKOFF_MAX_S", "300"))
@@ -121,7 +118,7 @@ def attempts_at(instance: "DagsterInstance", line_id: str, key: str) -> Attempts
     """Judge the failed runs of the line that started at ``key``, newest first, down to its newest
     successful run (a failure before a success is settled; a sink joining at an applied key starts
     afresh)."""
-    of_key = {naming.TABLE_TAG: line_id, naming.FIRST_SNAPSHOT_TAG: key}
+    of_key = {TABLE_TAG: line_id, FIRST_SNAPSHOT_TAG: key}
     records = instance.get_run_records(RunsFilter(
         tags=of_key, statuses=[DagsterRunStatus.FAILURE, DagsterRunStatus.SUCCESS]), limit=RECORDS_READ)
     spent, streak, latest, streak_open, runs = 0, 0, None, True, 0
