@@ -9,6 +9,7 @@ Usage: .venv/bin/python docs/screenshot.py [--demo DIR] [--docs docs]
 """
 
 import argparse
+import json
 import os
 import signal
 import socket
@@ -21,7 +22,7 @@ from pathlib import Path
 
 # (file, page): the replica's overview (schema, partitions, lineage), then the global asset graph.
 SHOTS = [("replica-asset-page.png", "assets/replica/demo_replica/demo_replica_orders?view=overview"),
-         ("asset-graph.png", "asset-groups")]
+         ("asset-graph.png", "locations/icecdc_dagster.definitions/asset-groups/demo_orders")]
 
 
 def free_port() -> int:
@@ -31,14 +32,20 @@ def free_port() -> int:
 
 
 def wait_for(url: str, timeout: float) -> None:
+    """Until the webserver serves the assets (``server_info`` answers before the code location has
+    loaded; a page opened then waits for it past Chromium's budget)."""
     deadline = time.time() + timeout
+    query = json.dumps({"query": "{ assetNodes { id } }"}).encode()
     while time.time() < deadline:
         try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(1)
-    raise TimeoutError(f"{url} did not answer within {timeout}s")
+            request = urllib.request.Request(url, data=query, headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=30) as response:
+                if json.loads(response.read()).get("data", {}).get("assetNodes"):
+                    return
+        except (OSError, ValueError):
+            pass
+        time.sleep(1)
+    raise TimeoutError(f"{url} did not serve the assets within {timeout}s")
 
 
 def main() -> None:
@@ -60,7 +67,7 @@ def main() -> None:
                                "-h", "127.0.0.1", "-p", str(port)], env=env, cwd=demo, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        wait_for(f"http://127.0.0.1:{port}/server_info", 300)
+        wait_for(f"http://127.0.0.1:{port}/graphql", 600)
         for name, page in SHOTS:
             out, url = Path(args.docs) / name, f"http://127.0.0.1:{port}/{page}"
             subprocess.run([args.chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
