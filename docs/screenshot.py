@@ -1,13 +1,15 @@
-"""Regenerate docs/replica-asset-page.png: the replica's asset page in the Dagster UI after `icecdc demo`.
+"""Regenerate docs/replica-asset-page.png and docs/asset-graph.png: the replica's asset page and the
+asset graph in the Dagster UI after `icecdc demo`.
 
-Runs the demo into a temporary directory, starts `dagster dev` on it, and takes a screenshot of
-the replica asset's page with headless Chromium (Debian: `apt-get install chromium`). A one-off
+Runs the demo into a temporary directory (or uses one: --demo DIR), starts `dagster dev` on it, and
+takes the screenshots with headless Chromium (Debian: `apt-get install chromium`). A one-off
 documentation artefact, not part of the test run.
 
-Usage: .venv/bin/python docs/screenshot.py [--out docs/replica-asset-page.png]
+Usage: .venv/bin/python docs/screenshot.py [--demo DIR] [--docs docs]
 """
 
 import argparse
+import json
 import os
 import signal
 import socket
@@ -18,7 +20,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-ASSET_PATH = "replica/demo_replica/orders"
+# (file, page): the replica's overview (schema, partitions, lineage), then the global asset graph.
+SHOTS = [("replica-asset-page.png", "assets/replica/demo_replica/demo_replica_orders?view=overview"),
+         ("asset-graph.png", "locations/icecdc_dagster.definitions/asset-groups/demo_orders")]
 
 
 def free_port() -> int:
@@ -28,39 +32,48 @@ def free_port() -> int:
 
 
 def wait_for(url: str, timeout: float) -> None:
+    """Until the webserver serves the assets (``server_info`` answers before the code location has
+    loaded; a page opened then waits for it past Chromium's budget)."""
     deadline = time.time() + timeout
+    query = json.dumps({"query": "{ assetNodes { id } }"}).encode()
     while time.time() < deadline:
         try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(1)
-    raise TimeoutError(f"{url} did not answer within {timeout}s")
+            request = urllib.request.Request(url, data=query, headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=30) as response:
+                if json.loads(response.read()).get("data", {}).get("assetNodes"):
+                    return
+        except (OSError, ValueError):
+            pass
+        time.sleep(1)
+    raise TimeoutError(f"{url} did not serve the assets within {timeout}s")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default=str(Path(__file__).parent / "replica-asset-page.png"))
+    parser.add_argument("--docs", default=str(Path(__file__).parent), help="where the images are written")
+    parser.add_argument("--demo", help="an existing `icecdc demo --dir` directory (default: run the demo)")
     parser.add_argument("--chromium", default="/usr/bin/chromium")
     args = parser.parse_args()
     bin_dir = Path(sys.executable).parent
-    demo = Path(tempfile.mkdtemp(prefix="icecdc-shot-")) / "demo"
-    subprocess.run([str(bin_dir / "icecdc"), "demo", "--dir", str(demo)], check=True, stdout=subprocess.DEVNULL)
+    demo = Path(args.demo) if args.demo else Path(tempfile.mkdtemp(prefix="icecdc-shot-")) / "demo"
+    if not args.demo:
+        subprocess.run([str(bin_dir / "icecdc"), "demo", "--dir", str(demo)], check=True, stdout=subprocess.DEVNULL)
     port = free_port()
     nux = demo / "dagster_home" / ".nux"   # Dagster's "community" welcome dialog was seen: no overlay
     nux.mkdir(parents=True, exist_ok=True)
     (nux / "nux.yaml").write_text("seen: 1\n")
     env = {**os.environ, "DAGSTER_HOME": str(demo / "dagster_home"), "ICECDC_CONFIG": str(demo / "icecdc.yaml")}
-    server = subprocess.Popen([str(bin_dir / "dagster"), "dev", "-m", "icecdc_dagster.definitions", "-h", "127.0.0.1",
-                               "-p", str(port)], env=env, cwd=demo, stdout=subprocess.DEVNULL,
+    server = subprocess.Popen([str(bin_dir / "dagster-webserver"), "-m", "icecdc_dagster.definitions",
+                               "-h", "127.0.0.1", "-p", str(port)], env=env, cwd=demo, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        wait_for(f"http://127.0.0.1:{port}/server_info", 180)
-        url = f"http://127.0.0.1:{port}/assets/{ASSET_PATH}?view=overview"
-        subprocess.run([args.chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                        "--window-size=1500,1400", "--virtual-time-budget=30000", f"--screenshot={args.out}", url],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=180)
-        print(f"wrote {args.out} ({url})")
+        wait_for(f"http://127.0.0.1:{port}/graphql", 600)
+        for name, page in SHOTS:
+            out, url = Path(args.docs) / name, f"http://127.0.0.1:{port}/{page}"
+            subprocess.run([args.chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                            "--window-size=1400,900", "--virtual-time-budget=15000", f"--screenshot={out}", url],
+                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+            print(f"wrote {out} ({url})")
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=60)

@@ -48,7 +48,7 @@ Guarantees: a run this launcher accepts always ends SUCCESS, FAILURE or
 CANCELED in the instance, also when loading the code or the framework raises
 (the worker reports the failure and carries on with the next run). A run that
 was waiting on the queue when it is terminated is CANCELED without running.
-Runs record the worker's host and pid (tags ``icecdc/warm_launcher_*``) and,
+Runs record the worker's host and pid (hidden tags ``.dagster/icecdc/warm_launcher_*``, see ``run_tags``) and,
 like every icecdc run, its process start time (``lease.holder`` tags, so a
 reused pid is told apart); when the daemon dies with a run in flight,
 ``check_run_worker_health`` (run monitoring) reports the worker FAILED and
@@ -135,15 +135,14 @@ from icecdc_dagster.lease.run_thread import adopt_spark_session
 from icecdc_dagster.lease.run_thread import cancel_spark_jobs as _cancel_spark_jobs
 from icecdc_dagster.lease.run_thread import raise_in_thread as _raise_in_thread
 from icecdc_dagster.lease.run_thread import tag_spark_thread
+from icecdc_dagster import run_tags
+from icecdc_dagster.run_tags import FAILED_OVER_TAG, LAUNCHER_HOST_TAG, LAUNCHER_PID_TAG, LAUNCHER_SESSION_TAG
 
 if TYPE_CHECKING:
     from dagster import RepositoryDefinition
     from dagster_shared.error import SerializableErrorInfo
     from dagster import DagsterInstance
 
-HOST_TAG = "icecdc/warm_launcher_host"
-PID_TAG = "icecdc/warm_launcher_pid"
-SESSION_TAG = "icecdc/warm_launcher_session"
 
 CANCEL_POLL_S = 1.0
 _IN_FLIGHT = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
@@ -352,8 +351,8 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
         if run.job_code_origin is None:
             raise ValueError(f"run {run.run_id} has no job code origin; the warm launcher cannot load its job")
         instance = self._instance
-        instance.add_run_tags(run.run_id, {HOST_TAG: self._host, PID_TAG: str(self._pid),
-                                           SESSION_TAG: self._session,
+        instance.add_run_tags(run.run_id, {LAUNCHER_HOST_TAG: self._host, LAUNCHER_PID_TAG: str(self._pid),
+                                           LAUNCHER_SESSION_TAG: self._session,
                                            **Holder.current(role="warm launcher (daemon)").tags()})
         with self._lock:
             self._pending.add(run.run_id)
@@ -496,7 +495,7 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
         with self._lock:
             if run.run_id in self._current or run.run_id in self._pending:
                 return CheckRunHealthResult(WorkerStatus.RUNNING)
-        if run.tags.get(SESSION_TAG) == self._session:
+        if run_tags.read(run.tags, LAUNCHER_SESSION_TAG) == self._session:
             # Launched here but no longer queued or executing: the worker lost it.
             return CheckRunHealthResult(WorkerStatus.FAILED, "the warm launcher's worker no longer runs it")
         if _worker_alive(run):
@@ -509,7 +508,9 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
         failed = []
         for record in instance.get_run_records(RunsFilter(statuses=_IN_FLIGHT)):
             run = record.dagster_run
-            if PID_TAG not in run.tags or run.tags.get(SESSION_TAG) == self._session or _worker_alive(run):
+            launcher_pid = run_tags.read(run.tags, LAUNCHER_PID_TAG)
+            if launcher_pid is None or run_tags.read(run.tags, LAUNCHER_SESSION_TAG) == self._session \
+                    or _worker_alive(run):
                 continue
             holder = Holder.from_tags(run.tags)
             if holder is not None:  # the detailed reason (pid gone / reused / rebooted), as a sync gives it
@@ -517,10 +518,10 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
                     failed.append(run.run_id)
                 continue
             # A dead process, not a failed batch: tagged so it never spends the batch's max_retries.
-            gone = f"worker died: pid {run.tags[PID_TAG]} is gone"
-            instance.add_run_tags(run.run_id, {failover.FAILED_OVER_TAG: gone})
+            gone = f"worker died: pid {launcher_pid} is gone"
+            instance.add_run_tags(run.run_id, {FAILED_OVER_TAG: gone})
             instance.report_run_failed(
-                run, f"icecdc warm launcher: the process that ran it (pid {run.tags[PID_TAG]}) is gone")
+                run, f"icecdc warm launcher: the process that ran it (pid {launcher_pid}) is gone")
             failed.append(run.run_id)
         return failed
 
@@ -539,7 +540,7 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
         for run_id in waiting:
             run = self._instance.get_run_by_id(run_id)
             if run is not None and not run.is_finished:
-                self._instance.add_run_tags(run_id, {failover.FAILED_OVER_TAG: "worker died: shut down before the run"})
+                self._instance.add_run_tags(run_id, {FAILED_OVER_TAG: "worker died: shut down before the run"})
                 self._instance.report_run_failed(run, "icecdc warm launcher: shut down before the run started")
 
 
@@ -586,21 +587,22 @@ def _spark_context_or_none() -> Any:
 
 def _worker_alive(run: DagsterRun) -> bool:
     """Whether the process recorded on the run may still be executing it."""
-    if run.tags.get(SESSION_TAG) and run.tags.get(PID_TAG) == str(os.getpid()):
+    session = run_tags.read(run.tags, LAUNCHER_SESSION_TAG)
+    if session and run_tags.read(run.tags, LAUNCHER_PID_TAG) == str(os.getpid()):
         # This process, or an earlier one whose pid it reuses: alive if the session is ours.
-        return run.tags.get(SESSION_TAG) in _LIVE_SESSIONS
+        return session in _LIVE_SESSIONS
     judged = failover.judge(run)
     if judged is not None:  # host, pid and process start time (a reused pid is told apart)
         return judged[1].alive
-    if run.tags.get(HOST_TAG) != socket.gethostname():
+    if run_tags.read(run.tags, LAUNCHER_HOST_TAG) != socket.gethostname():
         return True  # another host: we cannot tell; leave it to that host's daemon
     try:
-        pid = int(run.tags.get(PID_TAG, ""))
+        pid = int(run_tags.read(run.tags, LAUNCHER_PID_TAG, "") or "")
     except ValueError:
         return False
     if pid == os.getpid():
         # This process, or an earlier one whose pid it reuses: alive if the session is ours.
-        return run.tags.get(SESSION_TAG) in _LIVE_SESSIONS
+        return session in _LIVE_SESSIONS
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -11,16 +11,16 @@ worker are failed over before planning. A stop request (SIGINT/SIGTERM) abandons
 flight before its commit where it can (run CANCELED) and stops before the next one.
 """
 
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from dagster import DagsterInstance, DagsterRunStatus, Definitions
+from dagster import AssetCheckKey, AssetKey, DagsterInstance, DagsterRunStatus, Definitions
 from dagster._core.utils import make_new_run_id
 
 from icecdc_dagster.assets import naming
@@ -28,7 +28,8 @@ from icecdc_dagster.assets.source import source_observations
 from icecdc_dagster.config import IngestConfig, PipelineConfig, TableConfig
 from icecdc_dagster.errors import LineBusyError, SyncInterruptedError
 from icecdc_dagster.lease import failover
-from icecdc_dagster.lease.holder import HEARTBEAT_TAG, Holder, run_heartbeat
+from icecdc_dagster.lease.holder import Holder, run_heartbeat
+from icecdc_dagster.run_tags import WORKER_HEARTBEAT_TAG
 from icecdc_dagster.lease.run_thread import adopt_spark_session, interrupt_run
 from icecdc_dagster.lease.line_lock import LineLock, holding
 from icecdc_dagster.pipeline.ordering import Blocked, NextRun
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
     from types import FrameType
 
     from pyiceberg.table import Table
+    from dagster import JobDefinition
+    from dagster._core.storage.dagster_run import DagsterRun
 
 JOIN_POLL_S = 0.2
 
@@ -169,18 +172,16 @@ def execute_run(context: SyncContext, line: lines.Line, planned: NextRun) -> tup
     instance = context.instance
     request = lines.run_request(line, planned)
     assets, checks = lines.run_selection(line, planned)
-    job = context.defs.resolve_implicit_global_asset_job_def().get_subset(
-        asset_selection=set(assets), asset_check_selection=set(checks) if checks is not None else None)
     run_id = make_new_run_id()
-    tags = {**request.tags, **context.holder.tags(), HEARTBEAT_TAG: f"{time.time():.3f}"}
+    tags = {**request.tags, **context.holder.tags(), WORKER_HEARTBEAT_TAG: f"{time.time():.3f}"}
     errors: list[BaseException] = []
 
     def target() -> None:
         try:
             adopt_spark_session()
-            job.execute_in_process(instance=instance, run_id=run_id, partition_key=request.partition_key,
-                                   tags=tags, raise_on_error=False,
-                                   run_config=console_log_config(context.log_level))
+            job, run = create_selected_run(instance, context.defs, run_id, tags, request.partition_key,
+                                           console_log_config(context.log_level), assets, checks)
+            execute_in_process_run(job, run, instance)
         except BaseException as exc:  # noqa: BLE001 - recorded on the run below
             errors.append(exc)
 
@@ -194,6 +195,44 @@ def execute_run(context: SyncContext, line: lines.Line, planned: NextRun) -> tup
                 canceling = interrupt_run(instance, run_id, worker,
                                           f"icecdc sync received {context.stop.name}: the batch is abandoned")
     return run_id, _finish(instance, run_id, errors)
+
+
+def create_selected_run(instance: DagsterInstance, defs: Definitions, run_id: str, tags: Mapping[str, str],
+                        partition_key: str | None, run_config: Mapping[str, Any], assets: Sequence[AssetKey],
+                        checks: Sequence[AssetCheckKey] | None) -> tuple["JobDefinition", "DagsterRun"]:
+    """The run of a batch as the daemon creates a sensor's: its asset (and check) selection recorded,
+    so the runs page's Target column names the line's assets (``execute_in_process`` on a subset
+    records none, and given a selection it would run every check of the assets). Returns the job to
+    execute it with: the implicit asset job with ``execute_in_process``'s executor (the sync holds
+    the line's lock itself)."""
+    from dagster._core.execution.api import create_execution_plan
+    from dagster._core.execution.execute_in_process import merge_run_tags
+    from dagster._core.snap import snapshot_from_execution_plan
+
+    job = defs.resolve_implicit_global_asset_job_def().as_ephemeral_job(resource_defs={}, input_values={})
+    check_selection = frozenset(checks) if checks is not None else None
+    subset = job.get_subset(asset_selection=set(assets), asset_check_selection=check_selection)
+    merged = merge_run_tags(job_def=subset, partition_key=partition_key, tags=tags, asset_selection=list(assets),
+                            instance=instance, run_config=run_config)
+    plan = create_execution_plan(subset, run_config=run_config, tags=merged,
+                                 instance_ref=instance.get_ref() if instance.is_persistent else None)
+    run = instance.create_run(
+        job_name=subset.name, run_id=run_id, run_config=run_config, status=DagsterRunStatus.NOT_STARTED,
+        tags=merged, root_run_id=None, parent_run_id=None, step_keys_to_execute=plan.step_keys_to_execute,
+        execution_plan_snapshot=snapshot_from_execution_plan(plan, subset.get_job_snapshot_id()),
+        job_snapshot=subset.get_job_snapshot(), parent_job_snapshot=subset.get_parent_job_snapshot(),
+        asset_selection=frozenset(assets), asset_check_selection=check_selection, resolved_op_selection=None,
+        op_selection=None, remote_job_origin=None, job_code_origin=None, asset_graph=subset.asset_layer.asset_graph)
+    return job, run
+
+
+def execute_in_process_run(job: "JobDefinition", run: "DagsterRun", instance: DagsterInstance) -> None:
+    """Execute a run made by :func:`create_selected_run` in this thread (Dagster subsets ``job`` by
+    the run's selection)."""
+    from dagster._core.definitions.job_base import InMemoryJob
+    from dagster._core.execution.api import execute_run
+
+    execute_run(InMemoryJob(job), run, instance, raise_on_error=False)
 
 
 def _finish(instance: DagsterInstance, run_id: str, errors: list[BaseException]) -> DagsterRunStatus | None:

@@ -14,10 +14,10 @@ from dagster._core.storage.dagster_run import DagsterRun
 
 import icecdc_dagster
 from icecdc_dagster import errors
-from icecdc_dagster.lease import failover
+from icecdc_dagster import run_tags
 from icecdc_dagster.errors import classify
 from icecdc_dagster.lease import retry
-from icecdc_dagster.lease.failover import FAILED_OVER_TAG
+from icecdc_dagster.run_tags import FAILED_OVER_TAG
 from icecdc_dagster.pipeline.ordering import Blocked, NextRun
 from icecdc_dagster.lines import line as lines
 
@@ -93,7 +93,7 @@ LINE = lines.Line("db.t", DynamicPartitionsDefinition(name="db__t"), (AssetKey([
 def _failed(instance, key: str, **tags: str) -> str:  # noqa: ANN001
     run_id = str(uuid.uuid4())
     run = instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id=run_id, status=DagsterRunStatus.STARTED,
-                                      tags={failover.TABLE_TAG: LINE.line_id, failover.FIRST_SNAPSHOT_TAG: key,
+                                      tags={run_tags.TABLE_TAG: LINE.line_id, run_tags.FIRST_SNAPSHOT_TAG: key,
                                             **tags}))
     instance.report_run_failed(run)
     return run_id
@@ -134,7 +134,7 @@ def test_the_most_severe_failure_of_a_run_is_kept_and_backoff_doubles(instance):
     retry.record_failure(instance, run_id, errors.TableRolledBackError("db.t was rolled back"))
     retry.record_failure(instance, run_id, errors.LineBusyError("busy"))   # a later, milder failure
     tags = instance.get_run_by_id(run_id).tags
-    assert (tags[retry.FAILURE_KIND_TAG], tags[retry.FAILURE_CLASS_TAG]) == ("terminal", "TableRolledBackError")
+    assert (tags[run_tags.FAILURE_KIND_TAG], tags[run_tags.FAILURE_CLASS_TAG]) == ("terminal", "TableRolledBackError")
     streak = retry.Attempts(runs=3, spent=0, transient_streak=3,
                             latest=retry.Failure("transient", "LineBusyError", "busy", time.time()))
     assert streak.backoff_s() == min(retry.RETRY_BACKOFF_MAX_S, retry.RETRY_BACKOFF_S * 4)

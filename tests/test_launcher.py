@@ -11,10 +11,12 @@ import pytest
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, in_process_executor, job, op, reconstructable
 from dagster._core.test_utils import instance_for_test
 
-from icecdc_dagster.lease import failover
-from icecdc_dagster.launcher import DEFAULT_SWITCH_INTERVAL_MS, HOST_TAG, PID_TAG, SESSION_TAG, WarmRunLauncher
+from icecdc_dagster import run_tags
+from icecdc_dagster.launcher import DEFAULT_SWITCH_INTERVAL_MS, WarmRunLauncher
 from icecdc_dagster.lease.executor import line_executor
-from icecdc_dagster.lease.holder import ROLE_TAG, Holder
+from icecdc_dagster.lease.holder import Holder
+from icecdc_dagster.run_tags import (LAUNCHER_HOST_TAG, LAUNCHER_PID_TAG, LAUNCHER_SESSION_TAG, LEGACY,
+                                     WORKER_ROLE_TAG)
 from icecdc_dagster.lease.line_lock import LineLock
 
 LAUNCHER = {"run_launcher": {"module": "icecdc_dagster.launcher", "class": "WarmRunLauncher"}}
@@ -106,7 +108,7 @@ def test_runs_succeed_in_one_warm_worker_thread(instance):  # noqa: ANN001
     assert a["pid"] == b["pid"] == os.getpid()  # no new process per run
     assert a["thread"] == b["thread"] != threading.get_ident()  # the same long-lived worker thread
     tags = instance.get_run_by_id(first).tags
-    assert tags[PID_TAG] == str(os.getpid()) and tags[HOST_TAG] == socket.gethostname()
+    assert tags[LAUNCHER_PID_TAG] == str(os.getpid()) and tags[LAUNCHER_HOST_TAG] == socket.gethostname()
 
 
 def test_failing_run_ends_failure_and_the_worker_goes_on(instance):  # noqa: ANN001
@@ -143,7 +145,14 @@ def test_terminate_running_and_waiting_runs(instance):  # noqa: ANN001
     assert instance.get_run_by_id(after).status == DagsterRunStatus.SUCCESS
 
 
-def test_runs_of_a_dead_worker_process_are_failed(instance):  # noqa: ANN001
+def _released(tags: dict, previous_release: bool) -> dict:
+    """``tags`` as this release writes them, or under the keys the previous release wrote (runs in
+    flight across an upgrade: crash recovery must still read them)."""
+    return {LEGACY.get(k, k): v for k, v in tags.items()} if previous_release else tags
+
+
+@pytest.mark.parametrize("previous_release", [False, True])
+def test_runs_of_a_dead_worker_process_are_failed(instance, previous_release):  # noqa: ANN001
     run = instance.create_run_for_job(job_def=ok_job,
                                       job_code_origin=reconstructable(ok_job).get_python_origin())
     from dagster._core.events import DagsterEvent
@@ -151,14 +160,15 @@ def test_runs_of_a_dead_worker_process_are_failed(instance):  # noqa: ANN001
     instance.report_dagster_event(DagsterEvent(event_type_value=DagsterEventType.PIPELINE_START.value,
                                                job_name=run.job_name), run_id=run.run_id)
     gone = 2 ** 22 + 12345  # above the default pid_max: no such process
-    instance.add_run_tags(run.run_id, {HOST_TAG: socket.gethostname(), PID_TAG: str(gone), SESSION_TAG: "old"})
+    instance.add_run_tags(run.run_id, _released({LAUNCHER_HOST_TAG: socket.gethostname(), LAUNCHER_PID_TAG: str(gone),
+                                                 LAUNCHER_SESSION_TAG: "old"}, previous_release))
     launcher = instance.run_launcher
     stale = instance.get_run_by_id(run.run_id)
     assert stale.status == DagsterRunStatus.STARTED
     assert launcher.check_run_worker_health(stale).status.value == "FAILED"
     assert launcher.fail_orphaned_runs() == [run.run_id]
     assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.FAILURE
-    from icecdc_dagster.lease.failover import FAILED_OVER_TAG
+    from icecdc_dagster.run_tags import FAILED_OVER_TAG
 
     # A dead process is not a failed batch: the tag keeps it out of the batch's max_retries.
     assert instance.get_run_by_id(run.run_id).tags[FAILED_OVER_TAG] == f"worker died: pid {gone} is gone"
@@ -176,7 +186,7 @@ def test_warm_runs_record_their_worker_and_wait_for_a_busy_line_until_terminated
     sync_lock = LineLock.for_instance(instance, "db.orders")
     assert sync_lock.try_acquire(Holder.current(role="icecdc sync"))
     origin = reconstructable(line_job).get_python_origin()
-    run = instance.create_run_for_job(job_def=line_job, job_code_origin=origin, tags={failover.TABLE_TAG: "db.orders"})
+    run = instance.create_run_for_job(job_def=line_job, job_code_origin=origin, tags={run_tags.TABLE_TAG: "db.orders"})
     instance.launch_run(run.run_id, workspace=None)
     deadline = time.monotonic() + 30
     while not [e for e in instance.all_logs(run.run_id, of_type=DagsterEventType.ENGINE_EVENT)
@@ -184,7 +194,7 @@ def test_warm_runs_record_their_worker_and_wait_for_a_busy_line_until_terminated
         assert time.monotonic() < deadline, "the run did not report waiting for the line"
         time.sleep(0.05)
     tags = instance.get_run_by_id(run.run_id).tags
-    assert tags[ROLE_TAG] == "warm launcher (daemon)" and Holder.from_tags(tags).pid == os.getpid()
+    assert tags[WORKER_ROLE_TAG] == "warm launcher (daemon)" and Holder.from_tags(tags).pid == os.getpid()
     assert instance.run_launcher.check_run_worker_health(instance.get_run_by_id(run.run_id)).status.value == "RUNNING"
     assert instance.run_launcher.terminate(run.run_id)
     assert wait_status(instance, run.run_id, {DagsterRunStatus.CANCELED, DagsterRunStatus.FAILURE}) == \
@@ -192,14 +202,15 @@ def test_warm_runs_record_their_worker_and_wait_for_a_busy_line_until_terminated
     assert not instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_START)
     sync_lock.release()
     after = instance.create_run_for_job(job_def=line_job, job_code_origin=origin,
-                                        tags={failover.TABLE_TAG: "db.orders"})
+                                        tags={run_tags.TABLE_TAG: "db.orders"})
     instance.launch_run(after.run_id, workspace=None)
     instance.run_launcher.join(timeout=30)
     assert instance.get_run_by_id(after.run_id).status == DagsterRunStatus.SUCCESS
     assert not LineLock.for_instance(instance, "db.orders").is_busy()
 
 
-def test_orphan_whose_pid_was_reused_is_failed(instance):  # noqa: ANN001
+@pytest.mark.parametrize("previous_release", [False, True])
+def test_orphan_whose_pid_was_reused_is_failed(instance, previous_release):  # noqa: ANN001
     """A dead daemon's run whose pid now belongs to another live process (pid reuse) is failed,
     with the reason; a liveness check by pid alone would have kept it STARTED forever."""
     import subprocess
@@ -217,8 +228,9 @@ def test_orphan_whose_pid_was_reused_is_failed(instance):  # noqa: ANN001
                                                    job_name=run.job_name), run_id=run.run_id)
         dead = Holder(host=socket.gethostname(), pid=other.pid, pid_start=process_state(other.pid).start_ticks - 1,
                       boot_id=Holder.current().boot_id, since=time.time() - 60, role="warm launcher (daemon)")
-        instance.add_run_tags(run.run_id, {HOST_TAG: socket.gethostname(), PID_TAG: str(other.pid),
-                                           SESSION_TAG: "old", **dead.tags()})
+        instance.add_run_tags(run.run_id, _released({LAUNCHER_HOST_TAG: socket.gethostname(),
+                                                     LAUNCHER_PID_TAG: str(other.pid), LAUNCHER_SESSION_TAG: "old",
+                                                     **dead.tags()}, previous_release))
         assert instance.run_launcher.fail_orphaned_runs() == [run.run_id]
         (failure,) = instance.all_logs(run.run_id, of_type=DagsterEventType.PIPELINE_FAILURE)
         assert f"pid {other.pid} now belongs to another process" in failure.message

@@ -37,7 +37,7 @@ def test_dagster_layer_does_not_branch_on_sink_kinds():
 # packages may import each other but no two files import each other. A layer entry is a package or
 # module under icecdc_dagster (the longest match decides: ``assets.naming`` sits below ``assets``).
 LAYERS = (
-    ("errors", "fields", "column_names"),
+    ("errors", "fields", "column_names", "run_tags"),
     ("runtime", "batch", "lineage", "resources"),
     ("changelog", "writer", "inputs"),
     ("ingest",),

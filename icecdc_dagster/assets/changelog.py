@@ -14,8 +14,8 @@ from icecdc_dagster import changelog
 from icecdc_dagster.assets import line_record, naming
 from icecdc_dagster.assets.lineage import lineage_run
 from icecdc_dagster.assets.metadata import batch_metadata
-from icecdc_dagster.assets.table_metadata import (CHANGELOG_DOCS, COLUMN_LINEAGE, PARTITION_ROW_COUNT,
-                                                  changelog_fallback, column_lineage)
+from icecdc_dagster.assets.table_metadata import (CHANGELOG_DOCS, PARTITION_ROW_COUNT, changelog_fallback,
+                                                  lineage_metadata)
 from icecdc_dagster.assets.metadata_cache import described_table
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.lineage import LineageDataset, LineageEmitter, iceberg_dataset
@@ -138,7 +138,7 @@ def _store_batch(context: AssetExecutionContext, table: TableConfig, lineage: Li
     columns = changelog.data_columns(source)
     described = {**described_table(catalog.name, catalog.load_table(stored.table_name), docs=CHANGELOG_DOCS,
                                   fallback=changelog_fallback(table.table_name)),
-                 COLUMN_LINEAGE: column_lineage(naming.source_key(table), {c: [c] for c in columns}),
+                 **lineage_metadata(naming.source_key(table), {c: [c] for c in columns}),
                  PARTITION_ROW_COUNT: stored.rows}
     metadata = batch_metadata(
         computed.info, parent, started, stored.counts,

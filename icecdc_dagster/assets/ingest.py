@@ -24,8 +24,9 @@ from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.lineage import ingest_lineage_run
-from icecdc_dagster.assets.table_metadata import (COLUMN_SCHEMA, DEAD_LETTER_DOCS, PARTITION_ROW_COUNT, ROW_COUNT,
-                                                  TABLE_NAME, column_schema, source_fallback)
+from icecdc_dagster.assets.table_metadata import (COLUMN_LINEAGE_TABLE, COLUMN_SCHEMA, DEAD_LETTER_DOCS,
+                                                  PARTITION_ROW_COUNT, ROW_COUNT, TABLE_NAME, column_schema,
+                                                  lineage_table, source_fallback)
 from icecdc_dagster.assets.metadata_cache import described_table
 from icecdc_dagster.config import IngestConfig
 from icecdc_dagster.ingest import dead_letters, routing
@@ -90,7 +91,7 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
                                  "added_columns": [*prior.get("added_columns", []), *t.added_columns],
                                  "widened_columns": [*prior.get("widened_columns", []), *t.widened_columns]}
         skipped = all(r.skipped for r in results)
-        written = _target_metadata(catalog, target) if target else {}
+        written = target_lineage(entry, _target_metadata(catalog, target)) if target else {}
         if target:  # the dead-letter table, when there is one: its metadata and this run's rows
             dead = _target_metadata(catalog, routing.dead_letter_table(target), dead=True)
             if dead:
@@ -228,6 +229,16 @@ def build_dead_letter_asset(entries: Sequence[IngestConfig], catalog_name: str,
         description=f"Events that could not be written to {target}, with the reason (Iceberg table {table}).",
         metadata={**remembered.get(f"{catalog_name}.{table}", {}), TABLE_NAME: f"{catalog_name}.{table}",
                   COLUMN_SCHEMA: column_schema(dead_letters.schema(), docs=DEAD_LETTER_DOCS)})
+
+
+def target_lineage(entry: IngestConfig, written: dict[str, Any]) -> dict[str, Any]:
+    """The target's metadata with its column lineage as the markdown table the asset page renders:
+    each column from the Debezium image field of the same name in the entry's landing location or
+    stream (no asset, so no structured ``dagster/column_lineage``: it names asset keys)."""
+    schema = written.get(COLUMN_SCHEMA)
+    if schema is None:
+        return written
+    return {**written, COLUMN_LINEAGE_TABLE: lineage_table(entry.source, {c.name: [c.name] for c in schema.columns})}
 
 
 def _target_metadata(catalog: IcebergCatalogResource, target: str, dead: bool = False) -> dict[str, Any]:

@@ -15,8 +15,7 @@ from icecdc_dagster.assets import line_record, naming
 from icecdc_dagster.assets.changelog import batch_request
 from icecdc_dagster.assets.lineage import lineage_run
 from icecdc_dagster.assets.metadata import batch_metadata
-from icecdc_dagster.assets.table_metadata import (COLUMN_LINEAGE, PARTITION_ROW_COUNT, column_lineage,
-                                                  replica_fallback)
+from icecdc_dagster.assets.table_metadata import PARTITION_ROW_COUNT, lineage_metadata, replica_fallback
 from icecdc_dagster.assets.metadata_cache import described_table
 from icecdc_dagster.batch import CHANGE_TYPE
 from icecdc_dagster.config import SinkConfig, TableConfig
@@ -98,8 +97,8 @@ def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
     context.log.info(f"{target.name}: {'skipped (already applied)' if result.skipped else 'applied'} "
                      f"snapshots {info.first_snapshot_id}..{info.snapshot_id}: {result.counts}")
     checkpoint = result.checkpoint
-    described: dict[str, Any] = {COLUMN_LINEAGE: column_lineage(naming.source_key(table), lineage_columns),
-                 PARTITION_ROW_COUNT: sum(applied.values())}
+    described: dict[str, Any] = {**lineage_metadata(naming.source_key(table), lineage_columns),
+                                 PARTITION_ROW_COUNT: sum(applied.values())}
     written = sink.maintained_table()
     if written is not None:
         described |= described_table(catalog.name, catalog.load_table(written), info.identifier_columns,

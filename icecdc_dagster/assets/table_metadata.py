@@ -9,7 +9,10 @@ every tool reading Dagster metadata see tables, not opaque boxes.
   records minus the distinct positions their position deletes / deletion vectors remove (dangling
   deletes that outlived a compaction count for nothing); omitted with equality deletes;
 - ``dagster/column_lineage``: each column of a sink or of the changelog store <- the source
-  column(s) it comes from (a document id <- the identifier columns).
+  column(s) it comes from (a document id <- the identifier columns); open-source Dagster's UI
+  renders that entry only in Dagster+, so the same lineage is also a markdown table
+  (``column_lineage_table``) the UI renders everywhere; an ingest target has the table alone (its
+  columns come from the landing's Debezium fields, which are no asset).
 
 Everything here reads table metadata already loaded: no extra catalog or Spark work per batch.
 
@@ -40,6 +43,7 @@ COLUMN_SCHEMA = "dagster/column_schema"
 ROW_COUNT = "dagster/row_count"
 PARTITION_ROW_COUNT = "dagster/partition_row_count"
 COLUMN_LINEAGE = "dagster/column_lineage"
+COLUMN_LINEAGE_TABLE = "column_lineage_table"
 
 
 # Descriptions of the columns we add, where the table's schema carries no doc of its own.
@@ -261,3 +265,27 @@ def column_lineage(source: AssetKey, derived_from: Mapping[str, Sequence[str]]) 
     return TableColumnLineage(deps_by_column={
         column: [TableColumnDep(asset_key=source, column_name=name) for name in names]
         for column, names in derived_from.items() if names})
+
+
+def lineage_metadata(source: AssetKey, derived_from: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+    """Column lineage twice: Dagster's structured entry (rendered by Dagster+ and read by tools) and
+    the same as a markdown table, which open-source Dagster's asset page shows."""
+    return {COLUMN_LINEAGE: column_lineage(source, derived_from),
+            COLUMN_LINEAGE_TABLE: lineage_table(source.to_user_string(), derived_from)}
+
+
+def lineage_table(source: str, derived_from: Mapping[str, Sequence[str]]) -> Any:
+    """``| column | from | from column |``, one row per column of this asset (a column computed
+    from several source columns, like a document id from a composite key, lists them all)."""
+    lines = ["| column | from | from column |", "|---|---|---|"]
+    lines += [f"| {code_cell(column)} | {code_cell(source)} | {', '.join(code_cell(n) for n in names)} |"
+              for column, names in derived_from.items() if names]
+    return MetadataValue.md("\n".join(lines) + "\n")
+
+
+def code_cell(text: str) -> str:
+    """``text`` as inline code in a markdown table cell: pipes escaped, a backtick in the name
+    fenced by a longer run of backticks."""
+    escaped = text.replace("|", "\\|")
+    fence = "``" if "`" in text else "`"
+    return f"{fence} {escaped} {fence}" if fence == "``" else f"`{escaped}`"

@@ -4,8 +4,8 @@ import time
 
 from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDefinition, AssetCheckSeverity, asset_check
 
+from icecdc_dagster import run_tags
 from icecdc_dagster.assets import naming
-from icecdc_dagster.lease import failover
 from icecdc_dagster.checks.run import run_id_of
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.pipeline import lifecycle
@@ -32,7 +32,7 @@ def build_stuck_check(table: TableConfig) -> AssetChecksDefinition:
         limit_s = STUCK_AFTER_INTERVALS * table.polling_interval_s
         now_ms = time.time() * 1000
         # The first pending key failed unless this very run is its retry.
-        retrying = context.run.tags.get(failover.FIRST_SNAPSHOT_TAG)
+        retrying = context.run.tags.get(run_tags.FIRST_SNAPSHOT_TAG)
         failed = [k for k in waiting[:1] if k != retrying and lines.failures_of(context.instance, line, k)]
 
         def committed_ms(key: str) -> float:  # an expired snapshot: stuck (line_follows_table says why)

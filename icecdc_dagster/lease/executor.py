@@ -22,7 +22,7 @@ from dagster._core.events import DagsterEvent, EngineEventData
 from dagster._core.executor.in_process import InProcessExecutor
 from dagster._utils.interrupts import check_captured_interrupt
 
-from icecdc_dagster.lease.failover import TABLE_TAG
+from icecdc_dagster import run_tags
 from icecdc_dagster.lease.holder import Holder, run_heartbeat
 from icecdc_dagster.lease.line_lock import LineLock, busy_message
 
@@ -40,7 +40,7 @@ class LineExecutor(InProcessExecutor):
     def execute(self, plan_context: "PlanOrchestrationContext",
                 execution_plan: "ExecutionPlan") -> Iterator[DagsterEvent]:
         run = plan_context.dagster_run
-        line_id = run.tags.get(TABLE_TAG)
+        line_id = run.tags.get(run_tags.TABLE_TAG)
         if line_id is None:  # not a line's run (e.g. a manual materialisation of a check)
             yield from super().execute(plan_context, execution_plan)
             return

@@ -16,15 +16,11 @@ from dagster import DagsterRunStatus, RunsFilter
 from dagster._core.storage.dagster_run import DagsterRun
 
 from icecdc_dagster.lease.holder import Holder, Verdict, heartbeat_of, iso, verdict
+from icecdc_dagster.run_tags import FAILED_OVER_TAG, FIRST_SNAPSHOT_TAG, LAST_SNAPSHOT_TAG, TABLE_TAG
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
 
-# The run tags of a line's run: which line, and the keys it covers (what failover re-requests).
-TABLE_TAG = "icecdc/table"
-FIRST_SNAPSHOT_TAG = "icecdc/first_snapshot"
-LAST_SNAPSHOT_TAG = "icecdc/last_snapshot"
-FAILED_OVER_TAG = "icecdc/failed_over"
 # NOT_STARTED: ``execute_in_process`` creates the run, then starts it (a sync may die in between).
 # QUEUED runs have no worker yet: the daemon's run queue owns them.
 IN_FLIGHT = [DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED,

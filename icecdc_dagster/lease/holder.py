@@ -18,16 +18,13 @@ from dataclasses import dataclass
 from datetime import datetime, UTC
 from pathlib import Path
 
+from icecdc_dagster import run_tags
+from icecdc_dagster.run_tags import (WORKER_BOOT_TAG, WORKER_HEARTBEAT_TAG, WORKER_HOST_TAG, WORKER_PID_START_TAG,
+                                     WORKER_PID_TAG, WORKER_ROLE_TAG, WORKER_SINCE_TAG)
+
 if TYPE_CHECKING:
     from dagster import DagsterInstance
 
-HOST_TAG = "icecdc/worker_host"
-PID_TAG = "icecdc/worker_pid"
-PID_START_TAG = "icecdc/worker_pid_start"
-BOOT_TAG = "icecdc/worker_boot_id"
-SINCE_TAG = "icecdc/worker_since"
-ROLE_TAG = "icecdc/worker_role"
-HEARTBEAT_TAG = "icecdc/worker_heartbeat"
 
 HEARTBEAT_INTERVAL_S = 10.0
 LEASE_TIMEOUT_S = float(os.environ.get("ICECDC_LEASE_TIMEOUT_S", "60"))
@@ -105,8 +102,10 @@ class Holder:
         return f"{self.role} {self.host}:{self.pid} (running since {iso(self.since)})"
 
     def tags(self) -> dict[str, str]:
-        return {HOST_TAG: self.host, PID_TAG: str(self.pid), PID_START_TAG: str(self.pid_start or ""),
-                BOOT_TAG: self.boot_id or "", SINCE_TAG: f"{self.since:.3f}", ROLE_TAG: self.role}
+        """The run's (hidden) holder tags: ``run_tags`` explains why they are not on the runs page."""
+        return {WORKER_HOST_TAG: self.host, WORKER_PID_TAG: str(self.pid),
+                WORKER_PID_START_TAG: str(self.pid_start or ""), WORKER_BOOT_TAG: self.boot_id or "",
+                WORKER_SINCE_TAG: f"{self.since:.3f}", WORKER_ROLE_TAG: self.role}
 
     def as_dict(self) -> dict[str, Any]:
         return {"host": self.host, "pid": self.pid, "pid_start": self.pid_start, "boot_id": self.boot_id,
@@ -120,13 +119,16 @@ class Holder:
 
     @classmethod
     def from_tags(cls, tags: Mapping[str, str]) -> "Holder | None":
-        """The holder recorded on a run, or None for a run no icecdc worker has picked up."""
-        if HOST_TAG not in tags or PID_TAG not in tags:
+        """The holder recorded on a run, or None for a run no icecdc worker has picked up (also
+        under the previous release's tag keys: a run in flight across an upgrade is still judged)."""
+        host, pid = run_tags.read(tags, WORKER_HOST_TAG), run_tags.read(tags, WORKER_PID_TAG)
+        if host is None or pid is None:
             return None
         try:
-            return cls.from_dict({"host": tags[HOST_TAG], "pid": tags[PID_TAG], "pid_start": tags.get(PID_START_TAG),
-                                  "boot_id": tags.get(BOOT_TAG), "since": tags.get(SINCE_TAG) or 0,
-                                  "role": tags.get(ROLE_TAG, "worker")})
+            return cls.from_dict({"host": host, "pid": pid, "pid_start": run_tags.read(tags, WORKER_PID_START_TAG),
+                                  "boot_id": run_tags.read(tags, WORKER_BOOT_TAG),
+                                  "since": run_tags.read(tags, WORKER_SINCE_TAG) or 0,
+                                  "role": run_tags.read(tags, WORKER_ROLE_TAG, "worker")})
         except (KeyError, ValueError):
             return None
 
@@ -187,9 +189,10 @@ def verdict(holder: Holder, heartbeat: float | None, now: float | None = None,
 
 
 def heartbeat_of(tags: Mapping[str, str]) -> float | None:
+    """The run's last heartbeat (epoch s), also under the previous release's key."""
     try:
-        return float(tags[HEARTBEAT_TAG])
-    except (KeyError, ValueError):
+        return float(run_tags.read(tags, WORKER_HEARTBEAT_TAG) or "")
+    except ValueError:
         return None
 
 
@@ -201,7 +204,7 @@ def run_heartbeat(instance: "DagsterInstance", run_id: str, interval_s: float = 
     def beat() -> None:
         while True:
             try:
-                instance.add_run_tags(run_id, {HEARTBEAT_TAG: f"{time.time():.3f}"})
+                instance.add_run_tags(run_id, {WORKER_HEARTBEAT_TAG: f"{time.time():.3f}"})
             except Exception:  # noqa: BLE001 - a missed beat is retried; the lease tolerates several
                 pass
             if stop.wait(interval_s):

@@ -28,15 +28,13 @@ from typing import TYPE_CHECKING
 from dagster import DagsterRunStatus, RunsFilter
 
 from icecdc_dagster.errors import RETRY_COMMAND, TERMINAL, TRANSIENT, UNCLASSIFIED, classify, recovery_of
-from icecdc_dagster.lease.failover import FAILED_OVER_TAG, FIRST_SNAPSHOT_TAG, TABLE_TAG
+from icecdc_dagster.run_tags import (FAILED_OVER_TAG, FAILURE_CLASS_TAG, FAILURE_KIND_TAG, FAILURE_MESSAGE_TAG,
+                                     FIRST_SNAPSHOT_TAG, TABLE_TAG)
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
     from dagster._core.storage.dagster_run import RunRecord
 
-FAILURE_KIND_TAG = "icecdc/failure_kind"      # transient | terminal | unclassified
-FAILURE_CLASS_TAG = "icecdc/failure_class"    # the exception's class name
-FAILURE_MESSAGE_TAG = "icecdc/failure"        # its message (cut to MESSAGE_CHARS)
 MESSAGE_CHARS = 1500
 RETRY_BACKOFF_S = float(os.environ.get("ICECDC_RETRY_BACKOFF_S", "5"))
 RETRY_BACKOFF_MAX_S = float(os.environ.get("ICECDC_RETRY_BACKOFF_MAX_S", "300"))

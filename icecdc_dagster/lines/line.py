@@ -23,6 +23,7 @@ from dagster import (AssetCheckKey, AssetKey, AssetRecordsFilter, DagsterEventTy
 from dagster._core.storage.dagster_run import FINISHED_STATUSES
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
+from icecdc_dagster import run_tags
 from icecdc_dagster.errors import TERMINAL
 from icecdc_dagster.lease import failover, retry
 from icecdc_dagster.lease.holder import Holder
@@ -116,7 +117,7 @@ def key_statuses(instance: "DagsterInstance", line: Line, keys: Sequence[str]) -
 
 def active_run(instance: "DagsterInstance", line: Line) -> "DagsterRun | None":
     records = instance.get_run_records(
-        RunsFilter(tags={failover.TABLE_TAG: line.line_id}, statuses=_ACTIVE_RUN_STATUSES), limit=1)
+        RunsFilter(tags={run_tags.TABLE_TAG: line.line_id}, statuses=_ACTIVE_RUN_STATUSES), limit=1)
     return records[0].dagster_run if records else None
 
 
@@ -347,8 +348,8 @@ def run_selection(line: Line, planned: NextRun) -> tuple[list[AssetKey], list[As
 
 
 def run_request(line: Line, planned: NextRun) -> RunRequest:
-    tags = {failover.TABLE_TAG: line.line_id, failover.FIRST_SNAPSHOT_TAG: planned.first_key,
-            failover.LAST_SNAPSHOT_TAG: planned.last_key}
+    tags = {run_tags.TABLE_TAG: line.line_id, run_tags.FIRST_SNAPSHOT_TAG: planned.first_key,
+            run_tags.LAST_SNAPSHOT_TAG: planned.last_key}
     selection, checks = run_selection(line, planned)
     if planned.first_key == planned.last_key:
         return RunRequest(run_key=planned.run_key, partition_key=planned.first_key, asset_selection=selection,

@@ -18,8 +18,8 @@ from pathlib import Path
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
 from dagster._core.instance.ref import InstanceRef
 
-from icecdc_dagster.lease import failover
-from icecdc_dagster.lease.failover import FAILED_OVER_TAG
+from icecdc_dagster import run_tags
+from icecdc_dagster.run_tags import FAILED_OVER_TAG
 from icecdc_dagster.lease.line_lock import LineLock
 from icecdc_dagster.sinks.iceberg import SOURCE_SNAPSHOT_PROPERTY
 from tests.helpers import write_pipeline
@@ -205,7 +205,7 @@ def schedule(seed: int, count: int, export_window_s: tuple[float, float] = (0.0,
 
 def _step_phase(step_key: str, run, lake: Lake) -> str:  # noqa: ANN001
     if step_key.startswith("changelog"):
-        first = run.tags.get(failover.FIRST_SNAPSHOT_TAG)
+        first = run.tags.get(run_tags.FIRST_SNAPSHOT_TAG)
         return "export" if first in lake.bootstrap.values() else "changelog"
     return "opensearch bulk" if step_key.startswith("opensearch") else "replica commit"
 
@@ -254,8 +254,8 @@ def observe(instance: DagsterInstance, lake: Lake, known_runs: set[str], sync_pi
     step = active[-1]
     phase = _step_phase(step, run, lake)
     if phase in ("opensearch bulk", "replica commit"):
-        table = run.tags.get(failover.TABLE_TAG)
-        last = run.tags.get(failover.LAST_SNAPSHOT_TAG)
+        table = run.tags.get(run_tags.TABLE_TAG)
+        last = run.tags.get(run_tags.LAST_SNAPSHOT_TAG)
         checkpoint = lake.index_checkpoint() if phase == "opensearch bulk" else lake.replica_checkpoint(table)
         if checkpoint == last:
             return "checkpoint write", run   # the sink committed its checkpoint; Dagster has not recorded it

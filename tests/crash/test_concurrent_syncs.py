@@ -9,7 +9,7 @@ import socket
 import pytest
 from dagster import RunsFilter
 
-from icecdc_dagster.lease import failover
+from icecdc_dagster import run_tags
 from icecdc_dagster.lease.holder import Holder
 from tests.crash.scenario import BIG, SMALL, Lake, assert_nothing_in_flight
 
@@ -18,7 +18,7 @@ EXIT_BUSY = 75
 
 def _runs_by_worker(instance, line: str, known: set[str]) -> dict[int, list[tuple[float, float]]]:  # noqa: ANN001
     spans: dict[int, list[tuple[float, float]]] = {}
-    for record in instance.get_run_records(RunsFilter(tags={failover.TABLE_TAG: line})):
+    for record in instance.get_run_records(RunsFilter(tags={run_tags.TABLE_TAG: line})):
         if record.dagster_run.run_id in known:
             continue
         holder = Holder.from_tags(record.dagster_run.tags)

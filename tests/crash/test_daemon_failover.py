@@ -19,7 +19,7 @@ import pytest
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster._core.instance.ref import InstanceRef
 
-from icecdc_dagster.lease import failover
+from icecdc_dagster import run_tags
 from icecdc_dagster.lease.dagster_yaml import ensure_dagster_yaml
 from icecdc_dagster.lease.failover import IN_FLIGHT
 from icecdc_dagster.lease.holder import Holder
@@ -65,7 +65,7 @@ def test_killed_run_worker_under_dagster_dev_is_failed_and_retried_without_a_per
                                  "-p", str(_free_port())], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=tmp_path)
 
-    line = RunsFilter(tags={failover.TABLE_TAG: "db.items"})
+    line = RunsFilter(tags={run_tags.TABLE_TAG: "db.items"})
     log = tmp_path / "dagster_dev_1.log"
     process = start(log)
     try:
@@ -99,8 +99,8 @@ def test_killed_run_worker_under_dagster_dev_is_failed_and_retried_without_a_per
         # Run monitoring and the sensor tick may both catch it in the same instant (two reports, one
         # FAILURE, one retry); each names the dead worker.
         assert failures and all(f"{holder.host}:{holder.pid} (run worker) died" in f.message for f in failures)
-        assert [r.tags[failover.FIRST_SNAPSHOT_TAG] for r in runs if r.status == DagsterRunStatus.SUCCESS] == \
-            [run.tags[failover.FIRST_SNAPSHOT_TAG]]
+        assert [r.tags[run_tags.FIRST_SNAPSHOT_TAG] for r in runs if r.status == DagsterRunStatus.SUCCESS] == \
+            [run.tags[run_tags.FIRST_SNAPSHOT_TAG]]
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         try:
@@ -112,4 +112,4 @@ def test_killed_run_worker_under_dagster_dev_is_failed_and_retried_without_a_per
     assert copy.count() == 20000 and source.exceptAll(copy).count() == 0 and copy.exceptAll(source).count() == 0
     applied = [s.summary.additional_properties.get(SOURCE_SNAPSHOT_PROPERTY)
                for s in catalog.load_table("db.items_copy").snapshots()]
-    assert [a for a in applied if a] == [run.tags[failover.FIRST_SNAPSHOT_TAG]]
+    assert [a for a in applied if a] == [run.tags[run_tags.FIRST_SNAPSHOT_TAG]]

@@ -19,11 +19,13 @@ from dagster._core.instance.ref import InstanceRef
 from dagster._core.test_utils import instance_for_test
 from dagster._daemon.monitoring.run_monitoring import monitor_started_run
 
+from icecdc_dagster import run_tags
 from icecdc_dagster.launcher import MonitoredRunLauncher
 from icecdc_dagster.lease import failover
 from icecdc_dagster.lease.dagster_yaml import ensure_dagster_yaml
 from icecdc_dagster.lease.executor import line_executor
-from icecdc_dagster.lease.holder import HEARTBEAT_TAG, ROLE_TAG, Holder, process_state
+from icecdc_dagster.lease.holder import Holder, process_state
+from icecdc_dagster.run_tags import WORKER_HEARTBEAT_TAG, WORKER_ROLE_TAG
 from icecdc_dagster.lease.line_lock import LineLock
 
 LINE = "db.orders"
@@ -55,9 +57,15 @@ def _dead_holder() -> Holder:
     return holder
 
 
-def _started_run(instance, holder: Holder | None, first: str = "101", extra: dict | None = None):  # noqa: ANN001
-    tags = {failover.TABLE_TAG: LINE, failover.FIRST_SNAPSHOT_TAG: first, failover.LAST_SNAPSHOT_TAG: first,
-            **(holder.tags() if holder else {}), **(extra or {})}
+def _started_run(instance, holder: Holder | None, first: str = "101", extra: dict | None = None,  # noqa: ANN001
+                 previous_release: bool = False):
+    """A STARTED run of the line held by ``holder``; ``previous_release``: its bookkeeping under the keys
+    the release before the hidden tags wrote (a run in flight across the upgrade)."""
+    bookkeeping = {**(holder.tags() if holder else {}), **(extra or {})}
+    if previous_release:
+        bookkeeping = {run_tags.LEGACY.get(k, k): v for k, v in bookkeeping.items()}
+    tags = {run_tags.TABLE_TAG: LINE, run_tags.FIRST_SNAPSHOT_TAG: first, run_tags.LAST_SNAPSHOT_TAG: first,
+            **bookkeeping}
     run = instance.create_run_for_job(job_def=line_job, tags=tags)
     instance.report_dagster_event(DagsterEvent(event_type_value=DagsterEventType.PIPELINE_START.value,
                                                job_name=run.job_name), run_id=run.run_id)
@@ -69,10 +77,11 @@ def _failure_message(instance, run_id: str) -> str:  # noqa: ANN001
     return event.message
 
 
-def test_runs_of_a_dead_worker_are_failed_with_the_reason_in_their_event_log(instance):
+@pytest.mark.parametrize("previous_release", [False, True])
+def test_runs_of_a_dead_worker_are_failed_with_the_reason_in_their_event_log(instance, previous_release):
     dead = _dead_holder()
-    orphan = _started_run(instance, dead)
-    alive = _started_run(instance, Holder.current(role="icecdc sync"), first="102")
+    orphan = _started_run(instance, dead, previous_release=previous_release)
+    alive = _started_run(instance, Holder.current(role="icecdc sync"), first="102", previous_release=previous_release)
     unclaimed = _started_run(instance, None, first="103")       # no icecdc worker recorded: not ours to judge
     sweeper = Holder.current(role="sensor")
     done = failover.fail_dead_runs(instance, LINE, sweeper)
@@ -82,7 +91,7 @@ def test_runs_of_a_dead_worker_are_failed_with_the_reason_in_their_event_log(ins
     assert f"worker {dead.host}:{dead.pid} (icecdc sync) died" in message
     assert f"no process {dead.pid}" in message and "batch 101 of db.orders is re-executed" in message
     assert f"by sensor {sweeper.host}:{sweeper.pid}" in message
-    assert instance.get_run_by_id(orphan.run_id).tags[failover.FAILED_OVER_TAG].startswith("worker died")
+    assert instance.get_run_by_id(orphan.run_id).tags[run_tags.FAILED_OVER_TAG].startswith("worker died")
     assert instance.get_run_by_id(alive.run_id).status == DagsterRunStatus.STARTED
     assert instance.get_run_by_id(unclaimed.run_id).status == DagsterRunStatus.STARTED
     assert failover.fail_dead_runs(instance, LINE, sweeper) == []   # idempotent: nothing twice
@@ -96,11 +105,14 @@ def test_a_dead_worker_being_canceled_ends_canceled(instance):
     assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.CANCELED
 
 
-def test_another_hosts_worker_is_failed_over_when_its_heartbeat_is_stale(instance):
+@pytest.mark.parametrize("previous_release", [False, True])
+def test_another_hosts_worker_is_failed_over_when_its_heartbeat_is_stale(instance, previous_release):
     remote = Holder(host="other-host.example", pid=4242, pid_start=99, boot_id="b", since=time.time() - 3600,
                     role="run worker")
-    fresh = _started_run(instance, remote, first="101", extra={HEARTBEAT_TAG: f"{time.time():.3f}"})
-    stale = _started_run(instance, remote, first="102", extra={HEARTBEAT_TAG: f"{time.time() - 600:.3f}"})
+    fresh = _started_run(instance, remote, first="101", extra={WORKER_HEARTBEAT_TAG: f"{time.time():.3f}"},
+                         previous_release=previous_release)
+    stale = _started_run(instance, remote, first="102", extra={WORKER_HEARTBEAT_TAG: f"{time.time() - 600:.3f}"},
+                         previous_release=previous_release)
     done = failover.fail_dead_runs(instance, LINE)
     assert [d.run_id for d in done] == [stale.run_id]
     assert "no heartbeat from other-host.example:4242" in _failure_message(instance, stale.run_id)
@@ -133,19 +145,19 @@ def test_a_launched_run_records_its_worker_and_waits_for_the_line(instance):
     assert sync_lock.try_acquire(Holder.current(role="icecdc sync"))
     results = []
     runner = threading.Thread(target=lambda: results.append(execute_job(
-        reconstructable(line_job), instance, tags={failover.TABLE_TAG: LINE})))
+        reconstructable(line_job), instance, tags={run_tags.TABLE_TAG: LINE})))
     runner.start()
     deadline = time.monotonic() + 60
     waiting = []
     while not waiting and time.monotonic() < deadline:
-        runs = instance.get_runs(RunsFilter(tags={failover.TABLE_TAG: LINE}))
+        runs = instance.get_runs(RunsFilter(tags={run_tags.TABLE_TAG: LINE}))
         logs = instance.all_logs(runs[0].run_id, of_type=DagsterEventType.ENGINE_EVENT) if runs else []
         waiting = [e for e in logs if "Waiting for the line lock" in (e.message or "")]
         time.sleep(0.05)
     assert waiting and "icecdc sync on" in waiting[0].message
-    (run,) = instance.get_runs(RunsFilter(tags={failover.TABLE_TAG: LINE}))
+    (run,) = instance.get_runs(RunsFilter(tags={run_tags.TABLE_TAG: LINE}))
     assert not instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_START)   # nothing applied meanwhile
-    assert run.tags[ROLE_TAG] == "run worker" and Holder.from_tags(run.tags).pid == Holder.current().pid
+    assert run.tags[WORKER_ROLE_TAG] == "run worker" and Holder.from_tags(run.tags).pid == Holder.current().pid
     sync_lock.release()
     runner.join(60)
     assert results[0].success

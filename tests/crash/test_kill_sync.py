@@ -100,7 +100,7 @@ def test_a_burst_of_kills_never_spends_the_batchs_retries(spark, catalog_setting
     from dagster import DagsterRunStatus, RunsFilter
 
     from icecdc_dagster.config import load_config
-    from icecdc_dagster.lease.failover import FAILED_OVER_TAG
+    from icecdc_dagster.run_tags import FAILED_OVER_TAG
     from icecdc_dagster.lines import line as lines
     from icecdc_dagster.assets.naming import table_line
     from tests.crash.scenario import BIG

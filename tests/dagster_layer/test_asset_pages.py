@@ -30,7 +30,10 @@ query Graph($path: [String!]!) {
     ... on Asset {
       assetMaterializations(limit: 1) {
         partition
-        metadataEntries { label __typename ... on IntMetadataEntry { intValue } ... on TextMetadataEntry { text } }
+        metadataEntries {
+          label __typename
+          ... on IntMetadataEntry { intValue } ... on TextMetadataEntry { text } ... on MarkdownMetadataEntry { mdStr }
+        }
       }
     }
   }
@@ -79,6 +82,15 @@ def test_asset_pages_explain_themselves(spark, catalog_settings, catalog, instan
     # 8: the location as text (a path value renders as an empty copy icon).
     assert entries["dagster/uri"]["__typename"] == "TextMetadataEntry"
     assert entries["dagster/uri"]["text"] == catalog.load_table("db.customers").location()
+
+    # 9: column lineage the open-source UI renders: each column from the landing field of its name.
+    header, _, *rows = entries["column_lineage_table"]["mdStr"].strip().splitlines()
+    assert header == "| column | from | from column |"
+    landed = config.ingest[0].source
+    columns = [f.name for f in catalog.load_table("db.customers").schema().fields]
+    assert {"id", "name"} <= set(columns)
+    assert [tuple(c.strip().strip("`") for c in row.strip("|").split("|")) for row in rows] == [
+        (column, landed, column) for column in columns]
 
     nodes = result.data["assetNodes"]
     titles: dict[str, list[str]] = {}

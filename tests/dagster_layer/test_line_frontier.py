@@ -7,7 +7,7 @@ import pytest
 from dagster import AssetKey, AssetMaterialization, DagsterRunStatus, DynamicPartitionsDefinition
 from dagster._core.storage.dagster_run import DagsterRun
 
-from icecdc_dagster.lease import failover
+from icecdc_dagster import run_tags
 from icecdc_dagster.pipeline.ordering import Blocked, NextRun
 from icecdc_dagster.lines import line as lines
 from icecdc_dagster.sensors.ingest import unknown_keys
@@ -28,8 +28,8 @@ def materialize(instance, asset: AssetKey, *keys: str) -> None:
 
 def failed_run(instance, line: lines.Line, first: str, last: str) -> None:
     instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id=str(uuid.uuid4()), status=DagsterRunStatus.FAILURE,
-                                tags={failover.TABLE_TAG: line.line_id, failover.FIRST_SNAPSHOT_TAG: first,
-                                      failover.LAST_SNAPSHOT_TAG: last}))
+                                tags={run_tags.TABLE_TAG: line.line_id, run_tags.FIRST_SNAPSHOT_TAG: first,
+                                      run_tags.LAST_SNAPSHOT_TAG: last}))
 
 
 def test_pending_keys_start_after_the_newest_key_done_in_every_asset(instance):
@@ -77,7 +77,7 @@ def test_a_run_in_progress_blocks_the_line(instance):
     line = make_line()
     instance.add_dynamic_partitions(line.partitions_def.name, ["s1"])
     instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id=str(uuid.uuid4()), status=DagsterRunStatus.STARTED,
-                                tags={failover.TABLE_TAG: line.line_id, failover.FIRST_SNAPSHOT_TAG: "s1"}))
+                                tags={run_tags.TABLE_TAG: line.line_id, run_tags.FIRST_SNAPSHOT_TAG: "s1"}))
     blocked = lines.plan(instance, line)
     assert isinstance(blocked, Blocked) and blocked.key == "s1" and "in progress" in blocked.reason
 

@@ -224,3 +224,69 @@ def test_definitions_carry_store_and_replica_table_metadata_without_a_catalog_ca
         for label in ("dagster/uri", "dagster/column_schema", "schema_id"):
             assert _value(defined[label]) == materialised[label].value, (key, label)
     assert _definition(defs, CHANGELOG)["schema_id"] != old_store_schema
+
+
+LINEAGE_QUERY = """
+query Lineage($path: [String!]!) {
+  assetOrError(assetKey: {path: $path}) {
+    ... on Asset {
+      assetMaterializations(limit: 1) {
+        metadataEntries { label __typename ... on MarkdownMetadataEntry { mdStr } }
+      }
+    }
+  }
+}
+"""
+
+
+def _lineage_rows(context, key) -> set[tuple[str, ...]]:  # noqa: ANN001
+    """The rows of the latest materialisation's ``column_lineage_table`` as the UI receives it (a
+    markdown entry, which open-source Dagster renders; ``dagster/column_lineage`` only in Dagster+)."""
+    from dagster_graphql.test.utils import execute_dagster_graphql
+
+    result = execute_dagster_graphql(context, LINEAGE_QUERY, {"path": list(key.path)})
+    assert not result.errors, result.errors
+    (materialization,) = result.data["assetOrError"]["assetMaterializations"]
+    entries = {e["label"]: e for e in materialization["metadataEntries"]}
+    assert entries["dagster/column_lineage"]["__typename"] == "TableColumnLineageMetadataEntry"  # kept
+    table = entries["column_lineage_table"]
+    assert table["__typename"] == "MarkdownMetadataEntry"
+    header, rule, *rows = table["mdStr"].strip().splitlines()
+    assert header == "| column | from | from column |" and rule == "|---|---|---|"
+    return {tuple(cell.strip().strip("`") for cell in row.strip("|").split("|")) for row in rows}
+
+
+def test_column_lineage_is_a_markdown_table_the_open_source_ui_renders(
+        spark, catalog_settings, catalog, instance, tmp_path, monkeypatch, opensearch_url):
+    """Replica, index and changelog each name their columns and the source columns they come from;
+    after a source column is renamed, the next batch's table names the new column."""
+    from dagster_graphql.test.utils import define_out_of_process_context
+
+    fq = f"{catalog_settings.name}.db.shelf"
+    spark.sql(f"CREATE TABLE {fq} (id BIGINT NOT NULL, title STRING) USING iceberg "
+              f"TBLPROPERTIES ('format-version'='2')")
+    spark.sql(f"INSERT INTO {fq} SELECT id, concat('t', id) FROM range(0, 5)")
+    path = write_pipeline(tmp_path / "p.yaml", catalog_settings, [{
+        "table_name": "db.shelf", "identifier_columns": ["id"],
+        "sinks": [{"iceberg": {"table_name": "db.shelf_copy"}},
+                  {"opensearch": {"hosts": [opensearch_url], "index": "shelf"}}]}])
+    config = load_config(path)
+    assert tick(build_definitions(config), instance, config.tables[0]).succeeded == [True]
+
+    code = tmp_path / "code.py"
+    code.write_text("from icecdc_dagster.definitions import defs  # noqa: F401\n")
+    monkeypatch.setenv("ICECDC_CONFIG", str(path))
+    source = "iceberg/db/shelf"
+    with define_out_of_process_context(str(code), "defs", instance) as context:
+        assert _lineage_rows(context, REPLICA) == {("id", source, "id"), ("title", source, "title")}
+        assert _lineage_rows(context, INDEX) == {("id", source, "id"), ("title", source, "title"),
+                                                 ("_id", source, "id")}    # the document id <- the key
+        assert _lineage_rows(context, CHANGELOG) == {("id", source, "id"), ("title", source, "title")}
+
+    spark.sql(f"ALTER TABLE {fq} RENAME COLUMN title TO label")
+    spark.sql(f"INSERT INTO {fq} VALUES (9, 't9')")
+    assert tick(build_definitions(config), instance, config.tables[0]).succeeded == [True]
+    assert [f.name for f in catalog.load_table("db.shelf_copy").schema().fields] == ["id", "label"]
+    with define_out_of_process_context(str(code), "defs", instance) as context:
+        assert _lineage_rows(context, REPLICA) == {("id", source, "id"), ("label", source, "label")}
+        assert ("label", source, "label") in _lineage_rows(context, INDEX)

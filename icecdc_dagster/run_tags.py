@@ -1,0 +1,64 @@
+"""Every run tag icecdc writes or reads, in one place.
+
+The runs page shows a run's user tags; Dagster hides tags whose key starts with ``.dagster/`` (its
+``HIDDEN_TAG_PREFIX``: GraphQL leaves them out of ``tags``, so the UI never lists them) and still
+stores them, so every query by tag and every reader of ``run.tags`` finds them. So:
+
+- shown: what a user scans the runs page for - the line and the batch's snapshots (``icecdc/table``
+  is also the run queue's one-run-per-line key in ``dagster.yaml``: never rename it), and, on a
+  failed run, why (failure kind, class and message; ``icecdc/failed_over`` when its worker died);
+- hidden: worker bookkeeping that crash recovery reads - the holder of the run (host, pid, process
+  start, boot id, since, role), its heartbeat, and the warm launcher's host, pid and session.
+
+Runs launched by a release before the hidden keys carry the bookkeeping under ``icecdc/...``
+(:data:`LEGACY`). A run in flight across the upgrade must still be judged by failover and run
+monitoring, so readers go through :func:`read` / :func:`has`, which fall back to the old key; writers
+write only the new keys.
+"""
+
+from collections.abc import Mapping
+
+HIDDEN_PREFIX = ".dagster/"  # dagster._core.storage.tags.HIDDEN_TAG_PREFIX (not imported: no Dagster here)
+
+# Shown on the runs page.
+TABLE_TAG = "icecdc/table"
+FIRST_SNAPSHOT_TAG = "icecdc/first_snapshot"
+LAST_SNAPSHOT_TAG = "icecdc/last_snapshot"
+FAILED_OVER_TAG = "icecdc/failed_over"
+FAILURE_KIND_TAG = "icecdc/failure_kind"      # transient | terminal | unclassified
+FAILURE_CLASS_TAG = "icecdc/failure_class"    # the exception's class name
+FAILURE_MESSAGE_TAG = "icecdc/failure"        # its message (cut to retry.MESSAGE_CHARS)
+
+# Hidden: the process that executes the run (``lease.holder``) and its heartbeat.
+_BOOKKEEPING = HIDDEN_PREFIX + "icecdc/"
+WORKER_HOST_TAG = _BOOKKEEPING + "worker_host"
+WORKER_PID_TAG = _BOOKKEEPING + "worker_pid"
+WORKER_PID_START_TAG = _BOOKKEEPING + "worker_pid_start"
+WORKER_BOOT_TAG = _BOOKKEEPING + "worker_boot_id"
+WORKER_SINCE_TAG = _BOOKKEEPING + "worker_since"
+WORKER_ROLE_TAG = _BOOKKEEPING + "worker_role"
+WORKER_HEARTBEAT_TAG = _BOOKKEEPING + "worker_heartbeat"
+# Hidden: the warm launcher (daemon) that accepted the run; its session tells this daemon's runs apart.
+LAUNCHER_HOST_TAG = _BOOKKEEPING + "warm_launcher_host"
+LAUNCHER_PID_TAG = _BOOKKEEPING + "warm_launcher_pid"
+LAUNCHER_SESSION_TAG = _BOOKKEEPING + "warm_launcher_session"
+
+# The keys the previous release wrote the bookkeeping under (read, never written).
+LEGACY = {key: "icecdc/" + key.removeprefix(_BOOKKEEPING) for key in (
+    WORKER_HOST_TAG, WORKER_PID_TAG, WORKER_PID_START_TAG, WORKER_BOOT_TAG, WORKER_SINCE_TAG, WORKER_ROLE_TAG,
+    WORKER_HEARTBEAT_TAG, LAUNCHER_HOST_TAG, LAUNCHER_PID_TAG, LAUNCHER_SESSION_TAG)}
+
+SHOWN = (TABLE_TAG, FIRST_SNAPSHOT_TAG, LAST_SNAPSHOT_TAG, FAILED_OVER_TAG, FAILURE_KIND_TAG, FAILURE_CLASS_TAG,
+         FAILURE_MESSAGE_TAG)
+
+
+def read(tags: Mapping[str, str], key: str, default: str | None = None) -> str | None:
+    """The run's value of ``key``, or of the key the previous release wrote it under."""
+    value = tags.get(key)
+    if value is None and key in LEGACY:
+        value = tags.get(LEGACY[key])
+    return default if value is None else value
+
+
+def has(tags: Mapping[str, str], key: str) -> bool:
+    return read(tags, key) is not None

@@ -1,0 +1,72 @@
+"""The runs page (issue 31, item 10), read through Dagster's GraphQL API as the UI reads it: a run of
+a line names its target (the line's assets, which the Target column shows) and its user tags are the
+line and its snapshots, not the worker's bookkeeping - for a sensor's run executed by a run worker
+process (as Dagster's default launcher starts it) and for an ``icecdc sync`` run. The bookkeeping is
+still on the runs, hidden, for crash recovery."""
+
+import os
+
+from dagster import DagsterRunStatus
+
+from icecdc_dagster.assets import naming
+from icecdc_dagster.config import load_config
+from icecdc_dagster.definitions import build_definitions
+from icecdc_dagster.lease.holder import Holder, heartbeat_of
+from icecdc_dagster.run_tags import FIRST_SNAPSHOT_TAG, LAST_SNAPSHOT_TAG, TABLE_TAG
+from icecdc_dagster.sensors.snapshots import asset_keys
+from icecdc_dagster.sync import sync_table
+from tests.dagster_layer.harness import create_launchable_run, start_run_worker, tick
+from tests.helpers import write_pipeline
+
+RUNS = """
+{
+  runsOrError {
+    ... on Runs {
+      results { runId status jobName assetSelection { path } assetCheckSelection { name } tags { key value } }
+    }
+  }
+}
+"""
+
+
+def test_runs_name_their_target_and_show_the_line_not_the_bookkeeping(spark, catalog_settings, catalog, instance,
+                                                                      tmp_path, monkeypatch):
+    from dagster_graphql.test.utils import define_out_of_process_context, execute_dagster_graphql
+
+    fq = f"{catalog_settings.name}.db.items"
+    spark.sql(f"CREATE TABLE {fq} (id BIGINT NOT NULL, v STRING) USING iceberg TBLPROPERTIES ('format-version'='2')")
+    spark.sql(f"INSERT INTO {fq} SELECT id, concat('v', id) FROM range(0, 10)")
+    path = write_pipeline(tmp_path / "p.yaml", catalog_settings, [
+        {"table_name": "db.items", "identifier_columns": ["id"],
+         "sinks": [{"iceberg": {"table_name": "db.items_copy"}}]}])
+    config = load_config(path)
+    defs, table = build_definitions(config), config.tables[0]
+
+    (request,) = tick(defs, instance, table, run=False).run_requests      # the sensor's run, in a run worker
+    sensor_run = create_launchable_run(defs, instance, request)
+    worker = start_run_worker(instance, sensor_run, {**os.environ, "ICECDC_CONFIG": str(path)}, tmp_path / "w.log")
+    assert worker.wait() == 0, (tmp_path / "w.log").read_text()[-3000:]
+    spark.sql(f"INSERT INTO {fq} VALUES (99, 'v99')")
+    assert sync_table(defs, instance, table).ok                              # an icecdc sync run
+
+    code = tmp_path / "code.py"
+    code.write_text("from icecdc_dagster.definitions import defs  # noqa: F401\n")
+    monkeypatch.setenv("ICECDC_CONFIG", str(path))
+    with define_out_of_process_context(str(code), "defs", instance) as context:
+        result = execute_dagster_graphql(context, RUNS)
+    assert not result.errors, result.errors
+    runs = {r["runId"]: r for r in result.data["runsOrError"]["results"]}
+    line_runs = [r for r in runs.values() if {"key": TABLE_TAG, "value": "db.items"} in r["tags"]]
+    assert sensor_run.run_id in runs and len(line_runs) == 2
+    line_assets = {tuple(key.path) for key in asset_keys(table)}
+    for run in line_runs:
+        assert run["status"] == "SUCCESS"
+        assert {tuple(a["path"]) for a in run["assetSelection"]} == line_assets      # the Target column
+        shown = {t["key"] for t in run["tags"] if not t["key"].startswith(("dagster/", ".dagster/"))}
+        assert shown == {TABLE_TAG, FIRST_SNAPSHOT_TAG, LAST_SNAPSHOT_TAG}, run["tags"]
+        stored = instance.get_run_by_id(run["runId"]).tags                        # recorded, only hidden
+        holder = Holder.from_tags(stored)
+        assert holder is not None and holder.host and heartbeat_of(stored) is not None
+    (sync_run,) = [r for r in line_runs if r["runId"] != sensor_run.run_id]
+    assert {c["name"] for c in sync_run["assetCheckSelection"]} == {k.name for k in naming.batch_check_keys(table)}
+    assert instance.get_run_by_id(sync_run["runId"]).status == DagsterRunStatus.SUCCESS
