@@ -5,6 +5,7 @@ Partition key = snapshot id. A run may cover a range of consecutive keys
 """
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 import time
 
@@ -14,6 +15,7 @@ from icecdc_dagster import changelog
 from icecdc_dagster.assets import line_record, naming
 from icecdc_dagster.assets.lineage import lineage_run
 from icecdc_dagster.assets.metadata import batch_metadata
+from icecdc_dagster.changelog.ordinals import OrdinalAnchor, uses_ordinals
 from icecdc_dagster.assets.table_metadata import (CHANGELOG_DOCS, COLUMN_LINEAGE, PARTITION_ROW_COUNT,
                                                   changelog_fallback, column_lineage, described_table)
 from icecdc_dagster.config import TableConfig
@@ -38,8 +40,30 @@ def batch_request(context: AssetExecutionContext, table: TableConfig, source: "T
         known = list(context.instance.get_dynamic_partitions(naming.partitions_name(table)))
     keys = known[known.index(key_range.start):known.index(key_range.end) + 1] \
         if key_range.start in known and key_range.end in known else list(context.partition_keys)
-    return keys_to_request(table.table_name, keys, known, table.disable_export,
-                           identifier_columns_of(table.identifier_columns, source))
+    request = keys_to_request(table.table_name, keys, known, table.disable_export,
+                              identifier_columns_of(table.identifier_columns, source))
+    return replace(request, anchor=ordinal_anchor(context.instance, table, request.line))
+
+
+ORDERED_BY = "ordered_by"  # changelog batch metadata: "ancestry" on a line that counts ordinals
+ANCESTRY = "ancestry"
+
+
+def ordinal_anchor(instance: "DagsterInstance", table: TableConfig, line: str | None) -> OrdinalAnchor | None:
+    """Where a line that counts ordinals (format v1, ``changelog.ordinals``) counts from: the last snapshot
+    and sequence number its latest changelog batch recorded. The instance keeps it with the line's
+    partitions, and it moves with every batch, so expiring older snapshots never changes a number.
+
+    None: a v2+ line (real sequence numbers), or no batch of this line yet (its snapshots' depth).
+    """
+    records = instance.fetch_materializations(naming.changelog_key(table), limit=1).records
+    materialization = records[0].asset_materialization if records else None
+    if materialization is None:
+        return None
+    meta = {key: getattr(value, "value", value) for key, value in materialization.metadata.items()}
+    if meta.get(ORDERED_BY) != ANCESTRY or meta.get("line") != line:
+        return None
+    return OrdinalAnchor(int(meta["snapshot_id"]), int(meta["sequence_number"]))
 
 
 def line_keys(instance: "DagsterInstance", table: TableConfig, first_key: str) -> list[str] | None:
@@ -135,6 +159,8 @@ def _store_batch(context: AssetExecutionContext, table: TableConfig, lineage: Li
     line_meta = {naming.SOURCE_UUID_METADATA: lifecycle.table_uuid(source)}
     if request.line is not None:
         line_meta["line"] = request.line
+    if uses_ordinals(source, request.anchor):
+        line_meta[ORDERED_BY] = ANCESTRY
     context.log.info(f"{table.table_name}: stored {stored.rows} change rows of snapshots "
                      f"{computed.info.first_snapshot_id}..{computed.info.snapshot_id} ({computed.kind})")
     columns = changelog.data_columns(source)
