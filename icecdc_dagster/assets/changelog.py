@@ -60,7 +60,7 @@ def ordinal_anchor(instance: "DagsterInstance", table: TableConfig, line: str | 
     materialization = records[0].asset_materialization if records else None
     if materialization is None:
         return None
-    meta = {key: getattr(value, "value", value) for key, value in materialization.metadata.items()}
+    meta: dict[str, Any] = {key: getattr(value, "value", value) for key, value in materialization.metadata.items()}
     if meta.get(ORDERED_BY) != ANCESTRY or meta.get("line") != line:
         return None
     return OrdinalAnchor(int(meta["snapshot_id"]), int(meta["sequence_number"]))

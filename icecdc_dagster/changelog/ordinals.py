@@ -32,6 +32,7 @@ from icecdc_dagster.errors import SnapshotOrderLostError, UnsupportedFormatVersi
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
 
 ROW_LEVEL_MODES = ("write.delete.mode", "write.update.mode", "write.merge.mode")
 MERGE_ON_READ = "merge-on-read"
@@ -67,7 +68,8 @@ def check_copy_on_write(table: "Table") -> None:
 def steps_down(table: "Table", descendant: int, ancestor: int) -> int | None:
     """Parent links from ``descendant`` up to ``ancestor`` (None: not an ancestor, or the chain between
     them was expired). ``ancestor`` itself may be expired: its child still names it as parent."""
-    steps, current = 0, descendant
+    steps = 0
+    current: int | None = descendant
     while current is not None:
         if current == ancestor:
             return steps
@@ -80,7 +82,8 @@ def steps_down(table: "Table", descendant: int, ancestor: int) -> int | None:
 
 def ancestry_depth(table: "Table", snapshot_id: int) -> int:
     """1 for the oldest surviving ancestor, +1 per commit after it."""
-    depth, current = 0, snapshot_or_raise(table, snapshot_id)
+    depth = 0
+    current: Snapshot | None = snapshot_or_raise(table, snapshot_id)
     while current is not None:
         depth += 1
         parent = current.parent_snapshot_id

@@ -185,7 +185,8 @@ def test_v1_line_numbers_snapshots_by_ancestry_and_nets_ranges_in_that_order(spa
     keyless = changelog.changes(spark, catalog_settings.name, table, (ids[0], ids[-1]), (), net=True).rows.collect()
     spark.sql(f"CALL {catalog_settings.name}.system.create_changelog_view(table => 'db.t', changelog_view => 'n', "
               f"options => map('start-snapshot-id', '{ids[0]}'), net_changes => true)")
-    expected = Counter(tuple(r) for r in spark.sql("SELECT id, data, _change_type, _commit_snapshot_id FROM n").collect())
+    view_rows = spark.sql("SELECT id, data, _change_type, _commit_snapshot_id FROM n").collect()
+    expected = Counter(tuple(r) for r in view_rows)
     assert Counter((r["id"], r["data"], r["_change_type"], r["_commit_snapshot_id"]) for r in keyless) == expected
     assert expected == Counter({(1, "a", DELETE, ids[1]): 1, (1, "d", INSERT, ids[-1]): 1})
 
