@@ -94,7 +94,8 @@ def check_tables_exist(config: PipelineConfig) -> dict[str, "Table"]:
 
 
 def check_format_version(config: PipelineConfig, table: TableConfig, source: "Table") -> None:
-    """A format v1 table has no sequence numbers to order its changes by: refused at load, with the fix."""
+    """A table whose settings its format version cannot hold (a v1 table set to merge-on-read): refused at
+    load, with the fix. Other v1 tables are followed (their line orders snapshots by ancestry)."""
     from icecdc_dagster.changelog import check_supported
     from icecdc_dagster.errors import UnsupportedFormatVersionError
 

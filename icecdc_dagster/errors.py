@@ -92,7 +92,7 @@ class TableHasNoSnapshotError(SnapshotNotFoundError):
 
 
 class UnsupportedFormatVersionError(ChangelogError):
-    """The table's Iceberg format version cannot order its changes (v1 has no sequence numbers)."""
+    """The table's format version cannot hold what its settings ask for (a v1 table set to merge-on-read)."""
 
     transient = False
     recovery = CONFIG_COMMAND
@@ -207,3 +207,9 @@ class InstanceNotFoundError(IcecdcError):
     places it looked and the ``DAGSTER_HOME`` to set, and creates nothing."""
 
     recovery = "DAGSTER_HOME=<the directory the line runs in> icecdc status --config {config}"
+
+
+class SnapshotOrderLostError(LineDivergedError):
+    """A format v1 snapshot can no longer be counted from the line's last stored batch (its anchor is
+    not on the snapshot's ancestry any more): v1 has no sequence numbers, the line numbers its snapshots
+    along parent ids (``changelog.ordinals``), and that chain was rolled back or expired."""

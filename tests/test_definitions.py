@@ -115,7 +115,9 @@ def test_keyless_v3_table_with_replica_sink_is_accepted(spark, catalog, catalog_
         ("line", "string", True, []), ("_source_row_id", "long", False, ["identifier column"])]
 
 
-def test_format_v1_table_is_refused_at_load_with_the_upgrade_command(tmp_path, catalog_settings):
+def test_format_v1_table_loads_and_is_refused_only_when_set_to_merge_on_read(tmp_path, catalog_settings):
+    """A v1 table is followed (its line orders snapshots by ancestry); set to merge-on-read, which a v1
+    table cannot hold, it is refused at load with the two ways out."""
     catalog = catalog_settings.load_pyiceberg()
     catalog.create_namespace("db")
     catalog.create_table("db.old", schema=pa.schema([pa.field("id", pa.int64(), nullable=False)]),
@@ -123,8 +125,12 @@ def test_format_v1_table_is_refused_at_load_with_the_upgrade_command(tmp_path, c
     path = write_pipeline(tmp_path / "p.yaml", catalog_settings,
                           [{"table_name": "db.old", "identifier_columns": ["id"],
                             "sinks": [{"iceberg": {"table_name": "replica.old"}}]}])
-    with pytest.raises(ConfigError, match=r"p.yaml: tables: 'db.old': table db.old is Iceberg format v1: .*"
-                                          r"ALTER TABLE db.old SET TBLPROPERTIES \('format-version'='2'\)"):
+    assert build_definitions(load_config(path)).resolve_asset_graph() is not None
+    with catalog.load_table("db.old").transaction() as tx:
+        tx.set_properties({"write.update.mode": "merge-on-read"})
+    with pytest.raises(ConfigError, match=r"p.yaml: tables: 'db.old': table db.old is Iceberg format v1 with "
+                                          r"write.update.mode=merge-on-read: .*set the mode\(s\) to copy-on-write.*"
+                                          r"or upgrade the table to format v2"):
         build_definitions(load_config(path))
 
 

@@ -30,9 +30,11 @@ TERMINAL = {"IcecdcError", "ConfigError", "RuntimeSetupError", "SnapshotNotFound
             "LineDivergedError", "TableRolledBackError", "SnapshotExpiredError", "TableRecreatedError",
             "SupersededPartitionError", "DefinitionChangedError", "DeleteWithoutDocumentIdError",
             "MissingDocumentIdError", "ClassFileError", "ConnectSchemaError", "EventError", "CoercionError",
-            "SchemaChangeError", "ReindexError", "StreamInputError", "InstanceNotFoundError"}
+            "SchemaChangeError", "ReindexError", "StreamInputError", "InstanceNotFoundError",
+            "SnapshotOrderLostError"}
 RESYNC = {"SnapshotNotFoundError", "LineDivergedError", "TableRolledBackError", "SnapshotExpiredError",
-          "TableRecreatedError", "CheckpointError", "DefinitionChangedError", "SchemaChangeError"}
+          "TableRecreatedError", "CheckpointError", "DefinitionChangedError", "SchemaChangeError",
+          "SnapshotOrderLostError"}
 
 
 def _import_everything() -> None:

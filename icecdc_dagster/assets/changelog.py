@@ -5,6 +5,7 @@ Partition key = snapshot id. A run may cover a range of consecutive keys
 """
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 import time
 
@@ -14,6 +15,7 @@ from icecdc_dagster import changelog
 from icecdc_dagster.assets import line_record, naming
 from icecdc_dagster.assets.lineage import lineage_run
 from icecdc_dagster.assets.metadata import batch_metadata
+from icecdc_dagster.changelog.ordinals import OrdinalAnchor, uses_ordinals
 from icecdc_dagster.assets.table_metadata import (CHANGELOG_DOCS, PARTITION_ROW_COUNT, changelog_fallback,
                                                   lineage_metadata)
 from icecdc_dagster.assets.metadata_cache import described_table
@@ -25,7 +27,7 @@ from icecdc_dagster.pipeline import lifecycle
 from icecdc_dagster.pipeline.changelog_store import ChangelogStore
 from icecdc_dagster.lease import retry
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
-from icecdc_dagster.lines.metadata import SOURCE_UUID, line_metadata, recorded_line
+from icecdc_dagster.lines.metadata import SOURCE_UUID, line_metadata, recorded, recorded_line
 from icecdc_dagster.lines.line import TAIL_PAGE
 
 if TYPE_CHECKING:
@@ -40,8 +42,30 @@ def batch_request(context: AssetExecutionContext, table: TableConfig, source: "T
         known = list(context.instance.get_dynamic_partitions(naming.partitions_name(table)))
     keys = known[known.index(key_range.start):known.index(key_range.end) + 1] \
         if key_range.start in known and key_range.end in known else list(context.partition_keys)
-    return keys_to_request(table.table_name, keys, known, table.disable_export,
-                           identifier_columns_of(table.identifier_columns, source))
+    request = keys_to_request(table.table_name, keys, known, table.disable_export,
+                              identifier_columns_of(table.identifier_columns, source))
+    return replace(request, anchor=ordinal_anchor(context.instance, table, request.line))
+
+
+ORDERED_BY = "ordered_by"  # changelog batch metadata: "ancestry" on a line that counts ordinals
+ANCESTRY = "ancestry"
+
+
+def ordinal_anchor(instance: "DagsterInstance", table: TableConfig, line: str | None) -> OrdinalAnchor | None:
+    """Where a line that counts ordinals (format v1, ``changelog.ordinals``) counts from: the last snapshot
+    and sequence number its latest changelog batch recorded. The instance keeps it with the line's
+    partitions, and it moves with every batch, so expiring older snapshots never changes a number.
+
+    None: a v2+ line (real sequence numbers), or no batch of this line yet (its snapshots' depth).
+    """
+    records = instance.fetch_materializations(naming.changelog_key(table), limit=1).records
+    materialization = records[0].asset_materialization if records else None
+    if materialization is None:
+        return None
+    if recorded(materialization, ORDERED_BY) != ANCESTRY or recorded_line(materialization) != line:
+        return None
+    return OrdinalAnchor(int(recorded(materialization, "snapshot_id")),
+                         int(recorded(materialization, "sequence_number")))
 
 
 def line_keys(instance: "DagsterInstance", table: TableConfig, first_key: str) -> list[str] | None:
@@ -133,6 +157,8 @@ def _store_batch(context: AssetExecutionContext, table: TableConfig, lineage: Li
             outcome.column_lineage[written.name] = {c: [c] for c in changelog.data_columns(source)}
     parent = changelog.parent_of(source, computed.info.first_snapshot_id)
     line_meta = {SOURCE_UUID: lifecycle.table_uuid(source), **line_metadata(request.line)}
+    if uses_ordinals(source, request.anchor):
+        line_meta[ORDERED_BY] = ANCESTRY
     context.log.info(f"{table.table_name}: stored {stored.rows} change rows of snapshots "
                      f"{computed.info.first_snapshot_id}..{computed.info.snapshot_id} ({computed.kind})")
     columns = changelog.data_columns(source)

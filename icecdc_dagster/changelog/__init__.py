@@ -8,11 +8,13 @@ from icecdc_dagster.changelog.engine import (
     net_changes_without_keys, remove_carry_over, uses_row_lineage, validate_identifier_columns)
 from icecdc_dagster.changelog.events import canonical_string, document_id, to_events
 from icecdc_dagster.changelog.read import staged_scan_count, staged_scans
+from icecdc_dagster.changelog.ordinals import OrdinalAnchor
 from icecdc_dagster.changelog.plan import (
     DeleteFileInfo, SnapshotPlan, accepted_predecessors, ancestry_ids, parent_of, plan_snapshot, snapshots_after)
 
 __all__ = [
-    "ChangeSet", "DeleteFileInfo", "SnapshotPlan", "accepted_predecessors", "ancestry_ids", "canonical_string",
+    "ChangeSet", "DeleteFileInfo", "OrdinalAnchor", "SnapshotPlan", "accepted_predecessors", "ancestry_ids",
+    "canonical_string",
     "change_order", "changes", "check_keys", "check_supported", "data_columns", "detect_updates", "document_id",
     "export", "net_changes", "net_changes_without_keys", "parent_of", "plan_snapshot", "remove_carry_over",
     "snapshots_after", "staged_scan_count", "staged_scans", "to_events", "uses_row_lineage",

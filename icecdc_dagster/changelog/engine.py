@@ -26,13 +26,13 @@ from icecdc_dagster.batch import (
 from icecdc_dagster.changelog.carry_over import (
     DEFAULT_MAX_GROUP_BYTES, FileGroup, arrow_supported, descriptor, group_files, matched_rows, read_context,
     uses_lineage)
+from icecdc_dagster.changelog.ordinals import OrdinalAnchor, check_copy_on_write, ordered_plans
 from icecdc_dagster.changelog.plan import SnapshotPlan, ancestry_ids, plan_snapshot, table_name
 from icecdc_dagster.changelog.read import (
     changed_files, java_data_file_changes, java_table, read_files, touched_files)
 from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import (
-    DuplicateKeyChangeError, IdentifierColumnError, SnapshotNotFoundError, TableHasNoSnapshotError,
-    UnsupportedFormatVersionError)
+    DuplicateKeyChangeError, IdentifierColumnError, SnapshotNotFoundError, TableHasNoSnapshotError)
 
 if TYPE_CHECKING:
     from pyspark.sql import Row
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from icecdc_dagster.runtime.java import JavaObject
 
 LINEAGE_COLUMNS = (ROW_ID, LAST_UPDATED_SEQUENCE_NUMBER)
-MIN_FORMAT_VERSION = 2  # v1 snapshots have no sequence numbers: their changes cannot be ordered
 _TMP = "__icecdc_"
 
 
@@ -81,18 +80,12 @@ def uses_row_lineage(table: "Table") -> bool:
 
 
 def check_supported(table: "Table") -> None:
-    """Refuse a table whose changes cannot be ordered, from metadata only (call it at load).
+    """Refuse a table whose changes cannot be read as its settings say, from metadata only (call it at load).
 
-    Format v1 snapshots carry no sequence number (all 0): net changes could not tell which image is
-    the latest, and a sink comparing sequence numbers would take every batch for one already applied.
+    Every format version is followed: v1 snapshots have no sequence numbers, so a v1 line orders them by
+    their ancestry (:mod:`icecdc_dagster.changelog.ordinals`); a v1 table set to merge-on-read is refused.
     """
-    version = int(table.metadata.format_version)
-    if version < MIN_FORMAT_VERSION:
-        name = table_name(table)
-        raise UnsupportedFormatVersionError(
-            f"table {name} is Iceberg format v{version}: its snapshots have no sequence numbers, so the order "
-            f"of its changes cannot be established; upgrade it (a metadata-only change) with "
-            f"ALTER TABLE {name} SET TBLPROPERTIES ('format-version'='2')")
+    check_copy_on_write(table)
 
 
 def _require_snapshot(table: "Table") -> None:
@@ -163,8 +156,9 @@ def _phase() -> Column:
 
 
 def change_order() -> list[Column]:
-    """Commit order of change rows: sequence number, then the snapshot's position in the range (the
-    two agree on v2+; the ordinal alone orders snapshots whose sequence numbers tie), before images first."""
+    """Commit order of change rows: sequence number (a v1 line's ordinal, :mod:`.ordinals`), then the
+    snapshot's position in the range (the two agree; the position alone orders snapshots whose sequence
+    numbers tie, as the snapshots of a table upgraded from v1 do), before images first."""
     return [column(COMMIT_SEQUENCE_NUMBER), column(CHANGE_ORDINAL), _phase()]
 
 
@@ -503,7 +497,7 @@ def _split_rows(spark: "SparkSession", table: "Table", read: list[_PlanRows]) ->
 
 def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_id: "SnapshotSelector",
             identifier_columns: Sequence[str] = (), net: bool = False, carry_over: str = "spark",
-            max_group_bytes: int = DEFAULT_MAX_GROUP_BYTES) -> ChangeSet:
+            max_group_bytes: int = DEFAULT_MAX_GROUP_BYTES, anchor: OrdinalAnchor | None = None) -> ChangeSet:
     """Change rows of one snapshot, or of ``(start_exclusive, end_inclusive)`` along the ancestry.
 
     ``carry_over``: "spark" (the default: measured cheaper today, docs/carry-over.md) shuffles and sorts
@@ -511,6 +505,9 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
     by group (:mod:`icecdc_dagster.changelog.carry_over`), for groups of at most ``max_group_bytes`` of
     data files; "spark" shuffles and sorts every row read (the reference path, always used for
     merge-on-read snapshots, larger groups and keyless net changes).
+
+    ``anchor``: where a format v1 line counts its snapshots from (:mod:`.ordinals`; ignored on v2+): the
+    rows' ``_commit_sequence_number`` is then the snapshot's ordinal in the line.
     """
     if carry_over not in ("arrow", "spark"):
         raise ValueError(f"carry_over must be 'arrow' or 'spark', not {carry_over!r}")
@@ -520,7 +517,8 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
     keys = validate_identifier_columns(table, tuple(identifier_columns))
     jtable = java_table(spark, catalog_name, table)
     jvm_changes = java_data_file_changes(spark, jtable)
-    plans = [plan_snapshot(table, sid, jvm_changes) for sid in _resolve_range(table, snapshot_id)]
+    plans = ordered_plans(table, [plan_snapshot(table, sid, jvm_changes) for sid in _resolve_range(table, snapshot_id)],
+                          anchor)
     columns = output_columns(table)
     row_keys = list(keys) or ([ROW_ID] if uses_row_lineage(table) else [])
     keyless_net = net and len(plans) > 1 and not row_keys
@@ -585,18 +583,19 @@ _NO_PLAN = SnapshotPlan(table_name="", snapshot_id=0, parent_id=None, sequence_n
 
 
 def export(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_id: int,
-           identifier_columns: Sequence[str] = ()) -> ChangeSet:
+           identifier_columns: Sequence[str] = (), anchor: OrdinalAnchor | None = None) -> ChangeSet:
     """Every row of the snapshot as INSERT (bootstrap batch), read with the current schema.
 
     With identifier columns the export is held to the rule of CDC batches: a null key
     (IdentifierColumnError) or a key held by two rows (DuplicateKeyChangeError) fails it, instead of
     a keyed sink silently keeping one row. One aggregation; only the first offending key is collected.
-    (v3 tables without keys are identified by ``_row_id``, which cannot repeat.)
+    (v3 tables without keys are identified by ``_row_id``, which cannot repeat.) ``anchor``: as for
+    :func:`changes` (a v1 line's ordinals).
     """
     check_supported(table)
     _require_snapshot(table)
     keys = validate_identifier_columns(table, tuple(identifier_columns))
-    plan = plan_snapshot(table, snapshot_id)
+    plan = ordered_plans(table, [plan_snapshot(table, snapshot_id)], anchor)[0]
     source = read_files(spark, catalog_name, table, plan.snapshot_id, None)
     rows = _with_change_columns(source, output_columns(table), INSERT, plan, 0)
     if keys:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from icecdc_dagster import changelog
 from icecdc_dagster.changelog import uses_row_lineage
+from icecdc_dagster.changelog.ordinals import OrdinalAnchor, sequence_number
 from icecdc_dagster.batch import CHANGE_TYPES, BatchInfo
 from icecdc_dagster.errors import SupersededPartitionError
 from icecdc_dagster.pipeline import lifecycle
@@ -27,6 +28,8 @@ class BatchRequest:
     identifier_columns: tuple[str, ...] = ()
     line: str | None = None  # the resync key of the active line (None: the original line)
     starts_line: bool | None = None  # the first key is the line's bootstrap (None: compare snapshot ids)
+    # Format v1: where the line counts its snapshots from (changelog.ordinals); None: from their depth.
+    anchor: OrdinalAnchor | None = None
 
     @property
     def includes_bootstrap(self) -> bool:
@@ -75,14 +78,15 @@ def keys_to_request(table_name: str, keys: Sequence[str], all_keys: Sequence[str
 
 
 def batch_info(table: "Table", request: BatchRequest) -> BatchInfo:
-    """Position of the batch in the table's history, from metadata only."""
+    """Position of the batch in the table's history, from metadata only. Its sequence number is the last
+    snapshot's (a format v1 line's ordinal of it: ``changelog.ordinals``)."""
     first, last = request.snapshot_ids[0], request.snapshot_ids[-1]
     last_plan = changelog.plan_snapshot(table, last)
     predecessors = () if request.includes_bootstrap else tuple(changelog.accepted_predecessors(table, first))
     return BatchInfo(
         table_name=request.table_name,
         snapshot_id=last,
-        sequence_number=last_plan.sequence_number,
+        sequence_number=sequence_number(table, last, request.anchor),
         first_snapshot_id=first,
         accepted_predecessors=predecessors,
         operation=last_plan.operation,
@@ -112,19 +116,21 @@ def compute_batch(spark: "SparkSession", catalog_name: str, table: "Table", requ
     first, last = request.snapshot_ids[0], request.snapshot_ids[-1]
     started = time.monotonic()
     if request.includes_bootstrap and not request.disable_export:
-        change_set, kind = changelog.export(spark, catalog_name, table, last, request.identifier_columns), "export"
+        change_set, kind = changelog.export(spark, catalog_name, table, last, request.identifier_columns,
+                                              anchor=request.anchor), "export"
     elif request.includes_bootstrap:
         if first == last:
             change_set, kind = None, "bootstrap"
         else:
             change_set, kind = changelog.changes(spark, catalog_name, table, (first, last),
-                                                 request.identifier_columns, net=True), "net"
+                                                 request.identifier_columns, net=True, anchor=request.anchor), "net"
     elif first == last:
-        change_set, kind = changelog.changes(spark, catalog_name, table, last, request.identifier_columns), "cdc"
+        change_set, kind = changelog.changes(spark, catalog_name, table, last, request.identifier_columns,
+                                             anchor=request.anchor), "cdc"
     else:
         parent = changelog.parent_of(table, first)
         change_set, kind = changelog.changes(spark, catalog_name, table, (parent, last),
-                                             request.identifier_columns, net=True), "net"
+                                             request.identifier_columns, net=True, anchor=request.anchor), "net"
     if change_set is None:
         rows = changelog.export(spark, catalog_name, table, last).rows.limit(0)
         stats: dict[str, Any] = {}
@@ -146,7 +152,7 @@ def join_export(spark: "SparkSession", catalog_name: str, table: "Table", reques
     the line is at one checkpoint and follows the same batches; the other sinks are not re-exported."""
     last = request.snapshot_ids[-1]
     info = batch_info(table, replace(request, snapshot_ids=(last,), starts_line=True, disable_export=False))
-    rows = changelog.export(spark, catalog_name, table, last, request.identifier_columns).rows
+    rows = changelog.export(spark, catalog_name, table, last, request.identifier_columns, anchor=request.anchor).rows
     events = changelog.to_events(rows, request.table_name, request.identifier_columns, info.operation, last,
                                  use_row_id=use_row_id)
     return info, events

@@ -1,13 +1,12 @@
 """Tables the engine cannot read correctly are refused with a named error that says why and what to do:
-no snapshot yet, format v1; and an export whose keys do not identify a row fails like a CDC batch."""
+no snapshot yet; and an export whose keys do not identify a row fails like a CDC batch."""
 
 import pytest
 
 from icecdc_dagster import changelog
 from icecdc_dagster.batch import COMMIT_TIMESTAMP, INSERT, UPDATE_AFTER, UPDATE_BEFORE
 from icecdc_dagster.errors import (
-    DuplicateKeyChangeError, IdentifierColumnError, SnapshotNotFoundError, TableHasNoSnapshotError,
-    UnsupportedFormatVersionError)
+    DuplicateKeyChangeError, IdentifierColumnError, SnapshotNotFoundError, TableHasNoSnapshotError)
 from tests.changelog.workload import mode_properties
 
 
@@ -26,9 +25,10 @@ def test_table_without_snapshot_is_a_named_error(spark, catalog, catalog_setting
     assert issubclass(TableHasNoSnapshotError, SnapshotNotFoundError)
 
 
-def test_format_v1_is_refused_until_upgraded_then_ties_are_ordered(spark, catalog, catalog_settings):
-    """v1 snapshots have sequence number 0. Refused with the fix in the message; after the upgrade the
-    old snapshots keep sequence number 0 and the update chain a -> b -> c -> d still nets to a -> d."""
+def test_format_v1_is_followed_and_after_an_upgrade_ties_are_ordered(spark, catalog, catalog_settings):
+    """v1 snapshots have sequence number 0: the line numbers them by ancestry (test_format_v1), so the
+    update chain a -> b -> c -> d nets to a -> d. After the upgrade to v2 the old snapshots keep sequence
+    number 0 and, ordered by their position in the range, still net to a -> d."""
     ident = f"{catalog_settings.name}.db.t"
     spark.sql(f"CREATE TABLE {ident} (id bigint NOT NULL, v string) USING iceberg "
               f"TBLPROPERTIES ('format-version'='1')")
@@ -38,23 +38,19 @@ def test_format_v1_is_refused_until_upgraded_then_ties_are_ordered(spark, catalo
     table = catalog.load_table("db.t")
     plans = changelog.snapshots_after(table, None)
     assert {p.sequence_number for p in plans} == {0}
-    upgrade = r"ALTER TABLE db\.t SET TBLPROPERTIES \('format-version'='2'\)"
-    message = rf"table db\.t is Iceberg format v1: its snapshots have no sequence numbers.*{upgrade}"
-    with pytest.raises(UnsupportedFormatVersionError, match=message):
-        changelog.check_supported(table)
-    with pytest.raises(UnsupportedFormatVersionError, match=message):
-        changelog.changes(spark, catalog_settings.name, table, (plans[0].snapshot_id, plans[-1].snapshot_id),
-                          ["id"], net=True)
-    with pytest.raises(UnsupportedFormatVersionError, match=message):
-        changelog.export(spark, catalog_settings.name, table, plans[-1].snapshot_id)
+    changelog.check_supported(table)
+    expected = [(1, "a", UPDATE_BEFORE, plans[1].snapshot_id), (1, "d", UPDATE_AFTER, plans[-1].snapshot_id)]
+    net = changelog.changes(spark, catalog_settings.name, table, (plans[0].snapshot_id, plans[-1].snapshot_id),
+                            ["id"], net=True).rows.collect()
+    assert sorted((r["id"], r["v"], r["_change_type"], r["_commit_snapshot_id"]) for r in net) == expected
 
     spark.sql(f"ALTER TABLE {ident} SET TBLPROPERTIES ('format-version'='2')")
     table = catalog.load_table("db.t")
     changelog.check_supported(table)
     net = changelog.changes(spark, catalog_settings.name, table, (plans[0].snapshot_id, plans[-1].snapshot_id),
                             ["id"], net=True).rows.collect()
-    assert sorted((r["id"], r["v"], r["_change_type"], r["_commit_snapshot_id"]) for r in net) == [
-        (1, "a", UPDATE_BEFORE, plans[1].snapshot_id), (1, "d", UPDATE_AFTER, plans[-1].snapshot_id)]
+    assert sorted((r["id"], r["v"], r["_change_type"], r["_commit_snapshot_id"]) for r in net) == expected
+    assert {r["_commit_sequence_number"] for r in net} == {0}
 
 
 def test_export_fails_on_duplicate_or_null_keys_like_a_cdc_batch(spark, catalog, catalog_settings):

@@ -305,7 +305,9 @@ class OpenSearchSink:
                                f"version of index {self.alias}, but this sink was opened without access to the "
                                f"source's export")
         with self.export(batch.snapshot_id, batch.identifier_columns) as rows:
-            yield rows
+            # Every row of the export is at the batch's snapshot: its version is the batch's sequence number
+            # (the same on v2+; on a format v1 line the export alone cannot know the line's ordinal).
+            yield rows.withColumn(b.COMMIT_SEQUENCE_NUMBER, F.lit(batch.sequence_number).cast("long"))
 
     def _write(self, index: str, batch: BatchInfo, events: DataFrame) -> WriteSummary:
         """Bulk-write the batch's events into one concrete index (never through the alias)."""
