@@ -63,6 +63,7 @@ IDLE_MEASURE_S = 20.0
 SINK_KEY = ["replica", "replica", "replica_events"]
 PG_SERVER = "postgresql://postgres@127.0.0.1:5432"
 PG_URL_ENV = "ICECDC_BENCH_PG_URL"  # the instance's database URL, read by every process of the scenario
+TIMEOUTS = {"scale": 1.0}  # --timeouts-x: every wait's timeout times this (a machine under heavy load)
 
 
 @contextmanager
@@ -157,6 +158,7 @@ def applied_at(instance, partition: str, sink_key: tuple[str, ...] = tuple(SINK_
 
 def wait_applied(instance, partition: str, timeout: float,  # noqa: ANN001
                  sink_key: tuple[str, ...] = tuple(SINK_KEY)) -> float:
+    timeout *= TIMEOUTS["scale"]
     deadline = time.time() + timeout
     while time.time() < deadline:
         stamp = applied_at(instance, partition, sink_key)
@@ -213,6 +215,7 @@ def wait_run_finished(instance, partition: str, timeout: float):  # noqa: ANN001
     """The finished run of this partition (its status is final; FAILURE/CANCELED raise)."""
     from dagster import DagsterRunStatus, RunsFilter
 
+    timeout *= TIMEOUTS["scale"]
     deadline = time.time() + timeout
     while time.time() < deadline:
         records = instance.get_run_records(RunsFilter(tags={"dagster/partition": partition}), limit=1)
@@ -427,7 +430,10 @@ def main() -> None:
     parser.add_argument("--instance", choices=("sqlite", "postgres", "both"), default="sqlite",
                         help="the Dagster instance's storage; both: measure both kinds in this run")
     parser.add_argument("--pg-server", default=PG_SERVER, help="PostgreSQL server for --instance postgres|both")
+    parser.add_argument("--timeouts-x", type=float, default=1.0,
+                        help="multiply every wait's timeout (exports, batches) on a heavily loaded machine")
     args = parser.parse_args()
+    TIMEOUTS["scale"] = args.timeouts_x
     # SIGTERM (timeout, a supervisor) unwinds like an exception: `dagster dev` is stopped and a scenario's
     # PostgreSQL database dropped by their `finally`, not left behind.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
