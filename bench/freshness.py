@@ -25,8 +25,17 @@ warmed up: a long-running daemon's steady state), ``multi_table_cold_p95_s`` tha
 after the exports (a fresh JVM still compiling Spark's code). The instance runs ``workers`` lanes with
 ``max_concurrent_runs = workers`` and one run per line (tag limit).
 
+Instance kinds (``--instance sqlite|postgres|both``): where the Dagster instance keeps runs, events and
+schedules. ``sqlite`` (default): files under DAGSTER_HOME. ``postgres``: each scenario gets a fresh database
+on the PostgreSQL server at 127.0.0.1:5432 (trust auth; ``--pg-server``), named in ``dagster.yaml``'s
+``storage: postgres`` block through an environment variable (as ``icecdc`` writes it), dropped afterwards.
+``both``: the same run measures both kinds, interleaved (one table: SQLite then PostgreSQL; then the many-tables
+scenario in the same order), so machine load hits both alike; the RESULT line then has ``sqlite_*`` and
+``pg_*`` keys and ``pg_ratio`` (PostgreSQL / SQLite single-table p50) and ``pg_multi_ratio`` (20-table p95).
+
 Usage: python bench/freshness.py [--commits 20] [--interval 5] [--modes warm,default]
                                  [--tables 20 --warm-rounds 4 --rounds 3 --workers 3]
+                                 [--instance sqlite|postgres|both]
 """
 
 import argparse
@@ -38,6 +47,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -49,9 +61,45 @@ PROFILE_ENV = "ICECDC_RUN_PROFILE"  # icecdc_dagster.launcher.PROFILE_ENV (not i
 TABLE = "db.events"
 IDLE_MEASURE_S = 20.0
 SINK_KEY = ["replica", "replica", "replica_events"]
+PG_SERVER = "postgresql://postgres@127.0.0.1:5432"
+PG_URL_ENV = "ICECDC_BENCH_PG_URL"  # the instance's database URL, read by every process of the scenario
+TIMEOUTS = {"scale": 1.0}  # --timeouts-x: every wait's timeout times this (a machine under heavy load)
 
 
-def write_home(home: Path, mode: str, workers: int = 1, sqlite_synchronous: str = "") -> None:
+@contextmanager
+def instance_storage(kind: str, server: str = PG_SERVER) -> Iterator[dict | None]:
+    """The ``storage`` block of a fresh instance of ``kind`` (None: SQLite files under DAGSTER_HOME).
+
+    PostgreSQL: a new database on ``server`` for this scenario alone, its URL in ``PG_URL_ENV`` (the block
+    names the variable, as ``icecdc`` writes it), dropped afterwards even if the scenario failed."""
+    if kind == "sqlite":
+        yield None
+        return
+    name = f"icecdc_bench_{uuid.uuid4().hex[:10]}"
+    pg_admin(server, f"CREATE DATABASE {name}")
+    os.environ[PG_URL_ENV] = f"{server}/{name}".replace("postgresql://", "postgresql+psycopg2://")
+    try:
+        yield {"postgres": {"postgres_url": {"env": PG_URL_ENV}}}
+    finally:
+        os.environ.pop(PG_URL_ENV, None)
+        pg_admin(server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def pg_admin(server: str, sql: str) -> None:
+    """One statement on the server's maintenance database (CREATE / DROP DATABASE need autocommit)."""
+    import psycopg2  # type: ignore[import-untyped]
+
+    conn = psycopg2.connect(f"{server}/postgres")
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+    finally:
+        conn.close()
+
+
+def write_home(home: Path, mode: str, workers: int = 1, sqlite_synchronous: str = "",
+               storage: dict | None = None) -> None:
     home.mkdir(parents=True, exist_ok=True)
     config: dict = {"telemetry": {"enabled": False},
                     "run_queue": {"max_concurrent_runs": workers, "dequeue_interval_seconds": 1,
@@ -61,11 +109,13 @@ def write_home(home: Path, mode: str, workers: int = 1, sqlite_synchronous: str 
                     "sensors": {"use_threads": True, "num_workers": 4}}
     if mode == "warm":
         launcher: dict = {"workers": workers}
-        if sqlite_synchronous:
+        if sqlite_synchronous and storage is None:
             launcher["sqlite_synchronous"] = sqlite_synchronous
         config["run_launcher"] = {"module": "icecdc_dagster.launcher", "class": "WarmRunLauncher",
                                   "config": launcher}
         config["run_monitoring"] = {"enabled": True, "max_resume_run_attempts": 0, "poll_interval_seconds": 30}
+    if storage is not None:
+        config["storage"] = storage
     (home / "dagster.yaml").write_text(yaml.safe_dump(config))
 
 
@@ -108,6 +158,7 @@ def applied_at(instance, partition: str, sink_key: tuple[str, ...] = tuple(SINK_
 
 def wait_applied(instance, partition: str, timeout: float,  # noqa: ANN001
                  sink_key: tuple[str, ...] = tuple(SINK_KEY)) -> float:
+    timeout *= TIMEOUTS["scale"]
     deadline = time.time() + timeout
     while time.time() < deadline:
         stamp = applied_at(instance, partition, sink_key)
@@ -117,11 +168,12 @@ def wait_applied(instance, partition: str, timeout: float,  # noqa: ANN001
     raise TimeoutError(f"snapshot {partition} was not applied within {timeout}s")
 
 
-def run_mode(mode: str, commits: int, interval: int, sqlite_synchronous: str = "") -> dict:
+def run_mode(mode: str, commits: int, interval: int, sqlite_synchronous: str = "",
+             storage: dict | None = None) -> dict:
     root = Path(tempfile.mkdtemp(prefix=f"icecdc-fresh-{mode}-"))
     catalog, config_path = setup_lake(root, interval)
     home = root / "dagster_home"
-    write_home(home, mode, sqlite_synchronous=sqlite_synchronous)
+    write_home(home, mode, sqlite_synchronous=sqlite_synchronous, storage=storage)
     process, instance = start_dagster(root, home, config_path)
     try:
         table = catalog.load_table(TABLE)
@@ -151,6 +203,7 @@ def run_mode(mode: str, commits: int, interval: int, sqlite_synchronous: str = "
               f"run {record.end_time - record.start_time:.1f}s)", flush=True)
     finally:
         stop_dagster(process)
+        instance.dispose()
     for name, values in zip(("sensor", "queue+launch", "run"), zip(*parts, strict=True), strict=True):
         print(f"[{mode}] median {name}: {statistics.median(values):.1f}s", flush=True)
     latencies.sort()
@@ -162,6 +215,7 @@ def wait_run_finished(instance, partition: str, timeout: float):  # noqa: ANN001
     """The finished run of this partition (its status is final; FAILURE/CANCELED raise)."""
     from dagster import DagsterRunStatus, RunsFilter
 
+    timeout *= TIMEOUTS["scale"]
     deadline = time.time() + timeout
     while time.time() < deadline:
         records = instance.get_run_records(RunsFilter(tags={"dagster/partition": partition}), limit=1)
@@ -197,7 +251,7 @@ def stop_dagster(process) -> None:  # noqa: ANN001
 
 
 def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlite_synchronous: str = "",
-                    warm_rounds: int = 0) -> dict:
+                    warm_rounds: int = 0, storage: dict | None = None) -> dict:
     """N tables commit together, ``warm_rounds`` + ``rounds`` times: commit -> applied for every table.
 
     The first ``warm_rounds`` warm the daemon up and are reported apart (``cold``: the first of them):
@@ -209,7 +263,7 @@ def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlit
     names = tuple(f"db.events_{i:02d}" for i in range(tables))
     catalog, config_path = setup_lake(root, interval, names)
     home = root / "dagster_home"
-    write_home(home, "warm", workers, sqlite_synchronous)
+    write_home(home, "warm", workers, sqlite_synchronous, storage)
     profile = root / "runs.jsonl"
     os.environ[PROFILE_ENV] = str(profile)  # the warm launcher's per-run profile (wall, lane CPU, Spark jobs)
     process, instance = start_dagster(root, home, config_path)
@@ -264,6 +318,7 @@ def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlit
     finally:
         os.environ.pop(PROFILE_ENV, None)
         stop_dagster(process)
+        instance.dispose()
     return {"p50": statistics.median(latencies), "p95": percentile(latencies, 0.95),
             "cold_p95": percentile(cold, 0.95) if cold else None}
 
@@ -371,8 +426,25 @@ def main() -> None:
                         help="many-tables rounds before the measured ones (JIT warm-up of a fresh daemon)")
     parser.add_argument("--workers", type=int, default=3, help="warm launcher lanes in the many-tables scenario")
     parser.add_argument("--sqlite-synchronous", default="OFF",
-                        help="the warm launcher's sqlite_synchronous ('': SQLite's default)")
+                        help="the warm launcher's sqlite_synchronous ('': SQLite's default; SQLite instances only)")
+    parser.add_argument("--instance", choices=("sqlite", "postgres", "both"), default="sqlite",
+                        help="the Dagster instance's storage; both: measure both kinds in this run")
+    parser.add_argument("--pg-server", default=PG_SERVER, help="PostgreSQL server for --instance postgres|both")
+    parser.add_argument("--timeouts-x", type=float, default=1.0,
+                        help="multiply every wait's timeout (exports, batches) on a heavily loaded machine")
     args = parser.parse_args()
+    TIMEOUTS["scale"] = args.timeouts_x
+    # SIGTERM (timeout, a supervisor) unwinds like an exception: `dagster dev` is stopped and a scenario's
+    # PostgreSQL database dropped by their `finally`, not left behind.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.instance == "sqlite":
+        single_kind(args)
+    else:
+        instance_kinds(args, ("sqlite", "postgres") if args.instance == "both" else ("postgres",))
+
+
+def single_kind(args: argparse.Namespace) -> None:
+    """One instance on SQLite: every launch mode, then the many-tables scenario (the original RESULT keys)."""
     results = {}
     for mode in [m for m in args.modes.split(",") if m]:
         print(f"[{mode}] start: {load()} ({os.cpu_count()} cores)", flush=True)
@@ -405,6 +477,53 @@ def main() -> None:
                  f" default_empty_batch_s={d['empty']:.2f} p50_ratio={d['p50'] / first['p50']:.2f}")
     print(f"RESULT p50_s={first['p50']:.2f} p95_s={first['p95']:.2f} empty_batch_s={first['empty']:.2f}"
           f" interval_s={args.interval} mode={main_mode}{extra}")
+
+
+KIND_PREFIX = {"sqlite": "sqlite", "postgres": "pg"}
+
+
+def instance_kinds(args: argparse.Namespace, kinds: tuple[str, ...]) -> None:
+    """Each instance kind on its own fresh instance, interleaved: the one-table scenario (first launch mode
+    of ``--modes``) of every kind, then the many-tables scenario of every kind. Load at start and end."""
+    mode = [m for m in args.modes.split(",") if m][0]
+    start_load = load()
+    print(f"[instances] start: {start_load} ({os.cpu_count()} cores), kinds {', '.join(kinds)}, mode {mode}",
+          flush=True)
+    keys: dict[str, str] = {}
+    figures: dict[str, dict] = {}
+    for kind in kinds if args.commits else ():  # --commits 0: the many-tables scenario alone
+        prefix = KIND_PREFIX[kind]
+        print(f"[{prefix}] one table, {mode} launcher: start {load()}", flush=True)
+        with instance_storage(kind, args.pg_server) as storage:
+            r = run_mode(mode, args.commits, args.interval, args.sqlite_synchronous, storage)
+        figures[kind] = r
+        print(f"[{prefix}] one table: p50 {r['p50']:.1f}s p95 {r['p95']:.1f}s empty batch {r['empty']:.1f}s "
+              f"(end: {load()})", flush=True)
+        keys.update({f"{prefix}_p50_s": f"{r['p50']:.2f}", f"{prefix}_p95_s": f"{r['p95']:.2f}",
+                     f"{prefix}_empty_batch_s": f"{r['empty']:.2f}"})
+    for kind in kinds if args.tables else ():
+        prefix = KIND_PREFIX[kind]
+        print(f"[{prefix}] {args.tables} tables: start {load()}", flush=True)
+        with instance_storage(kind, args.pg_server) as storage:
+            m = run_many_tables(args.tables, args.rounds, args.workers, args.interval, args.sqlite_synchronous,
+                                args.warm_rounds, storage)
+        figures.setdefault(kind, {})["multi_p95"] = m["p95"]
+        print(f"[{prefix}] {args.tables} tables x {args.rounds} rounds after {args.warm_rounds} warm-up rounds, "
+              f"{args.workers} lanes: p50 {m['p50']:.1f}s p95 {m['p95']:.1f}s (end: {load()})", flush=True)
+        keys.update({f"{prefix}_multi_p50_s": f"{m['p50']:.2f}", f"{prefix}_multi_p95_s": f"{m['p95']:.2f}"})
+        if m["cold_p95"] is not None:
+            keys[f"{prefix}_multi_cold_p95_s"] = f"{m['cold_p95']:.2f}"
+    if len(kinds) == 2:
+        sqlite, pg = figures["sqlite"], figures["postgres"]
+        if "p50" in pg:
+            keys["pg_ratio"] = f"{pg['p50'] / sqlite['p50']:.2f}"
+        if "multi_p95" in pg:
+            keys["pg_multi_ratio"] = f"{pg['multi_p95'] / sqlite['multi_p95']:.2f}"
+    end_load = load()
+    print(f"[instances] load at start: {start_load}; at end: {end_load}", flush=True)
+    extra = (f" tables={args.tables} workers={args.workers} warm_rounds={args.warm_rounds}" if args.tables else "")
+    print("RESULT " + " ".join(f"{k}={v}" for k, v in keys.items()) + f" interval_s={args.interval} mode={mode}"
+          f"{extra} load1_start={start_load.split()[2]} load1_end={end_load.split()[2]}")
 
 
 if __name__ == "__main__":

@@ -12,23 +12,40 @@ Also measured in the same run:
   shape and layout (ids in order, 64 MB files, 8 MB row groups: what lets the key range skip data):
   target_scale_ratio = big / small (cost follows the batch, not the table).
 
+- handwritten: what a competent engineer writes by hand for the same files into an identical fresh target
+  (created up front, outside the timing), one batch per file: Spark's JSON reader, the last image per key
+  by source position (``row_number`` over the key ordered by ``monotonically_increasing_id()`` desc: the
+  reader keeps a file's line order), one ``MERGE INTO`` with delete / update / insert clauses. No exact
+  counts, no dead letters, no exactly-once ledger. Its final table is checked equal to ours
+  (``handwritten_ratio`` = ours / handwritten);
+- where our time goes: each batch's wall time split by phase (exclusive time of the engine's public
+  write-side functions, :class:`Phases`) and Spark's own job records per call site (``--cprofile PATH``
+  also writes a cProfile of the driver).
+
 ``--envelope schema`` writes every line as Kafka Connect's JsonConverter does with ``schemas.enable=true``
 (Debezium's default there): ``{"schema": <the envelope's Connect schema, ~1.5 KB>, "payload": {...}}``.
 ``--scale-rows 0`` skips the target-size part.
 
     PYTHONPATH=. .venv/bin/python bench/ingest.py [--events N] [--files F] [--pyiceberg-cap-s S]
                                                   [--scale-rows N] [--scale-events N] [--envelope plain|schema]
+                                                  [--cprofile PATH]
 """
 
 import argparse
+import cProfile
+import functools
 import json
 import os
+import pstats
 import random
 import resource
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from pyiceberg.expressions import In
@@ -152,6 +169,196 @@ def time_floor(spark, landing: Path, envelope: str = "plain") -> float:
     return time.perf_counter() - started
 
 
+def events_frame(spark, path: Path, envelope: str = "plain"):  # noqa: ANN001, ANN201 - DataFrame
+    """A landing file through Spark's JSON reader: op, before, after (the schema envelope's payload too)."""
+    image = "struct<id:bigint,region:string,name:string,amount:double,qty:bigint>"
+    if envelope == "schema":
+        return (spark.read.schema(f"payload struct<op: string, before: {image}, after: {image}>")
+                .json(str(path)).select("payload.*"))
+    return spark.read.schema(f"op string, before {image}, after {image}").json(str(path))
+
+
+def create_like_ours(spark, name: str) -> None:  # noqa: ANN001
+    """A fresh table made exactly as our auto-create makes the bench's target (same DDL and properties)."""
+    from icecdc_dagster.writer.auto_create import create_table, declared_columns
+
+    create_table(spark, "bench", name, declared_columns(SCHEMA, name), ("id",), SCHEMA["partition_spec"])
+
+
+def handwritten_batch(spark, path: Path, table: str, envelope: str = "plain") -> tuple[float, float]:  # noqa: ANN001
+    """One landing file the way a user writes it by hand: JSON reader -> last image per key by source
+    position -> one MERGE INTO with delete / update / insert clauses. Returns (prepare_s, merge_s):
+    the last-image aggregate that the MERGE's source needs is planned lazily, so prepare is ~0."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    t0 = time.perf_counter()
+    events = events_frame(spark, path, envelope).withColumn("pos", F.monotonically_increasing_id())
+    latest = (events.select("op", "pos", F.coalesce("after", "before").alias("r")).select("op", "pos", "r.*")
+              .withColumn("rn", F.row_number().over(Window.partitionBy("id").orderBy(F.col("pos").desc())))
+              .where("rn = 1").drop("rn", "pos"))
+    latest.createOrReplaceTempView("handwritten_batch")
+    t1 = time.perf_counter()
+    spark.sql(f"MERGE INTO {table} t USING handwritten_batch s ON t.id = s.id "
+              "WHEN MATCHED AND s.op = 'd' THEN DELETE "
+              "WHEN MATCHED THEN UPDATE SET * "
+              "WHEN NOT MATCHED AND s.op != 'd' THEN INSERT *")
+    return t1 - t0, time.perf_counter() - t1
+
+
+def time_handwritten(spark, landing: Path, envelope: str = "plain") -> float:  # noqa: ANN001
+    """The handwritten job over every landing file (one MERGE per file, as our batches), into bench.db.hand."""
+    create_like_ours(spark, "db.hand")
+    started = time.perf_counter()
+    for path in sorted(landing.iterdir()):
+        tb = time.perf_counter()
+        handwritten_batch(spark, path, "bench.db.hand", envelope)
+        print(f"  handwritten {path.name}: {time.perf_counter() - tb:.1f}s", flush=True)
+    return time.perf_counter() - started
+
+
+def same_rows(spark, left: str, right: str) -> bool:  # noqa: ANN001
+    """Whether two tables hold the same multiset of rows (both differences empty)."""
+    a, b = spark.table(left), spark.table(right).select(*spark.table(left).columns)
+    return a.exceptAll(b).isEmpty() and b.exceptAll(a).isEmpty()
+
+
+class Phases:
+    """Wall time of one batch split by phase: each public engine function listed in ``PATCHED`` is wrapped,
+    and a phase's time excludes the wrapped phases it calls (so the phases add up to the wrapped total).
+    The patches are module attributes, undone by :meth:`restore`; they cost a timer call per phase."""
+
+    # (module, attribute, phase): functions looked up through these module attributes at call time
+    PATCHED = (("icecdc_dagster.ingest.pipeline", "read_ledger", "ledger read (is the batch committed?)"),
+               ("icecdc_dagster.ingest.pipeline", "write_batch", "write: collapse per key + its aggregate"),
+               ("icecdc_dagster.writer.merge", "is_committed", "write: ledger check"),
+               ("icecdc_dagster.writer.merge", "staged_commit", "write: staging branch, refreshes"),
+               ("icecdc_dagster.writer.merge", "batch_counts", "write: exact counts (delete-key join)"),
+               ("icecdc_dagster.writer.exactly_once", "publish", "write: publish (fast-forward + ledger)"),
+               ("icecdc_dagster.ingest.dead_letters", "ensure_table", "dead-letter table"))
+    MERGE = "write: MERGE INTO (Spark)"
+    READ = "read + classify + checks (ingest_files itself)"
+
+    def __init__(self, sc: Any = None) -> None:
+        self.sc = sc  # SparkContext: each phase names its Spark jobs (their description) when given
+        self.totals: dict[str, float] = {}
+        self.stack: list[list[float]] = []  # per open phase: [child seconds]
+        self.saved: list[tuple[Any, str, Any]] = []
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        self.stack.append([0.0])
+        prior = self.sc.getLocalProperty("spark.job.description") if self.sc else None
+        if self.sc:
+            self.sc.setLocalProperty("spark.job.description", name)
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            took = time.perf_counter() - t0
+            if self.sc:
+                self.sc.setLocalProperty("spark.job.description", prior)
+            (children,) = self.stack.pop()
+            self.totals[name] = self.totals.get(name, 0.0) + took - children
+            if self.stack:
+                self.stack[-1][0] += took
+
+    def wrap(self, name: str, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with self.phase(name):
+                return fn(*args, **kwargs)
+        return timed
+
+    def install(self) -> None:
+        import importlib
+
+        for module_name, attr, name in self.PATCHED:
+            module = importlib.import_module(module_name)
+            original = getattr(module, attr)
+            self.saved.append((module, attr, original))
+            setattr(module, attr, self.wrap(name, self.timing_write(original) if attr == "staged_commit"
+                                            else original))
+
+    def timing_write(self, staged_commit: Callable) -> Callable:
+        """``staged_commit`` whose ``write`` callback (the MERGE itself) is its own phase."""
+        def run(spark: Any, table: str, properties: dict, write: Callable, *args: Any, **kwargs: Any) -> Any:
+            return staged_commit(spark, table, properties, self.wrap(self.MERGE, write), *args, **kwargs)
+        return run
+
+    def restore(self) -> None:
+        for module, attr, original in reversed(self.saved):
+            setattr(module, attr, original)
+        self.saved.clear()
+
+    def report(self, total: float) -> str:
+        lines = [f"    {name:<48s} {s:7.1f}s {100 * s / total:5.1f} %"
+                 for name, s in sorted(self.totals.items(), key=lambda kv: -kv[1])]
+        rest = total - sum(self.totals.values())
+        lines.append(f"    {'(bench loop: between calls)':<48s} {rest:7.1f}s {100 * rest / total:5.1f} %")
+        return "\n".join(lines)
+
+
+def spark_jobs(spark, group: str) -> dict[str, tuple[int, float]]:  # noqa: ANN001
+    """Spark's own records of a job group's jobs: (phase, action) -> (jobs, seconds submitted -> done)."""
+    sc = spark.sparkContext
+    store = sc._jsc.sc().statusStore()  # noqa: SLF001 - Spark's job records (kept with the UI off too)
+    out: dict[str, tuple[int, float]] = {}
+    for job_id in sc.statusTracker().getJobIdsForGroup(group):
+        data = store.job(job_id)
+        submitted, completed = data.submissionTime(), data.completionTime()
+        if submitted.isEmpty() or completed.isEmpty():
+            continue
+        seconds = (completed.get().getTime() - submitted.get().getTime()) / 1000
+        description = str(data.description().get()) if data.description().isDefined() else "?"
+        site = f"{description} | {str(data.name()).split(' at ')[0]}"
+        jobs, total = out.get(site, (0, 0.0))
+        out[site] = (jobs + 1, total + seconds)
+    return out
+
+
+def run_ours(spark, catalog, settings, cprofile: str = "") -> tuple[float, Phases, dict]:  # noqa: ANN001
+    """Our ingestion of every pending file (one batch each), timed, split by phase and by Spark job."""
+    phases = Phases(spark.sparkContext)
+    phases.install()
+    profiler = cProfile.Profile() if cprofile else None
+    jobs: dict[str, tuple[int, float]] = {}
+    t0 = time.perf_counter()
+    try:
+        for i, f in enumerate(pending_files(spark, "bench", settings)):
+            tb = time.perf_counter()
+            spark.sparkContext.setJobGroup(f"ours-{i}", f"ours {Path(f).name}")
+            if profiler:
+                profiler.enable()
+            with phases.phase(Phases.READ):
+                result = ingest_files(spark, "bench", catalog, settings, [f])
+            if profiler:
+                profiler.disable()
+            for site, (n, seconds) in spark_jobs(spark, f"ours-{i}").items():
+                prior = jobs.get(site, (0, 0.0))
+                jobs[site] = (prior[0] + n, prior[1] + seconds)
+            print(f"  ours {Path(f).name}: {time.perf_counter() - tb:.1f}s {result.targets['db.ours'].counts}",
+                  flush=True)
+        ours = time.perf_counter() - t0
+    finally:
+        phases.restore()
+        spark.sparkContext.setJobGroup("bench", "bench")
+    if profiler:
+        profiler.dump_stats(cprofile)
+        stats = pstats.Stats(profiler)
+        print(f"cProfile of our driver (wall, cumulative; whole file in {cprofile}):")
+        stats.sort_stats("cumulative").print_stats(r"icecdc_dagster", 25)
+    return ours, phases, jobs
+
+
+def print_split(ours: float, phases: Phases, jobs: dict) -> None:
+    print(f"where our {ours:.1f}s go (driver wall, phases exclusive):")
+    print(phases.report(ours))
+    print("Spark jobs by call site (jobs, seconds submitted -> done; jobs of one phase can overlap):")
+    for site, (n, seconds) in sorted(jobs.items(), key=lambda kv: -kv[1][1]):
+        print(f"    {seconds:7.1f}s {n:4d} jobs  {site[:110]}")
+
+
 def scale_batch(landing: Path, rows: int, events: int, seed: int = 11) -> None:
     """``events`` Debezium lines against a table of ids 0..rows-1: updates of the newest keys (80%), new
     keys (10%) and deletes of the newest keys (10%)."""
@@ -213,6 +420,7 @@ def main() -> None:
     parser.add_argument("--scale-small-rows", type=int, default=1_000_000)
     parser.add_argument("--scale-rows", type=int, default=100_000_000)
     parser.add_argument("--envelope", choices=("plain", "schema"), default="plain")
+    parser.add_argument("--cprofile", default="", help="write a cProfile of our driver to this file")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="icecdc-bench-ingest-"))
     os.environ.setdefault("ICECDC_CACHE_DIR", str(Path(tempfile.gettempdir()) / "icecdc-cache"))
@@ -233,12 +441,7 @@ def main() -> None:
         catalog.create_namespace("db")
         settings = IngestSettings(landing=str(landing), target="db.ours", identifier_columns=("id",),
                                   auto_create=True, schema=SCHEMA)
-        t0 = time.perf_counter()
-        for f in pending_files(spark, "bench", settings):
-            tb = time.perf_counter()
-            result = ingest_files(spark, "bench", catalog, settings, [f])
-            print(f"  ours {Path(f).name}: {time.perf_counter() - tb:.1f}s {result.targets['db.ours'].counts}")
-        ours = time.perf_counter() - t0
+        ours, phases, jobs = run_ours(spark, catalog, settings, args.cprofile)
         got = spark.table("bench.db.ours").count()
         assert got == len(final), (got, len(final))
         driver_mb = jvm_peak_mb(spark) + resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -247,6 +450,11 @@ def main() -> None:
 
         floor = time_floor(spark, landing, args.envelope)
         print(f"floor (Spark JSON read + plain append, per file): {floor:.1f}s; ours / floor = {ours / floor:.2f}")
+        print_split(ours, phases, jobs)
+        handwritten = time_handwritten(spark, landing, args.envelope)
+        assert same_rows(spark, "bench.db.ours", "bench.db.hand"), "the handwritten MERGE's table differs from ours"
+        print(f"handwritten (JSON read, last image per key, one MERGE per file): {handwritten:.1f}s; "
+              f"ours / handwritten = {ours / handwritten:.2f} (tables equal)", flush=True)
 
         small = big = float("nan")
         if args.scale_rows:
@@ -282,7 +490,9 @@ def main() -> None:
         spark.stop()
         print(f"RESULT ours_s={ours:.1f} pyiceberg_s={theirs:.1f} ratio={ours / theirs:.3f} floor_s={floor:.1f} "
               f"floor_ratio={ours / floor:.2f} events_per_s={args.events / ours:.0f} driver_peak_mb={driver_mb:.0f} "
-              f"target_scale_ratio={big / small:.2f} scale_small_s={small:.1f} scale_big_s={big:.1f}")
+              f"target_scale_ratio={big / small:.2f} scale_small_s={small:.1f} scale_big_s={big:.1f}"
+              f" handwritten_s={handwritten:.1f} handwritten_ratio={ours / handwritten:.2f}"
+              f" load1={os.getloadavg()[0]:.2f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
