@@ -207,3 +207,12 @@ class InstanceNotFoundError(IcecdcError):
     places it looked and the ``DAGSTER_HOME`` to set, and creates nothing."""
 
     recovery = "DAGSTER_HOME=<the directory the line runs in> icecdc status --config {config}"
+
+
+class EqualityDeleteTargetError(IcecdcError):
+    """A target cannot take the ``equality_deletes`` write mode as it is (format version 1, a partition
+    source column outside the identifier columns, an unsupported transform, several partition specs):
+    the message names the table and what to change; ``write_mode: merge`` always works."""
+
+    transient = False
+    recovery = CONFIG_COMMAND

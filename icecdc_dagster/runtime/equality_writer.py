@@ -49,4 +49,6 @@ def _load(spark: Any, jar: Path) -> JavaObject:
     urls[0] = view.java.io.File(str(jar)).toURI().toURL()
     parent = view.java.lang.Thread.currentThread().getContextClassLoader()
     loader = view.java.net.URLClassLoader(urls, parent)
-    return loader.loadClass(CLASS_NAME).getDeclaredConstructor().newInstance()
+    no_types = gateway(spark).new_array(view.java.lang.Class, 0)
+    no_args = gateway(spark).new_array(view.java.lang.Object, 0)
+    return loader.loadClass(CLASS_NAME).getDeclaredConstructor(no_types).newInstance(no_args)
