@@ -18,7 +18,13 @@ import java.util.UUID;
 
 import org.apache.iceberg.DataFile;
 import org.apache.iceberg.DeleteFile;
+import org.apache.iceberg.FileContent;
 import org.apache.iceberg.FileFormat;
+import org.apache.iceberg.ManifestFile;
+import org.apache.iceberg.ManifestFiles;
+import org.apache.iceberg.ManifestReader;
+import org.apache.iceberg.RewriteFiles;
+import org.apache.iceberg.Snapshot;
 import org.apache.iceberg.PartitionKey;
 import org.apache.iceberg.PartitionSpec;
 import org.apache.iceberg.RowDelta;
@@ -39,6 +45,7 @@ import org.apache.iceberg.spark.data.SparkParquetWriters;
 import org.apache.iceberg.spark.source.SerializableTableWithSize;
 import org.apache.iceberg.types.Type;
 import org.apache.iceberg.util.PropertyUtil;
+import org.apache.iceberg.util.StructLikeMap;
 import org.apache.spark.TaskContext;
 import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.api.java.function.FlatMapFunction;
@@ -108,6 +115,62 @@ public final class EqualityDeltaWriter {
       delta.commit();
     }
     return dataFiles.size() + "," + deleteFiles.size() + "," + dataRecords + "," + deleteRecords;
+  }
+
+  /**
+   * Removes the equality-delete files no live data file can see any more (data sequence number at or
+   * below that of every live data file of its partition; an unpartitioned delete: of the table), in one
+   * rewrite commit. A compaction leaves them behind; readers that refuse equality deletes (pyiceberg)
+   * then read the table. Returns how many were removed.
+   */
+  public int dropDanglingEqualityDeletes(SparkSession spark, String tableName) throws Exception {
+    Table table = Spark3Util.loadIcebergTable(spark, tableName);
+    Snapshot snapshot = table.currentSnapshot();
+    if (snapshot == null) {
+      return 0;
+    }
+    Map<Integer, PartitionSpec> specs = table.specs();
+    Map<Integer, StructLikeMap<Long>> minSeq = new HashMap<>();
+    long tableMin = Long.MAX_VALUE;
+    for (ManifestFile manifest : snapshot.dataManifests(table.io())) {
+      try (ManifestReader<DataFile> reader = ManifestFiles.read(manifest, table.io(), specs)) {
+        for (DataFile file : reader) {
+          long seq = file.dataSequenceNumber();
+          tableMin = Math.min(tableMin, seq);
+          StructLikeMap<Long> bySpec = minSeq.computeIfAbsent(file.specId(),
+              id -> StructLikeMap.create(specs.get(id).partitionType()));
+          Long prior = bySpec.get(file.partition());
+          if (prior == null || seq < prior) {
+            bySpec.put(file.partition(), seq);
+          }
+        }
+      }
+    }
+    List<DeleteFile> dangling = new ArrayList<>();
+    for (ManifestFile manifest : snapshot.deleteManifests(table.io())) {
+      try (ManifestReader<DeleteFile> reader = ManifestFiles.readDeleteManifest(manifest, table.io(), specs)) {
+        for (DeleteFile file : reader) {
+          if (file.content() != FileContent.EQUALITY_DELETES) {
+            continue;
+          }
+          long min = tableMin;
+          if (specs.get(file.specId()).isPartitioned()) {
+            StructLikeMap<Long> bySpec = minSeq.get(file.specId());
+            Long found = bySpec == null ? null : bySpec.get(file.partition());
+            min = found == null ? Long.MAX_VALUE : found;
+          }
+          if (file.dataSequenceNumber() <= min) {
+            dangling.add(file.copy());
+          }
+        }
+      }
+    }
+    if (!dangling.isEmpty()) {
+      RewriteFiles rewrite = table.newRewrite();
+      dangling.forEach(rewrite::deleteFile);
+      rewrite.commit();
+    }
+    return dangling.size();
   }
 
   private static Object deserialize(byte[] bytes) throws IOException, ClassNotFoundException {
