@@ -64,13 +64,13 @@ class IngestSettings:
     landing: str
     target: str
     identifier_columns: tuple[str, ...] | Mapping[str, tuple[str, ...]] = ()
-    write_mode: str | Mapping[str, str] = MERGE  # merge | equality_deletes; a mapping keys routed tables
     auto_create: bool = False
     schema: Mapping[str, Any] | None = None
     schema_evolution: bool = False
     files_per_batch: int = 1
     max_file_age_s: float = horizon.DEFAULT_MAX_FILE_AGE_S  # the ledger's horizon (``ingest.horizon``)
     take_expired_files: bool = False                        # ingest files past the horizon anyway
+    write_mode: str | Mapping[str, str] = MERGE  # merge | equality_deletes; a mapping keys routed tables
 
     def keys_for(self, table: str) -> tuple[str, ...]:
         """Identifier columns of one target (a mapping keys routed tables by full or short name)."""
