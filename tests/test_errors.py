@@ -30,7 +30,8 @@ TERMINAL = {"IcecdcError", "ConfigError", "RuntimeSetupError", "SnapshotNotFound
             "LineDivergedError", "TableRolledBackError", "SnapshotExpiredError", "TableRecreatedError",
             "SupersededPartitionError", "DefinitionChangedError", "DeleteWithoutDocumentIdError",
             "MissingDocumentIdError", "ClassFileError", "ConnectSchemaError", "EventError", "CoercionError",
-            "SchemaChangeError", "ReindexError", "StreamInputError", "InstanceNotFoundError"}
+            "SchemaChangeError", "ReindexError", "StreamInputError", "InstanceNotFoundError",
+            "EqualityDeleteTargetError"}
 RESYNC = {"SnapshotNotFoundError", "LineDivergedError", "TableRolledBackError", "SnapshotExpiredError",
           "TableRecreatedError", "CheckpointError", "DefinitionChangedError", "SchemaChangeError"}
 
