@@ -4,6 +4,8 @@ final per-batch upserts. pyiceberg runs every batch unless it passes --pyiceberg
 total is extrapolated linearly from the batches it finished (said so in the output).
 
 Also measured in the same run:
+- ``write_mode: equality_deletes``: the same files into a second target written as data files +
+  equality deletes (no read of the target): ``eqdel_s`` and ``eqdel_floor_ratio`` next to ``floor_ratio``;
 - floor: Spark's native JSON read of the same landing files + a plain append of the parsed rows to an
   Iceberg table (per file, as our batches are): what any Spark job pays at least;
 - peak driver memory (the JVM's peak resident set + the Python driver's, after our part);
@@ -410,6 +412,23 @@ def time_scale(spark, catalog, work: Path, rows: int, events: int) -> float:
     return took
 
 
+def time_ingest(spark, catalog, landing: Path, target: str, write_mode: str, expected_rows: int,
+                keys: tuple[str, ...] = ("id",)) -> float:
+    """Seconds for our ingestion of every landing file into ``target`` (one batch per file) with
+    ``write_mode``; the final row count must match the generator's."""
+    settings = IngestSettings(landing=str(landing), target=target, identifier_columns=keys,
+                              auto_create=True, schema=SCHEMA, write_mode=write_mode)
+    t0 = time.perf_counter()
+    for f in pending_files(spark, "bench", settings):
+        tb = time.perf_counter()
+        result = ingest_files(spark, "bench", catalog, settings, [f])
+        print(f"  {write_mode} {Path(f).name}: {time.perf_counter() - tb:.1f}s {result.targets[target].counts}")
+    took = time.perf_counter() - t0
+    got = spark.table(f"bench.{target}").count()
+    assert got == expected_rows, (got, expected_rows)
+    return took
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=1_000_000)
@@ -446,10 +465,17 @@ def main() -> None:
         assert got == len(final), (got, len(final))
         driver_mb = jvm_peak_mb(spark) + resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"ours: {args.events} events in {ours:.1f}s = {args.events / ours:,.0f} events/s; "
-              f"final rows {got} (matches the generator); peak driver memory {driver_mb:,.0f} MB (JVM + Python)")
+              f"final rows {len(final)} (matches the generator); peak driver memory {driver_mb:,.0f} MB (JVM + Python)")
+
+        # equality deletes reach only their own partition: the partition column joins the key (a key's
+        # region never changes here, so (id, region) identifies the same rows as id)
+        eqdel = time_ingest(spark, catalog, landing, "db.ours_eqdel", "equality_deletes", len(final), ("id", "region"))
+        print(f"write_mode equality_deletes: {args.events} events in {eqdel:.1f}s = {args.events / eqdel:,.0f} "
+              f"events/s (merge: {ours:.1f}s)")
 
         floor = time_floor(spark, landing, args.envelope)
-        print(f"floor (Spark JSON read + plain append, per file): {floor:.1f}s; ours / floor = {ours / floor:.2f}")
+        print(f"floor (Spark JSON read + plain append, per file): {floor:.1f}s; ours / floor = {ours / floor:.2f}; "
+              f"equality_deletes / floor = {eqdel / floor:.2f}")
         print_split(ours, phases, jobs)
         handwritten = time_handwritten(spark, landing, args.envelope)
         assert same_rows(spark, "bench.db.ours", "bench.db.hand"), "the handwritten MERGE's table differs from ours"
@@ -492,6 +518,7 @@ def main() -> None:
               f"floor_ratio={ours / floor:.2f} events_per_s={args.events / ours:.0f} driver_peak_mb={driver_mb:.0f} "
               f"target_scale_ratio={big / small:.2f} scale_small_s={small:.1f} scale_big_s={big:.1f}"
               f" handwritten_s={handwritten:.1f} handwritten_ratio={ours / handwritten:.2f}"
+              f" eqdel_s={eqdel:.1f} eqdel_floor_ratio={eqdel / floor:.2f}"
               f" load1={os.getloadavg()[0]:.2f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -213,3 +213,12 @@ class SnapshotOrderLostError(LineDivergedError):
     """A format v1 snapshot can no longer be counted from the line's last stored batch (its anchor is
     not on the snapshot's ancestry any more): v1 has no sequence numbers, the line numbers its snapshots
     along parent ids (``changelog.ordinals``), and that chain was rolled back or expired."""
+
+
+class EqualityDeleteTargetError(IcecdcError):
+    """A target cannot take the ``equality_deletes`` write mode as it is (format version 1, a partition
+    source column outside the identifier columns, an unsupported transform, several partition specs):
+    the message names the table and what to change; ``write_mode: merge`` always works."""
+
+    transient = False
+    recovery = CONFIG_COMMAND

@@ -101,7 +101,8 @@ def test_every_ingest_engine_setting_is_reachable_from_yaml(tmp_path):
 
     entry = {"name": "cdc", "landing": "landing", "target": "db.{source.table}", "auto_create": True,
              "identifier_columns": {"orders": ["id"], "db.items": ["order_id", "line"]},
-             "schema_evolution": True, "files_per_batch": 4, "max_file_age": "P2D", "take_expired_files": True}
+             "schema_evolution": True, "files_per_batch": 4, "max_file_age": "P2D", "take_expired_files": True,
+             "write_mode": {"orders": "equality_deletes"}}
     config = parse_config({"ingest": [entry]}, source="p.yaml", base_dir=tmp_path)
     settings = ingest_settings(config.ingest[0])
     assert {f.name for f in fields(IngestSettings)} <= set(entry) | {"schema", "max_file_age_s"}
@@ -109,6 +110,18 @@ def test_every_ingest_engine_setting_is_reachable_from_yaml(tmp_path):
     assert settings.keys_for("db.orders") == ("id",) and settings.keys_for("db.items") == ("order_id", "line")
     assert settings.landing == "file://" + str((tmp_path / "landing").resolve())
     assert (settings.files_per_batch, settings.auto_create, settings.schema_evolution) == (4, True, True)
+    assert (settings.mode_for("db.orders"), settings.mode_for("db.items")) == ("equality_deletes", "merge")
+
+
+@pytest.mark.parametrize("mode, fragment", [
+    ("upsert", "write_mode"),
+    ({"orders": "equality_deletes"}, "write_mode per target only applies to a routing template"),
+])
+def test_write_mode_is_checked_at_load(tmp_path, mode, fragment):
+    entry = {"name": "cdc", "landing": "landing", "target": "db.orders", "write_mode": mode}
+    with pytest.raises(ConfigError) as error:
+        parse_config({"ingest": [entry]}, source="p.yaml", base_dir=tmp_path)
+    assert fragment in str(error.value), str(error.value)
 
 
 @pytest.mark.parametrize("data, fragment", [

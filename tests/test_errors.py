@@ -31,7 +31,7 @@ TERMINAL = {"IcecdcError", "ConfigError", "RuntimeSetupError", "SnapshotNotFound
             "SupersededPartitionError", "DefinitionChangedError", "DeleteWithoutDocumentIdError",
             "MissingDocumentIdError", "ClassFileError", "ConnectSchemaError", "EventError", "CoercionError",
             "SchemaChangeError", "ReindexError", "StreamInputError", "InstanceNotFoundError",
-            "SnapshotOrderLostError"}
+            "SnapshotOrderLostError", "EqualityDeleteTargetError"}
 RESYNC = {"SnapshotNotFoundError", "LineDivergedError", "TableRolledBackError", "SnapshotExpiredError",
           "TableRecreatedError", "CheckpointError", "DefinitionChangedError", "SchemaChangeError",
           "SnapshotOrderLostError"}

@@ -10,8 +10,8 @@ retries and re-executions of any partition, alone or in a range, never write a f
 Metadata per run: files, batch id(s), whether everything was already committed, events read,
 tombstones, expired files (past the ledger's horizon, never ingested: set aside, named in ``expired``),
 dead-lettered events, declared-rule counts (ignored_fields, stringified, nanos_truncated),
-inserted / updated / deleted / delete_missing (or appended) rows, per target table its snapshot id,
-counts, added and widened columns, and the duration.
+inserted / updated / deleted / delete_missing (or appended; write_mode equality_deletes: upserted /
+delete_keys) rows, per target table its snapshot id, counts, added and widened columns, and the duration.
 """
 
 import time
@@ -151,7 +151,7 @@ def _stream_batch(context: AssetExecutionContext, session: Any, catalog: Iceberg
         "lag_unacknowledged": run.lag_after.unacknowledged}
 
 
-WRITTEN = ("inserted", "updated", "deleted", "appended")  # target counts that are rows written
+WRITTEN = ("inserted", "updated", "deleted", "appended", "upserted", "delete_keys")  # counts of rows written
 
 
 def landing_dataset(landing: str, targets: Sequence[LineageDataset]) -> LineageDataset:

@@ -23,6 +23,9 @@ from icecdc_dagster.sinks.kind import SinkConfig
 from icecdc_dagster.sinks.registry import SINK_KINDS
 
 
+WriteMode = Literal["merge", "equality_deletes"]
+
+
 def _sink_entry(kind: str, config: type[SinkConfig] | type[InputConfig]) -> Any:
     """``{<kind>: {settings}}``: the YAML shape of one sink (or stream input), as its own small model."""
     from pydantic import create_model
@@ -106,6 +109,10 @@ class IngestConfig(Model):
     target: str = Field(description="target table, or a template over envelope fields: db.{source.table}")
     identifier_columns: Names | dict[str, Names] = Field(
         default=(), description="upsert key; per routed target: {table or short name: [columns]}")
+    write_mode: WriteMode | dict[str, WriteMode] = Field(
+        default="merge", description="merge (a MERGE that reads the target) or equality_deletes (data files + "
+                                     "equality deletes, no read of the target; readers must apply them); per "
+                                     "routed target: {table or short name: mode}")
     auto_create: Flag = Field(default=False, description="create missing targets (declared or inferred schema)")
     schema_: dict[str, Any] | None = Field(default=None, alias="schema",
                                           description="declared schema of a created target: columns, "
@@ -175,6 +182,9 @@ class IngestConfig(Model):
         if isinstance(self.identifier_columns, dict) and not routing.is_template(self.target):
             raise ValueError("identifier_columns per target only applies to a routing template; "
                              "give a list of columns for a fixed target")
+        if isinstance(self.write_mode, dict) and not routing.is_template(self.target):
+            raise ValueError("write_mode per target only applies to a routing template; "
+                             "give one mode (merge or equality_deletes) for a fixed target")
         return self
 
 

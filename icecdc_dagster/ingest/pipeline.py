@@ -26,6 +26,7 @@ from icecdc_dagster.ingest.debezium import DELETE, INSERT, NANOS_TRUNCATED, Even
 from icecdc_dagster.ingest.schema_inference import merge_types, spark_type, widened
 from icecdc_dagster.writer.auto_create import (add_columns, create_table, declared_columns, ensure_namespace,
                                                namespace_exists, widen_columns)
+from icecdc_dagster.writer.equality_deletes import EQUALITY_DELETES, MERGE, write_equality_delta
 from icecdc_dagster.writer.exactly_once import (BATCH_ID_PROPERTY, LedgerRetention, java_table, recorded_summaries,
                                                 table_properties)
 from icecdc_dagster.writer.merge import (OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN, KeyBounds,
@@ -65,6 +66,7 @@ class IngestSettings:
     files_per_batch: int = 1
     max_file_age_s: float = horizon.DEFAULT_MAX_FILE_AGE_S  # the ledger's horizon (``ingest.horizon``)
     take_expired_files: bool = False                        # ingest files past the horizon anyway
+    write_mode: str | Mapping[str, str] = MERGE  # merge | equality_deletes; a mapping keys routed tables
 
     def keys_for(self, table: str) -> tuple[str, ...]:
         """Identifier columns of one target (a mapping keys routed tables by full or short name)."""
@@ -72,6 +74,12 @@ class IngestSettings:
             cols = self.identifier_columns.get(table) or self.identifier_columns.get(table.rsplit(".", 1)[-1]) or ()
             return tuple(cols)
         return tuple(self.identifier_columns)
+
+    def mode_for(self, table: str) -> str:
+        """Write mode of one target (a mapping keys routed tables by full or short name; default merge)."""
+        if isinstance(self.write_mode, Mapping):
+            return str(self.write_mode.get(table) or self.write_mode.get(table.rsplit(".", 1)[-1]) or MERGE)
+        return str(self.write_mode)
 
 
 @dataclass(frozen=True)
@@ -578,9 +586,13 @@ def _commit_batch(spark: Any, catalog_name: str, settings: IngestSettings, bid: 
                     retention=stamp.retention)
     out = dict(results)
     for w in writes:
-        outcome = write_batch(spark, f"{catalog_name}.{w.table}",
-                              w.rows.select(*[F.col(_quote(c)) for c in w.columns], OP_COLUMN, ORDER_COLUMN),
-                              w.keys, bid, props, ledger=True, bounds=w.bounds, retention=stamp.retention)
+        rows = w.rows.select(*[F.col(_quote(c)) for c in w.columns], OP_COLUMN, ORDER_COLUMN)
+        if settings.mode_for(w.table) == EQUALITY_DELETES:
+            outcome = write_equality_delta(spark, f"{catalog_name}.{w.table}", rows, w.keys, bid, props, ledger=True,
+                                           retention=stamp.retention)
+        else:
+            outcome = write_batch(spark, f"{catalog_name}.{w.table}", rows, w.keys, bid, props, ledger=True,
+                                  bounds=w.bounds, retention=stamp.retention)
         prior = out[w.table]
         out[w.table] = TargetResult(w.table, outcome.skipped, outcome.snapshot_id, {**prior.counts, **outcome.counts},
                                     prior.added_columns, prior.widened_columns)

@@ -20,7 +20,8 @@ from icecdc_dagster.ingest.pipeline import IngestResult, IngestSettings, ingest_
 
 def ingest_settings(entry: IngestConfig) -> IngestSettings:
     return IngestSettings(landing=entry.source, target=entry.target,
-                          identifier_columns=entry.identifier_columns, auto_create=entry.auto_create,
+                          identifier_columns=entry.identifier_columns, write_mode=entry.write_mode,
+                          auto_create=entry.auto_create,
                           schema=entry.schema, schema_evolution=entry.schema_evolution,
                           files_per_batch=entry.files_per_batch, max_file_age_s=entry.max_file_age_s,
                           take_expired_files=entry.take_expired_files)

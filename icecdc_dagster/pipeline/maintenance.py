@@ -2,7 +2,10 @@
 
 - **Compaction** of merge-on-read tables we write (replicas, ingest targets): every batch adds delete
   files; when one partition holds more than ``delete_files_threshold`` (default 50) of them,
-  ``rewrite_data_files`` applies the deletes (and drops the dangling ones). Safe for our
+  ``rewrite_data_files`` applies the deletes (and drops the dangling ones). Equality deletes
+  (``write_mode: equality_deletes``) count like position deletes, and a rewrite of a table that has
+  them gives its files a new sequence number, and the equality deletes no data file can see any
+  more are then removed (one more commit). Safe for our
   checkpoints: they live in table properties (``writer.exactly_once``), not only in summaries.
 - **Expiry** of the changelog store ``<table>__changelog``: batches older than the retention
   that every sink has applied are deleted (whole partitions: metadata only), then its snapshots
@@ -19,6 +22,8 @@ from datetime import datetime, UTC
 from typing import Any
 
 from icecdc_dagster.pipeline.changelog_store import BATCH_SNAPSHOT_ID, changelog_table_name
+from icecdc_dagster.runtime.equality_writer import equality_delta_writer
+from icecdc_dagster.writer.exactly_once import java_table
 
 DEFAULT_DELETE_FILES_THRESHOLD = 50
 DEFAULT_RETENTION_S = 7 * 24 * 3600.0
@@ -58,6 +63,18 @@ def max_delete_files_per_partition(spark: Any, fq: str) -> int:
     return int(row[0] or 0) if row else 0
 
 
+def has_equality_deletes(spark: Any, fq: str) -> bool:
+    """Whether the table's current snapshot has live equality deletes (its summary's total)."""
+    snap = java_table(spark, fq).currentSnapshot()
+    return snap is not None and int(snap.summary().get("total-equality-deletes") or 0) > 0
+
+
+def drop_dangling_equality_deletes(spark: Any, fq: str) -> int:
+    """Remove the equality-delete files a rewrite left that no live data file can see (Iceberg keeps the
+    newest batch's, and pyiceberg refuses any table that lists one): one commit, their count."""
+    return int(equality_delta_writer(spark).dropDanglingEqualityDeletes(spark._jsparkSession, fq))  # noqa: SLF001
+
+
 def compact(spark: Any, catalog_name: str, table: str,
             threshold: int = DEFAULT_DELETE_FILES_THRESHOLD) -> TableMaintenance:
     """``rewrite_data_files`` when a partition holds more than ``threshold`` delete files."""
@@ -69,13 +86,21 @@ def compact(spark: Any, catalog_name: str, table: str,
     result.max_delete_files_per_partition = max_delete_files_per_partition(spark, fq)
     if result.max_delete_files_per_partition <= threshold:
         return result
+    # With equality deletes (write_mode equality_deletes), the rewritten files take the rewrite's own
+    # sequence number: the batch's equality deletes then sit below every live data file and that commit
+    # drops them (with the starting one, the newest batch's deletes would stay live, and pyiceberg refuses
+    # any table that lists one). A writer's deletes committed meanwhile fail the rewrite, never get lost.
+    starting = "false" if has_equality_deletes(spark, fq) else "true"
     row = spark.sql(f"CALL {catalog_name}.system.rewrite_data_files(table => '{table}', options => map("
                     f"'delete-file-threshold', '1', 'min-input-files', '1', "
+                    f"'use-starting-sequence-number', '{starting}', "
                     f"'remove-dangling-deletes', 'true'))").first()
     result.compacted = True
     result.rewritten_data_files = int(row["rewritten_data_files_count"]) if row else 0
     result.removed_delete_files = int(row["removed_delete_files_count"] or 0) if row and \
         "removed_delete_files_count" in row.asDict() else 0
+    if starting == "false":
+        result.removed_delete_files += drop_dangling_equality_deletes(spark, fq)
     return result
 
 

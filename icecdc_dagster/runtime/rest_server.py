@@ -7,12 +7,9 @@ second. Nothing is downloaded: its class path is the Iceberg runtime, the reloca
 client (its endpoint constants name HTTP methods), Debian's SQLite JDBC driver and PySpark's Hadoop jars.
 """
 
-import hashlib
 import os
 import select
-import shutil
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +17,7 @@ from pathlib import Path
 from icecdc_dagster.errors import RuntimeSetupError
 from icecdc_dagster.runtime import jars as jarlib
 from icecdc_dagster.runtime.java import ensure_java_home
+from icecdc_dagster.runtime.javac import compiled_classes
 
 SOURCE = Path(__file__).with_name("RestCatalogServer.java")
 MAIN_CLASS = "icecdc.rest.RestCatalogServer"
@@ -38,40 +36,9 @@ def server_classpath() -> list[Path]:
     return [*jarlib.iceberg_jars(rest=True), jarlib.jdbc_driver_jar("sqlite"), *picked]
 
 
-def _javac() -> Path:
-    """The JDK's compiler next to the ``java`` Spark uses, else the one on PATH."""
-    beside_java = ensure_java_home() / "bin" / "javac"
-    on_path = shutil.which("javac")
-    if beside_java.is_file():
-        return beside_java
-    if on_path:
-        return Path(on_path)
-    raise RuntimeSetupError("the local REST catalog server is compiled on first use and needs a JDK's javac "
-                            "(Debian: openjdk-17-jdk-headless); a Java runtime alone cannot build it")
-
-
 def compiled_server() -> Path:
     """The directory of the compiled server classes, built once per source and class path."""
-    classpath = server_classpath()
-    stamp = SOURCE.read_bytes() + ";".join(p.name for p in classpath).encode()
-    target = jarlib.cache_dir() / f"rest-server-{hashlib.sha1(stamp).hexdigest()[:12]}"
-    if (target / "icecdc" / "rest" / "RestCatalogServer.class").is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    build = Path(tempfile.mkdtemp(dir=target.parent, prefix=".rest-server-"))
-    try:
-        done = subprocess.run([str(_javac()), "-nowarn", "-d", str(build), "-cp", os.pathsep.join(map(str, classpath)),
-                               str(SOURCE)], capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise RuntimeSetupError(f"javac {SOURCE.name} failed:\n{done.stderr.strip()}")
-        try:
-            build.rename(target)
-        except OSError:  # another process built it first
-            if not target.is_dir():
-                raise
-    finally:
-        shutil.rmtree(build, ignore_errors=True)
-    return target
+    return compiled_classes(SOURCE, server_classpath(), "rest-server", "icecdc/rest/RestCatalogServer.class")
 
 
 @dataclass
