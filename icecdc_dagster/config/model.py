@@ -118,6 +118,9 @@ class IngestConfig(Model):
                                                               "older file never ingested is counted, not ingested")
     take_expired_files: Flag = Field(default=False, description="ingest landing files older than max_file_age "
                                                                 "that were never ingested, instead of counting them")
+    snapshot_deletes: Flag = Field(default=True, description="a completed Debezium snapshot (first .. last) is the "
+                                                             "table's whole content: rows it lacks are deleted "
+                                                             "(off: snapshots only upsert)")
 
     @property
     def max_file_age_s(self) -> float:

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from icecdc_dagster.errors import TargetTableMissingError
-from icecdc_dagster.ingest import dead_letters, horizon, landing, native, routing
+from icecdc_dagster.ingest import dead_letters, horizon, landing, native, routing, snapshot_epoch
 from icecdc_dagster.ingest.coercion import IGNORED_FIELDS, STRINGIFIED, CoercionError, coerce
 from icecdc_dagster.ingest.debezium import DELETE, INSERT, NANOS_TRUNCATED, EventError, loads, parse_line
 from icecdc_dagster.ingest.schema_inference import merge_types, spark_type, widened
@@ -69,6 +69,7 @@ class IngestSettings:
     files_per_batch: int = 1
     max_file_age_s: float = horizon.DEFAULT_MAX_FILE_AGE_S  # the ledger's horizon (``ingest.horizon``)
     take_expired_files: bool = False                        # ingest files past the horizon anyway
+    snapshot_deletes: bool = True  # a completed Debezium snapshot deletes the rows it lacks (snapshot_epoch)
 
     def keys_for(self, table: str) -> tuple[str, ...]:
         """Identifier columns of one target (a mapping keys routed tables by full or short name)."""
@@ -125,8 +126,8 @@ def _ledger_tables(spark: Any, catalog_name: str, settings: IngestSettings) -> l
             return []  # a fresh catalog: nothing ingested yet
         rows = spark.sql(f"SHOW TABLES IN {catalog_name}.{namespace}").collect()
         return [f"{namespace}.{r.tableName}" for r in rows]
-    return [t for t in (settings.target, routing.dead_letter_table(settings.target))
-            if table_exists(spark, catalog_name, t)]
+    return [t for t in (settings.target, routing.dead_letter_table(settings.target),
+                        snapshot_epoch.marks_table(settings.target)) if table_exists(spark, catalog_name, t)]
 
 
 @dataclass(frozen=True)
@@ -528,7 +529,7 @@ def _ingest_parsed(spark: Any, catalog_name: str, settings: IngestSettings, pars
                                [f.name for f in spark.table(f"{catalog_name}.{target}").schema.fields],
                                _table_keys(spark, catalog_name, settings, target)) for target in written_tables]
         results = _commit_batch(spark, catalog_name, settings, bid, {t: dead_by_table[t] for t in dl_tables},
-                                writes, results, stamp)
+                                writes, results, stamp, _parsed_markers(parsed, settings))
     finally:
         for df in persisted:
             df.unpersist()
@@ -556,17 +557,61 @@ class _TargetWrite:
     bounds: KeyBounds | None = None
 
 
+def _parsed_markers(parsed: DataFrame, settings: IngestSettings) -> dict[str, list[tuple[int, str]]]:
+    """Per target the snapshot-epoch markers of a parsed batch (a handful of rows; see :mod:`snapshot_epoch`)."""
+    if not settings.snapshot_deletes:
+        return {}
+    mark = snapshot_epoch.marker(F.col("raw"))
+    order = F.col("file_index") * F.lit(ORDER_FILE_SHIFT) + F.col("source_offset")
+    found = parsed.where(F.col("reason").isNull() & mark.isNotNull()).select("target", order, mark).collect()
+    return snapshot_epoch.markers_by_target((r[0], r[1], r[2]) for r in found)
+
+
+def _epoch_plans(spark: Any, catalog_name: str, settings: IngestSettings, bid: str, writes: Sequence["_TargetWrite"],
+                 markers: Mapping[str, Sequence[tuple[int, str]]]) -> dict[str, snapshot_epoch.EpochPlan]:
+    """Per keyed target the batch's snapshot epochs (only those with one open or starting)."""
+    plans = {}
+    for w in writes:
+        if not settings.snapshot_deletes or not w.keys:
+            continue
+        prior = snapshot_epoch.open_epoch(spark, f"{catalog_name}.{w.table}", LANDING_PROPERTY, settings.landing)
+        planned = snapshot_epoch.plan(prior, markers.get(w.table, ()), bid)
+        if planned.active:
+            plans[w.table] = planned
+    return plans
+
+
+def _marks_writes(spark: Any, catalog_name: str, writes: Sequence["_TargetWrite"],
+                  plans: Mapping[str, snapshot_epoch.EpochPlan]
+                  ) -> dict[str, tuple["_TargetWrite", snapshot_epoch.MarksWrite]]:
+    """Per marks table (name within the catalog) its target's write and what the batch writes to it."""
+    out = {}
+    for w in writes:
+        if w.table in plans:
+            name = snapshot_epoch.marks_table(w.table)
+            write = snapshot_epoch.marks_write(w.rows, w.keys, OP_COLUMN, ORDER_COLUMN, OP_DELETE, plans[w.table],
+                                               table_exists(spark, catalog_name, name))
+            if write is not None:
+                out[name] = (w, write)
+    return out
+
+
 def _commit_batch(spark: Any, catalog_name: str, settings: IngestSettings, bid: str, dead: Mapping[str, DataFrame],
                   writes: Sequence[_TargetWrite], results: Mapping[str, TargetResult],
-                  stamp: _Stamp) -> dict[str, TargetResult]:
+                  stamp: _Stamp, markers: Mapping[str, Sequence[tuple[int, str]]] | None = None
+                  ) -> dict[str, TargetResult]:
     """Write one batch, whichever path read it: the dead-letter tables first, then each target's rows.
 
     Every commit records the batch id, the landing location and the full list of tables the batch writes
     (the ledger :func:`recorded_batches` reads, so a batch cut short is completed under the same id).
     Returns ``results`` with each written target's outcome (skipped, snapshot, write counts) merged in.
+    A target whose Debezium snapshot completes in the batch loses the rows the snapshot lacked, and the
+    marks of a snapshot still running are written after the targets (:mod:`snapshot_epoch`).
     """
+    epochs = _epoch_plans(spark, catalog_name, settings, bid, writes, markers or {})
+    marks = _marks_writes(spark, catalog_name, writes, epochs)
     props = {LANDING_PROPERTY: settings.landing,
-             TARGETS_PROPERTY: json.dumps(sorted([*(w.table for w in writes), *dead])),
+             TARGETS_PROPERTY: json.dumps(sorted([*(w.table for w in writes), *dead, *marks])),
              **({horizon.FILE_TIME_PROPERTY: stamp.file_time} if stamp.file_time else {})}
     for dl_table in sorted(dead):
         dead_letters.ensure_table(spark, catalog_name, dl_table)
@@ -575,12 +620,26 @@ def _commit_batch(spark: Any, catalog_name: str, settings: IngestSettings, bid: 
                     retention=stamp.retention)
     out = dict(results)
     for w in writes:
-        outcome = write_batch(spark, f"{catalog_name}.{w.table}",
-                              w.rows.select(*[F.col(_quote(c)) for c in w.columns], OP_COLUMN, ORDER_COLUMN),
-                              w.keys, bid, props, ledger=True, bounds=w.bounds, retention=stamp.retention)
+        rows = w.rows.select(*[F.col(_quote(c)) for c in w.columns], OP_COLUMN, ORDER_COLUMN)
+        epoch = epochs.get(w.table)
+        bounds = w.bounds
+        if epoch is not None and epoch.closed:
+            full = f"{catalog_name}.{w.table}"
+            held = snapshot_epoch.marks_table(full) if table_exists(
+                spark, catalog_name, snapshot_epoch.marks_table(w.table)) else None
+            rows = snapshot_epoch.with_sweeps(spark, full, held, rows, w.keys, OP_COLUMN, ORDER_COLUMN, OP_DELETE,
+                                              epoch)
+            bounds = None  # the sweep's deletes reach keys outside the batch's own range
+        table_props = {**props, **(snapshot_epoch.epoch_properties(epoch) if epoch else {})}
+        outcome = write_batch(spark, f"{catalog_name}.{w.table}", rows, w.keys, bid, table_props, ledger=True,
+                              bounds=bounds, retention=stamp.retention)
         prior = out[w.table]
         out[w.table] = TargetResult(w.table, outcome.skipped, outcome.snapshot_id, {**prior.counts, **outcome.counts},
                                     prior.added_columns, prior.widened_columns)
+    for name, (w, mw) in sorted(marks.items()):  # after the targets: a re-run reads the marks the sweep read
+        snapshot_epoch.ensure_marks_table(spark, f"{catalog_name}.{w.table}", w.keys)
+        write_batch(spark, f"{catalog_name}.{name}", mw.rows.withColumn(OP_COLUMN, F.lit(OP_INSERT)), (), bid, props,
+                    ledger=True, replace_all=mw.replace, retention=stamp.retention)
     return out
 
 
@@ -615,10 +674,17 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, line
     fields = spark.table(f"{catalog_name}.{target}").schema.fields
     keys = _table_keys(spark, catalog_name, settings, target)
     known = [f.name for f in fields]
+    extra = [snapshot_epoch.marker(F.col("raw")).alias(snapshot_epoch.MARKER_COLUMN)] if settings.snapshot_deletes else []
     classified = native.coerce_lines(lines, native.columns_of(T.StructType(fields)), keys, known,
-                                     native.utc(spark), ORDER_FILE_SHIFT, branches
+                                     native.utc(spark), ORDER_FILE_SHIFT, branches, extra
                                      ).persist(StorageLevel.MEMORY_AND_DISK)
-    fast, routed = native.split(classified)
+    markers: dict[str, list[tuple[int, str]]] = {}
+    if settings.snapshot_deletes:
+        # every line: the native reason of a line left to the Python rules is not final
+        found = classified.where(F.col(snapshot_epoch.MARKER_COLUMN).isNotNull()).select(
+            ORDER_COLUMN, snapshot_epoch.MARKER_COLUMN).collect()
+        markers = snapshot_epoch.markers_by_target((target, r[0], r[1]) for r in found)
+    fast, routed = native.split(classified.drop(snapshot_epoch.MARKER_COLUMN))
     columns = [(f.name, f.dataType.json(), f.nullable) for f in fields]
     slow = spark.createDataFrame(routed.rdd.mapPartitions(_python_partition(columns, keys, set(known), False)),
                                  _rows_schema(fields))
@@ -638,7 +704,7 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, line
         good = rows.where(F.col(REASON).isNull() & (F.col(OP_COLUMN) != TOMBSTONE))
         write = _TargetWrite(target, good, known, keys, bounds_from(stats, keys, T.StructType(fields)))
         results = _commit_batch(spark, catalog_name, settings, bid, dead, [write], {
-            target: TargetResult(target, False, None, counts, tuple(added_columns), ())}, stamp)
+            target: TargetResult(target, False, None, counts, tuple(added_columns), ())}, stamp, markers)
     finally:
         classified.unpersist()
     return IngestResult(bid, uris, False, results, int(stats["tombstones"] or 0), int(stats["events_read"] or 0))

@@ -23,7 +23,8 @@ def ingest_settings(entry: IngestConfig) -> IngestSettings:
                           identifier_columns=entry.identifier_columns, auto_create=entry.auto_create,
                           schema=entry.schema, schema_evolution=entry.schema_evolution,
                           files_per_batch=entry.files_per_batch, max_file_age_s=entry.max_file_age_s,
-                          take_expired_files=entry.take_expired_files)
+                          take_expired_files=entry.take_expired_files,
+                          snapshot_deletes=entry.snapshot_deletes)
 
 
 def fixed_target(entry: IngestConfig) -> str | None:
