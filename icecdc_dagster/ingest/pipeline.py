@@ -126,8 +126,8 @@ def _ledger_tables(spark: Any, catalog_name: str, settings: IngestSettings) -> l
             return []  # a fresh catalog: nothing ingested yet
         rows = spark.sql(f"SHOW TABLES IN {catalog_name}.{namespace}").collect()
         return [f"{namespace}.{r.tableName}" for r in rows]
-    return [t for t in (settings.target, routing.dead_letter_table(settings.target),
-                        snapshot_epoch.marks_table(settings.target)) if table_exists(spark, catalog_name, t)]
+    return [t for t in (settings.target, routing.dead_letter_table(settings.target))
+            if table_exists(spark, catalog_name, t)]
 
 
 @dataclass(frozen=True)
@@ -606,13 +606,19 @@ def _commit_batch(spark: Any, catalog_name: str, settings: IngestSettings, bid: 
     (the ledger :func:`recorded_batches` reads, so a batch cut short is completed under the same id).
     Returns ``results`` with each written target's outcome (skipped, snapshot, write counts) merged in.
     A target whose Debezium snapshot completes in the batch loses the rows the snapshot lacked, and the
-    marks of a snapshot still running are written after the targets (:mod:`snapshot_epoch`).
+    marks of a snapshot still running are written first (:mod:`snapshot_epoch`: not part of the batch's
+    tables, so the ledger's completeness is the targets' alone; a re-run skips them and sweeps from the
+    marks as they were before the batch).
     """
     epochs = _epoch_plans(spark, catalog_name, settings, bid, writes, markers or {})
-    marks = _marks_writes(spark, catalog_name, writes, epochs)
+    stamped = {horizon.FILE_TIME_PROPERTY: stamp.file_time} if stamp.file_time else {}
+    for name, (w, mw) in sorted(_marks_writes(spark, catalog_name, writes, epochs).items()):
+        snapshot_epoch.ensure_marks_table(spark, f"{catalog_name}.{w.table}", w.keys)
+        write_batch(spark, f"{catalog_name}.{name}", mw.rows.withColumn(OP_COLUMN, F.lit(OP_INSERT)), (), bid,
+                    {snapshot_epoch.MARKS_OF_PROPERTY: settings.landing, **stamped}, ledger=True,
+                    replace_all=mw.replace, retention=stamp.retention)
     props = {LANDING_PROPERTY: settings.landing,
-             TARGETS_PROPERTY: json.dumps(sorted([*(w.table for w in writes), *dead, *marks])),
-             **({horizon.FILE_TIME_PROPERTY: stamp.file_time} if stamp.file_time else {})}
+             TARGETS_PROPERTY: json.dumps(sorted([*(w.table for w in writes), *dead])), **stamped}
     for dl_table in sorted(dead):
         dead_letters.ensure_table(spark, catalog_name, dl_table)
         frame = dead_letters.frame(dead[dl_table], bid).withColumn(OP_COLUMN, F.lit(OP_INSERT))
@@ -625,7 +631,7 @@ def _commit_batch(spark: Any, catalog_name: str, settings: IngestSettings, bid: 
         bounds = w.bounds
         if epoch is not None and epoch.closed:
             full = f"{catalog_name}.{w.table}"
-            held = snapshot_epoch.marks_table(full) if table_exists(
+            held = snapshot_epoch.marks_before(spark, snapshot_epoch.marks_table(full), bid) if table_exists(
                 spark, catalog_name, snapshot_epoch.marks_table(w.table)) else None
             rows = snapshot_epoch.with_sweeps(spark, full, held, rows, w.keys, OP_COLUMN, ORDER_COLUMN, OP_DELETE,
                                               epoch)
@@ -636,10 +642,6 @@ def _commit_batch(spark: Any, catalog_name: str, settings: IngestSettings, bid: 
         prior = out[w.table]
         out[w.table] = TargetResult(w.table, outcome.skipped, outcome.snapshot_id, {**prior.counts, **outcome.counts},
                                     prior.added_columns, prior.widened_columns)
-    for name, (w, mw) in sorted(marks.items()):  # after the targets: a re-run reads the marks the sweep read
-        snapshot_epoch.ensure_marks_table(spark, f"{catalog_name}.{w.table}", w.keys)
-        write_batch(spark, f"{catalog_name}.{name}", mw.rows.withColumn(OP_COLUMN, F.lit(OP_INSERT)), (), bid, props,
-                    ledger=True, replace_all=mw.replace, retention=stamp.retention)
     return out
 
 
@@ -716,9 +718,14 @@ def ingest_records(spark: Any, catalog_name: str, settings: IngestSettings, bid:
 
     Every message takes the path of a landing line: the same parsing, routing, coercion, dead letters,
     tombstones and per-key ordering (its index in the batch orders it, as a line's offset does); a dead
-    letter names ``<source>#<position>``. ``settings.landing`` is the input's ledger name."""
-    if bid in committed_batches(spark, catalog_name, settings):
+    letter names ``<source>#<position>``. ``settings.landing`` is the input's ledger name. The batch is stamped
+    with its commit time, and the ledger's entries older than ``max_file_age`` before it are dropped."""
+    ledger = read_ledger(spark, catalog_name, settings)
+    if ledger.batches.get(bid):
         return IngestResult(bid, (settings.landing,), True)
+    committed_ms = horizon.now_ms()
+    stamp = _Stamp(horizon.stream_horizon(settings.max_file_age_s, committed_ms, ledger.summaries,
+                                          ledger.properties).retention(), str(committed_ms))
     templated = routing.is_template(settings.target)
     if not templated and not settings.auto_create and not table_exists(spark, catalog_name, settings.target):
         raise TargetTableMissingError(f"ingest {settings.landing}: target table {settings.target} does not exist "
@@ -730,12 +737,11 @@ def ingest_records(spark: Any, catalog_name: str, settings: IngestSettings, bid:
     lines = spark.createDataFrame(spark.sparkContext.parallelize(rows, slices), native.LINE_SCHEMA)
     uris = (settings.landing,)
     if _native_eligible(spark, catalog_name, settings, templated):
-        return _ingest_native(spark, catalog_name, settings, lines, native.sample_records(texts), bid, uris,
-                              _Stamp())
+        return _ingest_native(spark, catalog_name, settings, lines, native.sample_records(texts), bid, uris, stamp)
     home = _home_table(settings)
     parsed = spark.createDataFrame(lines.rdd.mapPartitions(_parse_records(settings.target, home)),
                                    PARSED_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        return _ingest_parsed(spark, catalog_name, settings, parsed, bid, uris, home, templated, _Stamp())
+        return _ingest_parsed(spark, catalog_name, settings, parsed, bid, uris, home, templated, stamp)
     finally:
         parsed.unpersist()

@@ -10,9 +10,12 @@ upserts alone leave it in the target. A snapshot *epoch* of one target starts at
 marked, and when the end commits, every row of the target that is not marked is deleted.
 
 - Marks of an epoch that spans batches are kept in ``<target>__snapshot_keys`` (the key columns and the
-  epoch id; Iceberg, written after the target in the same exactly-once batch); the target's batch summary
-  (and ledger entry) carries the open epoch's id (``icecdc.snapshot-epoch``). Both are commits of the same
-  batch id, so a crash anywhere re-runs the batch to the same result: an epoch resumes where it was.
+  epoch id; Iceberg), written before the target under the same batch id (its own ledger: a re-run skips
+  it); the target's batch summary (and ledger entry) carries the open epoch's id (``icecdc.snapshot-epoch``).
+  A sweep reads the marks as they were before the batch (:func:`marks_before`), so a crash anywhere re-runs
+  the batch to the same result and an epoch resumes where it was. The marks table is not one of the batch's
+  tables (the ingest ledger does not read it): its entries, kept longer than the target's, never make an old
+  batch look partly committed.
 - The deletion is synthetic delete rows at the end's position, added to the batch before it is collapsed
   per key: a key upserted again after the end (in the same batch) keeps its newer image; nothing is read to
   the driver (the keys stay in Spark: an anti-join of the target's keys with the marks).
@@ -28,9 +31,11 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from icecdc_dagster.writer.exactly_once import LAST_BATCH_PROPERTY, java_table, ledger_entries, table_properties
+from icecdc_dagster.writer.exactly_once import (BATCH_ID_PROPERTY, LAST_BATCH_PROPERTY, java_table, ledger_entries,
+                                                main_ancestors, table_properties)
 
 EPOCH_PROPERTY = "icecdc.snapshot-epoch"   # in a target's batch summary / ledger entry: the open epoch's id
+MARKS_OF_PROPERTY = "icecdc.snapshot-marks-of"  # in a marks table's summaries: the source (not the ingest ledger's)
 MARKS_SUFFIX = "__snapshot_keys"
 EPOCH_COLUMN = "_icecdc_epoch"
 MARKER_COLUMN = "_icecdc_snapshot_marker"
@@ -99,11 +104,11 @@ def open_epoch(spark: object, table: str, source_key: str, source: str) -> str |
     return None
 
 
-def with_sweeps(spark: object, table: str, marks: str | None, rows: DataFrame, keys: Sequence[str],
+def with_sweeps(spark: object, table: str, marks: DataFrame | None, rows: DataFrame, keys: Sequence[str],
                 op_column: str, order_column: str, delete_op: str, the_plan: EpochPlan) -> DataFrame:
     """``rows`` (the target's columns + op + order) plus, for each epoch the batch ends, a delete at the end's
     order of every key present (in ``table`` or upserted by the batch before the end) and not marked in the
-    epoch (``marks``: the full name of the marks table, None when it does not exist)."""
+    epoch (``marks``: the marks table before the batch, None when it does not exist)."""
     upserts = rows.where(F.col(op_column) != F.lit(delete_op))
     cols = [F.col(_quote(k)) for k in keys]
     for epoch, end in the_plan.closed:
@@ -112,7 +117,7 @@ def with_sweeps(spark: object, table: str, marks: str | None, rows: DataFrame, k
             seen = seen.where(F.col(order_column) >= epoch.start)
         marked = seen.select(*cols)
         if epoch.start is None and marks is not None:
-            marked = marked.unionByName(pinned(spark, marks).where(F.col(EPOCH_COLUMN) == epoch.epoch_id)
+            marked = marked.unionByName(marks.where(F.col(EPOCH_COLUMN) == epoch.epoch_id)
                                         .select(*cols))
         present = pinned(spark, table).select(*cols).unionByName(
             upserts.where(F.col(order_column) < end).select(*cols))
@@ -122,6 +127,15 @@ def with_sweeps(spark: object, table: str, marks: str | None, rows: DataFrame, k
                                 F.lit(delete_op).alias(op_column), F.lit(end).cast("long").alias(order_column))
         rows = rows.unionByName(deletes)
     return rows
+
+
+def marks_before(spark: object, marks: str, batch_id: str) -> DataFrame:
+    """The marks table as it was before ``batch_id`` wrote it (a re-run of the batch sees what the first
+    attempt saw), fixed to that snapshot."""
+    for snap in main_ancestors(java_table(spark, marks)):
+        if snap.summary().get(BATCH_ID_PROPERTY) != batch_id:
+            return spark.read.option("snapshot-id", str(snap.snapshotId())).table(marks)  # type: ignore[attr-defined]
+    return spark.read.table(marks).limit(0)  # type: ignore[attr-defined]
 
 
 def pinned(spark: object, table: str) -> DataFrame:

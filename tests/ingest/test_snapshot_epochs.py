@@ -113,31 +113,41 @@ def test_snapshot_deletes_off_keeps_upsert_only(spark, catalog, catalog_settings
     assert _rows(spark, cat) == {9: "x", 1: "a", 2: "b"}
 
 
-def test_a_batch_failing_between_target_and_marks_is_completed_to_the_same_table(spark, catalog, catalog_settings,
+def test_a_batch_failing_between_marks_and_target_is_completed_to_the_same_table(spark, catalog, catalog_settings,
                                                                                  tmp_path, monkeypatch):
-    """The batch that starts an epoch commits the target, then fails before its marks: re-run, it writes only
-    the marks (the target's commit is in the ledger), and the epoch ends as if nothing had happened."""
+    """The hardest batch: it ends one epoch and starts the next (the marks table now holds the new epoch's
+    marks), then fails before the target commits. Re-run, it skips the marks (their own ledger) and sweeps
+    with the marks as they were before the batch: the same table as an attempt that never failed."""
+    from icecdc_dagster.ingest import pipeline
+
     cat = catalog_settings.name
     landing = tmp_path / "landing"
     landing.mkdir()
     settings = _settings(landing)
     ingest_files(spark, cat, catalog, settings, [_land(landing, "000.json", [c(7, "old"), c(8, "old")])])
-    started = _land(landing, "001.json", [_event("r", {"id": 1, "v": "a"}, snapshot="first", schema=True),
-                                          _event("r", {"id": 8, "v": "h"}, snapshot="true", schema=True)])
-    real = snapshot_epoch.ensure_marks_table
+    ingest_files(spark, cat, catalog, settings, [_land(landing, "001.json", [
+        _event("r", {"id": 1, "v": "a"}, snapshot="first", schema=True),
+        _event("r", {"id": 8, "v": "h"}, snapshot="true", schema=True)])])
+    both = _land(landing, "002.json", [r(2, "b", "last"), r(1, "a", "first"), r(2, "b")])
+    real = pipeline.write_batch
 
-    def fail(*args, **kwargs):
-        raise RuntimeError("died between the target's commit and the marks'")
+    def dies_at_the_target(spark_, table, *args, **kwargs):
+        if table.endswith(".db.snap"):
+            raise RuntimeError("died between the marks' commit and the target's")
+        return real(spark_, table, *args, **kwargs)
 
-    monkeypatch.setattr(snapshot_epoch, "ensure_marks_table", fail)
+    monkeypatch.setattr(pipeline, "write_batch", dies_at_the_target)
     with pytest.raises(RuntimeError, match="died between"):
-        ingest_files(spark, cat, catalog, settings, [started])
+        ingest_files(spark, cat, catalog, settings, [both])
+    marks = f"{cat}.db.snap{snapshot_epoch.MARKS_SUFFIX}"
+    assert sorted(row.id for row in spark.table(marks).collect()) == [1, 2]   # the new epoch's marks
     assert _rows(spark, cat) == {1: "a", 7: "old", 8: "h"}
-    monkeypatch.setattr(snapshot_epoch, "ensure_marks_table", real)
-    again = ingest_files(spark, cat, catalog, settings, [started])
-    assert again.targets["db.snap"].skipped and not again.skipped
-    ingest_files(spark, cat, catalog, settings, [_land(landing, "002.json", [r(2, "b", "last")])])
-    assert _rows(spark, cat) == {1: "a", 2: "b", 8: "h"}                     # 7 was not in the snapshot
+    monkeypatch.setattr(pipeline, "write_batch", real)
+    again = ingest_files(spark, cat, catalog, settings, [both])
+    assert not again.targets["db.snap"].skipped and again.targets["db.snap"].counts.get("deleted") == 1
+    assert _rows(spark, cat) == {1: "a", 2: "b", 8: "h"}                   # 7 was not in the first snapshot
+    ingest_files(spark, cat, catalog, settings, [_land(landing, "003.json", [r(3, "c", "last")])])
+    assert _rows(spark, cat) == {1: "a", 2: "b", 3: "c"}                   # 8 was not in the second one
 
 
 def test_redis_stream_second_snapshot_deletes_rows_deleted_between_attempts(spark, catalog, catalog_settings):
