@@ -676,7 +676,8 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, line
     fields = spark.table(f"{catalog_name}.{target}").schema.fields
     keys = _table_keys(spark, catalog_name, settings, target)
     known = [f.name for f in fields]
-    extra = [snapshot_epoch.marker(F.col("raw")).alias(snapshot_epoch.MARKER_COLUMN)] if settings.snapshot_deletes else []
+    marking = settings.snapshot_deletes
+    extra = [snapshot_epoch.marker(F.col("raw")).alias(snapshot_epoch.MARKER_COLUMN)] if marking else []
     classified = native.coerce_lines(lines, native.columns_of(T.StructType(fields)), keys, known,
                                      native.utc(spark), ORDER_FILE_SHIFT, branches, extra
                                      ).persist(StorageLevel.MEMORY_AND_DISK)

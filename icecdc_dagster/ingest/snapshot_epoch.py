@@ -122,9 +122,9 @@ def with_sweeps(spark: object, table: str, marks: DataFrame | None, rows: DataFr
         present = pinned(spark, table).select(*cols).unionByName(
             upserts.where(F.col(order_column) < end).select(*cols))
         doomed = present.join(marked, list(keys), "left_anti")
-        deletes = doomed.select(*[F.col(_quote(f.name)) if f.name in keys else F.lit(None).cast(f.dataType)
-                                  .alias(f.name) for f in rows.schema.fields if f.name not in (op_column, order_column)],
-                                F.lit(delete_op).alias(op_column), F.lit(end).cast("long").alias(order_column))
+        values = [F.col(_quote(f.name)) if f.name in keys else F.lit(None).cast(f.dataType).alias(f.name)
+                  for f in rows.schema.fields if f.name not in (op_column, order_column)]
+        deletes = doomed.select(*values, F.lit(delete_op).alias(op_column), F.lit(end).cast("long").alias(order_column))
         rows = rows.unionByName(deletes)
     return rows
 
