@@ -102,7 +102,7 @@ def test_every_ingest_engine_setting_is_reachable_from_yaml(tmp_path):
     entry = {"name": "cdc", "landing": "landing", "target": "db.{source.table}", "auto_create": True,
              "identifier_columns": {"orders": ["id"], "db.items": ["order_id", "line"]},
              "schema_evolution": True, "files_per_batch": 4, "max_file_age": "P2D", "take_expired_files": True,
-             "write_mode": {"orders": "equality_deletes"}}
+             "write_mode": {"orders": "equality_deletes"}, "snapshot_deletes": False}
     config = parse_config({"ingest": [entry]}, source="p.yaml", base_dir=tmp_path)
     settings = ingest_settings(config.ingest[0])
     assert {f.name for f in fields(IngestSettings)} <= set(entry) | {"schema", "max_file_age_s"}
@@ -111,6 +111,7 @@ def test_every_ingest_engine_setting_is_reachable_from_yaml(tmp_path):
     assert settings.landing == "file://" + str((tmp_path / "landing").resolve())
     assert (settings.files_per_batch, settings.auto_create, settings.schema_evolution) == (4, True, True)
     assert (settings.mode_for("db.orders"), settings.mode_for("db.items")) == ("equality_deletes", "merge")
+    assert settings.snapshot_deletes is False
 
 
 @pytest.mark.parametrize("mode, fragment", [

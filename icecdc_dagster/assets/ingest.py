@@ -51,7 +51,7 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
         backfill_policy=BackfillPolicy.single_run(),
         group_name=naming.ingest_group_name(entry),
         kinds={"iceberg", "spark"},
-        description=(f"Debezium events from {entry.landing or entry.input.describe()} upserted into "  # type: ignore[union-attr]
+        description=(f"Debezium events from {entry.any_input.describe()} upserted into "
                      f"{target or 'the tables named by ' + entry.target}; bad events go to dead-letter tables."),
         metadata={"landing" if entry.input is None else "input": entry.source, "target": entry.target,
                   "identifier_columns": ", ".join(entry.identifier_columns) or "(table's own or none)",
@@ -75,7 +75,8 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
         expired = [f.rsplit("/", 1)[-1] for r in results for f in r.expired]
         if expired:
             context.log.warning(f"ingest {entry.name}: {len(expired)} landing file(s) older than max_file_age "
-                                f"({entry.max_file_age}) were never ingested and are set aside: {expired} "
+                                f"({(entry.landing_input or entry).max_file_age}) were never ingested and are set "
+                                f"aside: {expired} "
                                 "(take_expired_files: true ingests them)")
         totals: dict[str, int] = {}
         targets: dict[str, dict[str, Any]] = {}

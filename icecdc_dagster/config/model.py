@@ -16,6 +16,7 @@ from icecdc_dagster.fields import (Duration, EnvRef, Flag, LocationOrUri, Model,
                                    PropertyValue, Secret, TableName, is_secret_property, is_table_name, local_path,
                                    parse_duration)
 from icecdc_dagster.inputs.base import InputConfig
+from icecdc_dagster.inputs.landing.config import LandingConfig
 from icecdc_dagster.inputs.registry import INPUT_KINDS
 from icecdc_dagster.runtime.catalog import CATALOG_TYPES, CatalogSettings, with_password
 from icecdc_dagster.runtime.spark import SparkSettings
@@ -102,9 +103,9 @@ class IngestConfig(Model):
 
     name: str = Field(min_length=1, description="names the ingest asset, sensor and line")
     landing: LocationOrUri | None = Field(default=None, description="directory of landing files (relative to the "
-                                                                    "pipeline file); or give 'input'")
+                                                                    "pipeline file); the same as input.landing.path")
     input_entry: InputEntry | None = Field(default=None, alias="input",
-                                           description="a stream input instead of landing files: "
+                                           description="where the events come from: {landing: {path: ...}}, "
                                                        "{nats_jetstream: {...}} or {redis_stream: {...}}")
     target: str = Field(description="target table, or a template over envelope fields: db.{source.table}")
     identifier_columns: Names | dict[str, Names] = Field(
@@ -118,7 +119,8 @@ class IngestConfig(Model):
                                           description="declared schema of a created target: columns, "
                                                       "partition_spec, table_properties")
     schema_evolution: Flag = Field(default=False, description="add new fields as columns, widen types safely")
-    files_per_batch: PositiveInt = Field(default=1, description="landing files per batch (one commit per target)")
+    files_per_batch: PositiveInt = Field(default=1, description="landing files per batch (one commit per target); "
+                                                               "with input.landing, set it there")
     polling_interval: Duration = Field(default="PT30S", description="sensor interval")
     max_retries: NonNegativeInt = Field(default=3, description="automatic retries of a failed batch")
     max_file_age: Duration = Field(default="P7D", description="the ledger keeps landing files younger than this "
@@ -126,10 +128,41 @@ class IngestConfig(Model):
                                                               "older file never ingested is counted, not ingested")
     take_expired_files: Flag = Field(default=False, description="ingest landing files older than max_file_age "
                                                                 "that were never ingested, instead of counting them")
+    snapshot_deletes: Flag = Field(default=True, description="a completed Debezium snapshot (first .. last) is the "
+                                                             "table's whole content: rows it lacks are deleted "
+                                                             "(off: snapshots only upsert)")
 
     @property
     def max_file_age_s(self) -> float:
-        return parse_duration(self.max_file_age)
+        """The ledger's horizon: input.landing's ``max_file_age`` when given there, else the entry's."""
+        spelled = self._landing_block()
+        return parse_duration(spelled.max_file_age if spelled is not None else self.max_file_age)
+
+    @property
+    def landing_files_per_batch(self) -> int:
+        spelled = self._landing_block()
+        return spelled.files_per_batch if spelled is not None else self.files_per_batch
+
+    @property
+    def takes_expired_files(self) -> bool:
+        spelled = self._landing_block()
+        return spelled.take_expired_files if spelled is not None else self.take_expired_files
+
+    def _landing_block(self) -> LandingConfig | None:
+        if self.input_entry is None:
+            return None
+        block = getattr(self.input_entry, _sink_kind(self.input_entry) or "")
+        return block if isinstance(block, LandingConfig) else None
+
+    @property
+    def landing_input(self) -> LandingConfig | None:
+        """The landing input, from either spelling (``input: {landing: ...}`` or the entry's ``landing:``);
+        None for a broker input."""
+        spelled = self._landing_block()
+        if spelled is not None or self.landing is None:
+            return spelled
+        return LandingConfig(path=self.landing, files_per_batch=self.files_per_batch, max_file_age=self.max_file_age,
+                             take_expired_files=self.take_expired_files)
 
     @property
     def schema(self) -> dict[str, Any] | None:  # type: ignore[override]
@@ -137,17 +170,25 @@ class IngestConfig(Model):
 
     @property
     def input(self) -> InputConfig | None:
-        """The stream input, or None for landing files."""
-        if self.input_entry is None:
+        """The broker (stream) input, or None for landing files (either spelling: see :attr:`landing_input`)."""
+        if self.input_entry is None or self._landing_block() is not None:
             return None
         return getattr(self.input_entry, _sink_kind(self.input_entry) or "")
 
     @property
+    def any_input(self) -> InputConfig:
+        """The entry's input plugin, whichever kind (landing files included): one contract for all."""
+        found = self.landing_input or self.input
+        assert found is not None, "validated: exactly one of landing and input"
+        return found
+
+    @property
     def landing_path(self) -> str:
         """The landing directory (an entry with a stream input has none: an error names the entry)."""
-        if self.landing is None:
+        landing_input = self.landing_input
+        if landing_input is None:
             raise ConfigError(f"ingest {self.name}: reads a stream input, not landing files")
-        return self.landing
+        return landing_input.path
 
     @property
     def source(self) -> str:
@@ -179,6 +220,9 @@ class IngestConfig(Model):
                              "writes many: drop 'schema' (the schema is inferred per table) or use a fixed target")
         if (self.landing is None) == (self.input_entry is None):
             raise ValueError("give exactly one of 'landing' (a directory of landing files) and 'input' (a stream)")
+        misplaced = sorted({"files_per_batch", "max_file_age", "take_expired_files"} & self.model_fields_set)
+        if self._landing_block() is not None and misplaced:
+            raise ValueError(f"with input.landing, set {', '.join(misplaced)} under input.landing")
         if isinstance(self.identifier_columns, dict) and not routing.is_template(self.target):
             raise ValueError("identifier_columns per target only applies to a routing template; "
                              "give a list of columns for a fixed target")

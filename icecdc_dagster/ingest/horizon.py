@@ -14,8 +14,12 @@ a landing that is quiet, or an ingest that was paused, does not age its own back
   may have been ingested before (a landing that is never cleaned holds many such files), so it is set
   aside as Spark does, named by a run over its partition, never taken by the setting, and not counted by
   status (giving it a new modification time is the operator's statement that it was never ingested).
+
+A stream input's batch has no file: it is stamped with its commit time (:func:`stream_horizon`), and its
+ledger entries are dropped by the same ``max_file_age``.
 """
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -58,6 +62,21 @@ def horizon(max_age_s: float, listed: Sequence[LandingFile], recorded: Iterable[
     times += [int(s[FILE_TIME_PROPERTY]) for s in recorded if s.get(FILE_TIME_PROPERTY)]
     dropped = [d for d in (ledger_dropped_upto(p) for p in table_properties) if d is not None]
     return Horizon(int(max_age_s * 1000), max(times) if times else None, max(dropped) if dropped else None)
+
+
+def now_ms() -> int:
+    """The wall clock in ms: a stream batch's stamp is its commit time (a message has no file time)."""
+    return time.time_ns() // 1_000_000
+
+
+def stream_horizon(max_age_s: float, committed_ms: int, recorded: Iterable[Mapping[str, str]],
+                   table_properties: Iterable[Mapping[str, str]]) -> Horizon:
+    """The horizon of a stream input's ledger when a batch commits at ``committed_ms``: entries stamped more
+    than ``max_age_s`` before the newest stamp (this commit, or a newer recorded one) are dropped. Dropping
+    is safe for a stream: a re-delivery is skipped by the newest entry's position, which is always kept."""
+    past = horizon(max_age_s, [], recorded, table_properties)
+    newest = committed_ms if past.newest_ms is None else max(past.newest_ms, committed_ms)
+    return Horizon(past.max_age_ms, newest, past.dropped_upto)
 
 
 def file_time(files: Sequence[LandingFile]) -> str | None:

@@ -409,12 +409,14 @@ def _bytes_decimal(text: Column, scale: int, dtype: T.DecimalType) -> tuple[Colu
 
 
 def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequence[str], known: Sequence[str],
-                 utc_session: bool, order_file_shift: int, branches: Sequence[SchemaBranch] = ()) -> DataFrame:
+                 utc_session: bool, order_file_shift: int, branches: Sequence[SchemaBranch] = (),
+                 extra: Sequence[Column] = ()) -> DataFrame:
     """``lines`` typed natively, each with the flag :data:`FAST` (the native row is the Python rules' row).
 
     Rows carry the table's columns plus op, order, reason (null or a key/required-null reason),
     raw, source position and notes (``ignored_fields``), as the Python rules would produce them.
     ``branches``: schema blocks (:func:`sample_branches`) whose lines are decoded natively too.
+    ``extra``: more columns over the line (``raw``, ``file_index``, ``source_offset``), kept as given.
     """
     raw = F.col("raw")
     frame, typed_columns, payload_typed = _parsed_lines(lines, columns, branches)
@@ -448,7 +450,7 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
         F.col("source_file").alias(SOURCE_FILE), F.col("source_offset").alias(SOURCE_OFFSET),
         F.when(reason.isNull() & (ignored > 0), F.create_map(F.lit(IGNORED_FIELDS), ignored))
         .otherwise(empty_notes).alias(NOTES),
-        F.lit(None).cast("map<string,string>").alias(WIDEN), "file_index", fast.alias(FAST))
+        F.lit(None).cast("map<string,string>").alias(WIDEN), "file_index", fast.alias(FAST), *extra)
 
 
 def _parsed_lines(lines: DataFrame, columns: Sequence[TargetColumn], branches: Sequence[SchemaBranch]

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from icecdc_dagster.errors import TargetTableMissingError
-from icecdc_dagster.ingest import dead_letters, horizon, landing, native, routing
+from icecdc_dagster.ingest import dead_letters, horizon, landing, native, routing, snapshot_epoch
 from icecdc_dagster.ingest.columns import NOTES, RAW, REASON, SOURCE_FILE, SOURCE_OFFSET, TOMBSTONE, WIDEN
 from icecdc_dagster.ingest.coercion import IGNORED_FIELDS, STRINGIFIED, CoercionError, coerce
 from icecdc_dagster.ingest.debezium import DELETE, INSERT, NANOS_TRUNCATED, EventError, loads, parse_line
@@ -67,6 +67,7 @@ class IngestSettings:
     max_file_age_s: float = horizon.DEFAULT_MAX_FILE_AGE_S  # the ledger's horizon (``ingest.horizon``)
     take_expired_files: bool = False                        # ingest files past the horizon anyway
     write_mode: str | Mapping[str, str] = MERGE  # merge | equality_deletes; a mapping keys routed tables
+    snapshot_deletes: bool = True  # a completed Debezium snapshot deletes the rows it lacks (snapshot_epoch)
 
     def keys_for(self, table: str) -> tuple[str, ...]:
         """Identifier columns of one target (a mapping keys routed tables by full or short name)."""
@@ -539,7 +540,7 @@ def _ingest_parsed(spark: Any, catalog_name: str, settings: IngestSettings, pars
                                [f.name for f in spark.table(f"{catalog_name}.{target}").schema.fields],
                                _table_keys(spark, catalog_name, settings, target)) for target in written_tables]
         results = _commit_batch(spark, catalog_name, settings, bid, {t: dead_by_table[t] for t in dl_tables},
-                                writes, results, stamp)
+                                writes, results, stamp, _parsed_markers(parsed, settings))
     finally:
         for df in persisted:
             df.unpersist()
@@ -567,18 +568,68 @@ class _TargetWrite:
     bounds: KeyBounds | None = None
 
 
+def _parsed_markers(parsed: DataFrame, settings: IngestSettings) -> dict[str, list[tuple[int, str]]]:
+    """Per target the snapshot-epoch markers of a parsed batch (a handful of rows; see :mod:`snapshot_epoch`)."""
+    if not settings.snapshot_deletes:
+        return {}
+    mark = snapshot_epoch.marker(F.col("raw"))
+    order = F.col("file_index") * F.lit(ORDER_FILE_SHIFT) + F.col("source_offset")
+    found = parsed.where(F.col("reason").isNull() & mark.isNotNull()).select("target", order, mark).collect()
+    return snapshot_epoch.markers_by_target((r[0], r[1], r[2]) for r in found)
+
+
+def _epoch_plans(spark: Any, catalog_name: str, settings: IngestSettings, bid: str, writes: Sequence["_TargetWrite"],
+                 markers: Mapping[str, Sequence[tuple[int, str]]]) -> dict[str, snapshot_epoch.EpochPlan]:
+    """Per keyed target the batch's snapshot epochs (only those with one open or starting)."""
+    plans = {}
+    for w in writes:
+        if not settings.snapshot_deletes or not w.keys:
+            continue
+        prior = snapshot_epoch.open_epoch(spark, f"{catalog_name}.{w.table}", LANDING_PROPERTY, settings.landing)
+        planned = snapshot_epoch.plan(prior, markers.get(w.table, ()), bid)
+        if planned.active:
+            plans[w.table] = planned
+    return plans
+
+
+def _marks_writes(spark: Any, catalog_name: str, writes: Sequence["_TargetWrite"],
+                  plans: Mapping[str, snapshot_epoch.EpochPlan]
+                  ) -> dict[str, tuple["_TargetWrite", snapshot_epoch.MarksWrite]]:
+    """Per marks table (name within the catalog) its target's write and what the batch writes to it."""
+    out = {}
+    for w in writes:
+        if w.table in plans:
+            name = snapshot_epoch.marks_table(w.table)
+            write = snapshot_epoch.marks_write(w.rows, w.keys, OP_COLUMN, ORDER_COLUMN, OP_DELETE, plans[w.table],
+                                               table_exists(spark, catalog_name, name))
+            if write is not None:
+                out[name] = (w, write)
+    return out
+
+
 def _commit_batch(spark: Any, catalog_name: str, settings: IngestSettings, bid: str, dead: Mapping[str, DataFrame],
                   writes: Sequence[_TargetWrite], results: Mapping[str, TargetResult],
-                  stamp: _Stamp) -> dict[str, TargetResult]:
+                  stamp: _Stamp, markers: Mapping[str, Sequence[tuple[int, str]]] | None = None
+                  ) -> dict[str, TargetResult]:
     """Write one batch, whichever path read it: the dead-letter tables first, then each target's rows.
 
     Every commit records the batch id, the landing location and the full list of tables the batch writes
     (the ledger :func:`recorded_batches` reads, so a batch cut short is completed under the same id).
     Returns ``results`` with each written target's outcome (skipped, snapshot, write counts) merged in.
+    A target whose Debezium snapshot completes in the batch loses the rows the snapshot lacked, and the
+    marks of a snapshot still running are written first (:mod:`snapshot_epoch`: not part of the batch's
+    tables, so the ledger's completeness is the targets' alone; a re-run skips them and sweeps from the
+    marks as they were before the batch).
     """
+    epochs = _epoch_plans(spark, catalog_name, settings, bid, writes, markers or {})
+    stamped = {horizon.FILE_TIME_PROPERTY: stamp.file_time} if stamp.file_time else {}
+    for name, (w, mw) in sorted(_marks_writes(spark, catalog_name, writes, epochs).items()):
+        snapshot_epoch.ensure_marks_table(spark, f"{catalog_name}.{w.table}", w.keys)
+        write_batch(spark, f"{catalog_name}.{name}", mw.rows.withColumn(OP_COLUMN, F.lit(OP_INSERT)), (), bid,
+                    {snapshot_epoch.MARKS_OF_PROPERTY: settings.landing, **stamped}, ledger=True,
+                    replace_all=mw.replace, retention=stamp.retention)
     props = {LANDING_PROPERTY: settings.landing,
-             TARGETS_PROPERTY: json.dumps(sorted([*(w.table for w in writes), *dead])),
-             **({horizon.FILE_TIME_PROPERTY: stamp.file_time} if stamp.file_time else {})}
+             TARGETS_PROPERTY: json.dumps(sorted([*(w.table for w in writes), *dead])), **stamped}
     for dl_table in sorted(dead):
         dead_letters.ensure_table(spark, catalog_name, dl_table)
         frame = dead_letters.frame(dead[dl_table], bid).withColumn(OP_COLUMN, F.lit(OP_INSERT))
@@ -587,12 +638,22 @@ def _commit_batch(spark: Any, catalog_name: str, settings: IngestSettings, bid: 
     out = dict(results)
     for w in writes:
         rows = w.rows.select(*[F.col(_quote(c)) for c in w.columns], OP_COLUMN, ORDER_COLUMN)
+        epoch = epochs.get(w.table)
+        bounds = w.bounds
+        if epoch is not None and epoch.closed:
+            full = f"{catalog_name}.{w.table}"
+            held = snapshot_epoch.marks_before(spark, snapshot_epoch.marks_table(full), bid) if table_exists(
+                spark, catalog_name, snapshot_epoch.marks_table(w.table)) else None
+            rows = snapshot_epoch.with_sweeps(spark, full, held, rows, w.keys, OP_COLUMN, ORDER_COLUMN, OP_DELETE,
+                                              epoch)
+            bounds = None  # the sweep's deletes reach keys outside the batch's own range
+        table_props = {**props, **(snapshot_epoch.epoch_properties(epoch) if epoch else {})}
         if settings.mode_for(w.table) == EQUALITY_DELETES:
-            outcome = write_equality_delta(spark, f"{catalog_name}.{w.table}", rows, w.keys, bid, props, ledger=True,
-                                           retention=stamp.retention)
+            outcome = write_equality_delta(spark, f"{catalog_name}.{w.table}", rows, w.keys, bid, table_props,
+                                           ledger=True, retention=stamp.retention)
         else:
-            outcome = write_batch(spark, f"{catalog_name}.{w.table}", rows, w.keys, bid, props, ledger=True,
-                                  bounds=w.bounds, retention=stamp.retention)
+            outcome = write_batch(spark, f"{catalog_name}.{w.table}", rows, w.keys, bid, table_props, ledger=True,
+                                  bounds=bounds, retention=stamp.retention)
         prior = out[w.table]
         out[w.table] = TargetResult(w.table, outcome.skipped, outcome.snapshot_id, {**prior.counts, **outcome.counts},
                                     prior.added_columns, prior.widened_columns)
@@ -630,10 +691,18 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, line
     fields = spark.table(f"{catalog_name}.{target}").schema.fields
     keys = _table_keys(spark, catalog_name, settings, target)
     known = [f.name for f in fields]
+    marking = settings.snapshot_deletes
+    extra = [snapshot_epoch.marker(F.col("raw")).alias(snapshot_epoch.MARKER_COLUMN)] if marking else []
     classified = native.coerce_lines(lines, native.columns_of(T.StructType(fields)), keys, known,
-                                     native.utc(spark), ORDER_FILE_SHIFT, branches
+                                     native.utc(spark), ORDER_FILE_SHIFT, branches, extra
                                      ).persist(StorageLevel.MEMORY_AND_DISK)
-    fast, routed = native.split(classified)
+    markers: dict[str, list[tuple[int, str]]] = {}
+    if settings.snapshot_deletes:
+        # every line: the native reason of a line left to the Python rules is not final
+        found = classified.where(F.col(snapshot_epoch.MARKER_COLUMN).isNotNull()).select(
+            ORDER_COLUMN, snapshot_epoch.MARKER_COLUMN).collect()
+        markers = snapshot_epoch.markers_by_target((target, r[0], r[1]) for r in found)
+    fast, routed = native.split(classified.drop(snapshot_epoch.MARKER_COLUMN))
     columns = [(f.name, f.dataType.json(), f.nullable) for f in fields]
     slow = spark.createDataFrame(routed.rdd.mapPartitions(_python_partition(columns, keys, set(known), False)),
                                  _rows_schema(fields))
@@ -653,7 +722,7 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, line
         good = rows.where(F.col(REASON).isNull() & (F.col(OP_COLUMN) != TOMBSTONE))
         write = _TargetWrite(target, good, known, keys, bounds_from(stats, keys, T.StructType(fields)))
         results = _commit_batch(spark, catalog_name, settings, bid, dead, [write], {
-            target: TargetResult(target, False, None, counts, tuple(added_columns), ())}, stamp)
+            target: TargetResult(target, False, None, counts, tuple(added_columns), ())}, stamp, markers)
     finally:
         classified.unpersist()
     return IngestResult(bid, uris, False, results, int(stats["tombstones"] or 0), int(stats["events_read"] or 0))
@@ -665,9 +734,14 @@ def ingest_records(spark: Any, catalog_name: str, settings: IngestSettings, bid:
 
     Every message takes the path of a landing line: the same parsing, routing, coercion, dead letters,
     tombstones and per-key ordering (its index in the batch orders it, as a line's offset does); a dead
-    letter names ``<source>#<position>``. ``settings.landing`` is the input's ledger name."""
-    if bid in committed_batches(spark, catalog_name, settings):
+    letter names ``<source>#<position>``. ``settings.landing`` is the input's ledger name. The batch is stamped
+    with its commit time, and the ledger's entries older than ``max_file_age`` before it are dropped."""
+    ledger = read_ledger(spark, catalog_name, settings)
+    if ledger.batches.get(bid):
         return IngestResult(bid, (settings.landing,), True)
+    committed_ms = horizon.now_ms()
+    stamp = _Stamp(horizon.stream_horizon(settings.max_file_age_s, committed_ms, ledger.summaries,
+                                          ledger.properties).retention(), str(committed_ms))
     templated = routing.is_template(settings.target)
     if not templated and not settings.auto_create and not table_exists(spark, catalog_name, settings.target):
         raise TargetTableMissingError(f"ingest {settings.landing}: target table {settings.target} does not exist "
@@ -679,12 +753,11 @@ def ingest_records(spark: Any, catalog_name: str, settings: IngestSettings, bid:
     lines = spark.createDataFrame(spark.sparkContext.parallelize(rows, slices), native.LINE_SCHEMA)
     uris = (settings.landing,)
     if _native_eligible(spark, catalog_name, settings, templated):
-        return _ingest_native(spark, catalog_name, settings, lines, native.sample_records(texts), bid, uris,
-                              _Stamp())
+        return _ingest_native(spark, catalog_name, settings, lines, native.sample_records(texts), bid, uris, stamp)
     home = _home_table(settings)
     parsed = spark.createDataFrame(lines.rdd.mapPartitions(_parse_records(settings.target, home)),
                                    PARSED_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        return _ingest_parsed(spark, catalog_name, settings, parsed, bid, uris, home, templated, _Stamp())
+        return _ingest_parsed(spark, catalog_name, settings, parsed, bid, uris, home, templated, stamp)
     finally:
         parsed.unpersist()

@@ -13,12 +13,15 @@ import signal
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from icecdc_dagster.errors import StreamInputError
 from pydantic import Field
 
 from icecdc_dagster.fields import Model, PositiveInt
+
+if TYPE_CHECKING:
+    from icecdc_dagster.ingest.pipeline import IngestResult, IngestSettings
 
 RANGE_SEPARATOR = ".."
 FAULT_ENV = "ICECDC_FAULT"
@@ -133,6 +136,15 @@ class StreamInput(ABC):
     def read(self, recorded: Mapping[str, bool]) -> StreamBatch:
         """The next bounded batch, given the ledger (``recorded``: batch id -> fully committed)."""
 
+    def commit(self, spark: Any, catalog_name: str, settings: "IngestSettings", batch: StreamBatch) -> "IngestResult":
+        """Write the batch to its targets exactly once (its id in every commit): messages take a landing
+        line's path (``ingest.pipeline.ingest_records``)."""
+        from icecdc_dagster.ingest.pipeline import ingest_records
+
+        bid = batch.batch_id
+        assert bid is not None, "a batch with messages has an id"
+        return ingest_records(spark, catalog_name, settings, bid, [(m.position, m.data) for m in batch.messages])
+
     @abstractmethod
     def acknowledge(self, batch: StreamBatch) -> None:
         """Tell the broker the batch (and its re-deliveries) is committed: called only after the commit."""
@@ -160,7 +172,6 @@ class InputConfig(Model):
     """One ``input:`` block of an ``ingest:`` entry (``input: {<kind>: {settings}}``)."""
 
     kind: ClassVar[str]
-    max_messages: PositiveInt = Field(default=10000, description="messages per batch at most (one commit per target)")
 
     @property
     def source(self) -> str:
@@ -172,6 +183,12 @@ class InputConfig(Model):
 
     def open(self) -> StreamInput:
         raise NotImplementedError
+
+
+class BrokerInputConfig(InputConfig):
+    """An input read from a broker (messages, acknowledged after the commit)."""
+
+    max_messages: PositiveInt = Field(default=10000, description="messages per batch at most (one commit per target)")
 
 
 def fault_after_commit() -> None:

@@ -15,7 +15,7 @@ from icecdc_dagster.config import IngestConfig
 from icecdc_dagster.errors import IngestError
 from icecdc_dagster.ingest import landing, routing
 from icecdc_dagster.inputs.base import Lag, StreamBatch, StreamInput, fault_after_commit
-from icecdc_dagster.ingest.pipeline import IngestResult, IngestSettings, ingest_records, recorded_batches
+from icecdc_dagster.ingest.pipeline import IngestResult, IngestSettings, recorded_batches
 
 
 def ingest_settings(entry: IngestConfig) -> IngestSettings:
@@ -23,8 +23,9 @@ def ingest_settings(entry: IngestConfig) -> IngestSettings:
                           identifier_columns=entry.identifier_columns, write_mode=entry.write_mode,
                           auto_create=entry.auto_create,
                           schema=entry.schema, schema_evolution=entry.schema_evolution,
-                          files_per_batch=entry.files_per_batch, max_file_age_s=entry.max_file_age_s,
-                          take_expired_files=entry.take_expired_files)
+                          files_per_batch=entry.landing_files_per_batch, max_file_age_s=entry.max_file_age_s,
+                          take_expired_files=entry.takes_expired_files,
+                          snapshot_deletes=entry.snapshot_deletes)
 
 
 def fixed_target(entry: IngestConfig) -> str | None:
@@ -117,7 +118,8 @@ class StreamRun:
 
 
 def ingest_stream_batch(spark: Any, catalog_name: str, entry: IngestConfig, reader: StreamInput) -> StreamRun:
-    """Read a bounded batch, commit it (its position range is the batch id in every commit), then acknowledge.
+    """Read a bounded batch, commit it (its position range is the batch id in every commit), then acknowledge:
+    the one contract of every input (``entry.any_input.open()``; landing files too).
 
     A crash after the commit leaves the batch unacknowledged: the broker delivers it again and the ledger
     skips it (acknowledged, not written); a batch committed to only some of its tables is rebuilt with the
@@ -126,9 +128,7 @@ def ingest_stream_batch(spark: Any, catalog_name: str, entry: IngestConfig, read
     batch = reader.read(recorded_batches(spark, catalog_name, settings))
     result = None
     if batch.messages:
-        bid = batch.batch_id
-        assert bid is not None
-        result = ingest_records(spark, catalog_name, settings, bid, [(m.position, m.data) for m in batch.messages])
+        result = reader.commit(spark, catalog_name, settings, batch)
         fault_after_commit()
     reader.acknowledge(batch)
     return StreamRun(result, batch, reader.lag())

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 def ingest_line(entry: IngestConfig) -> line.Line:
     return line.Line(line_id=naming.ingest_line_id(entry), partitions_def=naming.ingest_partitions_def(entry),
                      asset_keys=(naming.ingest_key(entry),),
-                     max_keys_per_run=entry.files_per_batch if entry.input is None else 1,
+                     max_keys_per_run=entry.landing_files_per_batch if entry.input is None else 1,
                      max_retries=entry.max_retries)
 
 
@@ -45,7 +45,7 @@ def build_ingest_sensor(entry: IngestConfig) -> SensorDefinition:
         minimum_interval_seconds=line.minimum_interval(entry.polling_interval_s),
         asset_selection=[naming.ingest_key(entry)],
         default_status=DefaultSensorStatus.RUNNING,
-        description=(f"Adds each new landing file of {entry.landing} as a partition and ingests them in order."
+        description=(f"Adds each new landing file of {entry.source} as a partition and ingests them in order."
                      if entry.input is None else f"Requests a run (a partition named by the first waiting position) "
                                                  f"whenever messages wait in {entry.input.describe()}."),
     )

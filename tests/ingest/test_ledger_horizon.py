@@ -108,3 +108,39 @@ def test_max_file_age_is_a_duration_per_ingest_entry(age):
     entry = IngestConfig(name="n", landing="/x", target="db.t", max_file_age=age)
     assert ingest_settings(entry).max_file_age_s == {"P7D": 7 * DAY, "PT12H": 12 * 3600}[age]
     assert IngestConfig(name="n", landing="/x", target="db.t").max_file_age_s == 7 * DAY
+
+
+def test_stream_ledger_entries_carry_their_commit_time_and_are_pruned_by_the_horizon(spark, catalog,
+                                                                                     catalog_settings, monkeypatch):
+    """A stream batch has no file: its entries are stamped with the commit time and dropped, like a landing
+    file's, once older than ``max_file_age`` before the newest; the newest position still skips re-deliveries."""
+    from icecdc_dagster.config import IngestConfig
+    from icecdc_dagster.ingest import horizon as horizon_module
+    from icecdc_dagster.pipeline.ingest import ingest_stream_batch
+    from tests.ingest.brokers import REDIS_URL, publish_redis, redis_stream
+
+    cat = catalog_settings.name
+    day0 = 1_700_000_000_000
+    with redis_stream() as key:
+        entry = IngestConfig.model_validate({
+            "name": "h", "target": "db.horizon", "identifier_columns": ["id"], "auto_create": True,
+            "max_file_age": "P2D", "input": {"redis_stream": {"url": REDIS_URL, "key": key, "block": "PT0.1S"}}})
+        stamps = []
+        for day in (0, 1, 5):
+            now = day0 + day * DAY * 1000
+            monkeypatch.setattr(horizon_module, "now_ms", lambda now=now: now)
+            publish_redis(key, [json.dumps({"payload": {"op": "c", "after": {"id": day, "name": f"d{day}"},
+                                                        "source": {"table": "t"}}}).encode()])
+            with entry.input.open() as reader:
+                run = ingest_stream_batch(spark, cat, entry, reader)
+            assert run.result is not None and not run.result.skipped
+            stamps.append(now)
+            entries = _ledger(spark, cat)
+            assert [int(e[FILE_TIME_PROPERTY]) for e in entries] == [s for s in stamps if s >= now - 2 * DAY * 1000]
+        props = table_properties(java_table(spark, f"{cat}.db.horizon"))
+        assert ledger_dropped_upto(props) == day0 + DAY * 1000
+        assert [e["icecdc.batch-id"] for e in _ledger(spark, cat)] == [run.result.batch_id]
+        with entry.input.open() as reader:                      # nothing waits; the ledger still answers
+            idle = ingest_stream_batch(spark, cat, entry, reader)
+        assert idle.result is None and idle.lag_after.waiting == 0
+        assert _rows(spark, cat) == {0: "d0", 1: "d1", 5: "d5"}

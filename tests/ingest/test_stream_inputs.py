@@ -180,7 +180,7 @@ def test_stream_input_config_is_validated_like_the_rest():
     assert IngestConfig.model_validate({**base, "input": nats}).source == "nats-jetstream://S/a.b"
     for bad, says in [({**base}, "exactly one of 'landing'"),
                       ({**base, "landing": "/x", "input": nats}, "exactly one of 'landing'"),
-                      ({**base, "input": {"kafka": {}}}, "unknown input type (expected one of: nats_jetstream, "
+                      ({**base, "input": {"kafka": {}}}, "unknown input type (expected one of: landing, nats_jetstream, "
                                                          "redis_stream)"),
                       ({**base, "input": {"redis_stream": {"key": "k", "password": "plain"}}}, "env"),
                       ({**base, "input": {"nats_jetstream": {**nats["nats_jetstream"], "max_messages": 0}}},

@@ -5,10 +5,10 @@ from typing import ClassVar
 from pydantic import Field
 
 from icecdc_dagster.fields import Duration, EnvOrText, Secret, parse_duration
-from icecdc_dagster.inputs.base import InputConfig, StreamInput
+from icecdc_dagster.inputs.base import BrokerInputConfig, StreamInput
 
 
-class NatsJetStreamConfig(InputConfig):
+class NatsJetStreamConfig(BrokerInputConfig):
     """Debezium events from a JetStream stream (Debezium Server's ``nats-jetstream`` sink), read by a durable
     pull consumer; the stream sequence range of each batch is its id in the Iceberg commit."""
 

@@ -5,10 +5,10 @@ from typing import ClassVar
 from pydantic import Field
 
 from icecdc_dagster.fields import Duration, EnvOrText, NonNegativeInt, Secret, parse_duration
-from icecdc_dagster.inputs.base import InputConfig, StreamInput
+from icecdc_dagster.inputs.base import BrokerInputConfig, StreamInput
 
 
-class RedisStreamConfig(InputConfig):
+class RedisStreamConfig(BrokerInputConfig):
     """Debezium events from a Redis stream (Debezium Server's ``redis`` sink), read by a consumer group; the
     entry-id range of each batch is its id in the Iceberg commit, ``XACK`` follows the commit."""
 
