@@ -39,8 +39,9 @@ def test_dagster_layer_does_not_branch_on_sink_kinds():
 LAYERS = (
     ("errors", "fields", "column_names", "run_tags"),
     ("runtime", "batch", "lineage", "resources"),
-    ("changelog", "writer", "inputs"),
+    ("changelog", "writer"),
     ("ingest",),
+    ("inputs",),  # an input commits through the ingest engine
     ("sinks",),
     ("config",),
     ("pipeline",),
