@@ -63,9 +63,9 @@ def main() -> None:
     from sqlalchemy.engine import Engine
 
     from icecdc_dagster.assets import naming
+    from icecdc_dagster.assets.naming import asset_keys
     from icecdc_dagster.config import load_config
     from icecdc_dagster.definitions import build_definitions
-    from icecdc_dagster.assets.naming import asset_keys
 
     instance = DagsterInstance.get()
     from icecdc_dagster.launcher import set_sqlite_synchronous

@@ -35,18 +35,17 @@ from dagster import AssetKey, AssetMaterialization, DagsterInstance
 from dagster._core.events import DagsterEvent, DagsterEventType, StepMaterializationData
 from dagster._core.events.log import EventLogEntry
 from dagster._core.instance.utils import RUNLESS_JOB_NAME, RUNLESS_RUN_ID
-
 from osmem_server import OsmemServer
 from pyiceberg.catalog.sql import SqlCatalog
 
+from icecdc_dagster.assets.naming import table_line
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
-from icecdc_dagster.pipeline.ordering import KeyStatus, NextRun, plan_next_run
 from icecdc_dagster.lines import line as lines
-from icecdc_dagster.assets.naming import table_line
 from icecdc_dagster.lines.window import TableWindow, table_window
 from icecdc_dagster.sensors.snapshots import plan_window
 from icecdc_dagster.status import table_status
+from icecdc_dagster.steps.ordering import KeyStatus, NextRun, plan_next_run
 
 NEW_KEYS = 3
 

@@ -112,7 +112,7 @@ def decide(sink_name: str, checkpoint: Checkpoint | None, batch: BatchInfo) -> D
         f"follows {list(batch.accepted_predecessors)}; apply the batches in between first")
 
 
-# A resync line's token is its first key, ``<snapshot id>@resync<n>`` (``pipeline.lifecycle``).
+# A resync line's token is its first key, ``<snapshot id>@resync<n>`` (``steps.lifecycle``).
 RESYNC_KEY = re.compile(r"^(-?\d+)@resync(\d+)$")
 
 

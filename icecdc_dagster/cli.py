@@ -1,11 +1,11 @@
 """icecdc: run the demo, sync all pending batches now, or show where every sink stands."""
 
-from typing import TYPE_CHECKING, Any
 import argparse
 import os
 import sys
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from icecdc_dagster.errors import IcecdcError
 

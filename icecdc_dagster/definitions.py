@@ -7,29 +7,36 @@ Nothing is read at import: ``dagster dev`` and run workers call :func:`defs`, th
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
-from dagster import (AssetChecksDefinition, AssetsDefinition, AssetSpec, Definitions, ScheduleDefinition,
-                     SensorDefinition, SourceAsset, definitions)
+from dagster import (
+    AssetChecksDefinition,
+    AssetsDefinition,
+    AssetSpec,
+    Definitions,
+    ScheduleDefinition,
+    SensorDefinition,
+    SourceAsset,
+    definitions,
+)
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.changelog import build_changelog_asset
-from icecdc_dagster.assets.ingest import build_dead_letter_asset, build_ingest_asset
+from icecdc_dagster.assets.ingest_asset import build_dead_letter_asset, build_ingest_asset
 from icecdc_dagster.assets.maintenance import build_maintenance_asset, build_maintenance_schedule
-from icecdc_dagster.assets.sinks import build_sink_asset
-from icecdc_dagster.assets.source import build_source_asset
+from icecdc_dagster.assets.sink_assets import build_sink_asset
+from icecdc_dagster.assets.source_table import build_source_asset
 from icecdc_dagster.assets.table_metadata import ROW_COUNT, definition_metadata, source_fallback, table_metadata
-from icecdc_dagster.checks.lifecycle import build_lifecycle_check
+from icecdc_dagster.checks.line_continues import build_lifecycle_check
 from icecdc_dagster.checks.stuck import build_stuck_check
+from icecdc_dagster.config import IngestConfig, PipelineConfig, TableConfig, load_config
 from icecdc_dagster.errors import ConfigError
 from icecdc_dagster.lease.executor import line_executor
 from icecdc_dagster.lineage import LineageEmitter
-from icecdc_dagster.config import IngestConfig, PipelineConfig, TableConfig, load_config
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 from icecdc_dagster.resources.secrets import env_var
-from icecdc_dagster.pipeline.changelog_store import changelog_table_name
-from icecdc_dagster.pipeline.ingest import fixed_target
-from icecdc_dagster.sensors.ingest import build_ingest_sensor
+from icecdc_dagster.sensors.ingest_sensor import build_ingest_sensor
 from icecdc_dagster.sensors.snapshots import build_snapshot_sensor
-
+from icecdc_dagster.steps.changelog_store import changelog_table_name
+from icecdc_dagster.steps.ingest_entry import fixed_target
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -108,7 +115,7 @@ def check_format_version(config: PipelineConfig, table: TableConfig, source: "Ta
 def _rows_identifiable(table: TableConfig, source: "Table") -> bool:
     """A sink can name a row: identifier columns, v3 row lineage, or the table is declared append-only."""
     from icecdc_dagster.changelog import uses_row_lineage
-    from icecdc_dagster.pipeline.batches import identifier_columns_of
+    from icecdc_dagster.steps.batches import identifier_columns_of
 
     keyed = bool(identifier_columns_of(table.identifier_columns, source))
     return table.append_only or keyed or uses_row_lineage(source)
@@ -192,7 +199,7 @@ def _build_definitions(config: PipelineConfig, check_tables: bool, rebuilt: Coll
         assets.append(build_maintenance_asset(table, tuple(entries_by_target.get(table.table_name, ()))))
         schedules.append(build_maintenance_schedule(table))
         sensors.append(build_snapshot_sensor(table, config.source, resources["catalog"]))
-    from icecdc_dagster.checks.consistency import build_consistency_checks
+    from icecdc_dagster.checks.sinks_agree import build_consistency_checks
 
     for table in config.tables:
         checks.extend(build_consistency_checks(table))

@@ -118,30 +118,28 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dagster import DagsterRunStatus, Field, IntSource, RunsFilter, StringSource
-from dagster._core.errors import DagsterExecutionInterruptedError
-from dagster._core.launcher.default_run_launcher import DefaultRunLauncher
-from dagster._core.events import EngineEventData
 from dagster._core.definitions.reconstruct import ReconstructableJob, ReconstructableRepository
+from dagster._core.errors import DagsterExecutionInterruptedError
+from dagster._core.events import EngineEventData
 from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, RunLauncher, WorkerStatus
+from dagster._core.launcher.default_run_launcher import DefaultRunLauncher
 from dagster._core.storage.dagster_run import DagsterRun
 from dagster._serdes import ConfigurableClass
 from dagster._serdes.config_class import ConfigurableClassData
 from dagster._utils.error import serializable_error_info_from_exc_info
 
+from icecdc_dagster import run_tags
 from icecdc_dagster.lease import failover
 from icecdc_dagster.lease.executor import WARM_WORKER_THREAD
 from icecdc_dagster.lease.holder import Holder
-from icecdc_dagster.lease.run_thread import adopt_spark_session
+from icecdc_dagster.lease.run_thread import adopt_spark_session, tag_spark_thread
 from icecdc_dagster.lease.run_thread import cancel_spark_jobs as _cancel_spark_jobs
 from icecdc_dagster.lease.run_thread import raise_in_thread as _raise_in_thread
-from icecdc_dagster.lease.run_thread import tag_spark_thread
-from icecdc_dagster import run_tags
 from icecdc_dagster.run_tags import FAILED_OVER_TAG, LAUNCHER_HOST_TAG, LAUNCHER_PID_TAG, LAUNCHER_SESSION_TAG
 
 if TYPE_CHECKING:
-    from dagster import RepositoryDefinition
+    from dagster import DagsterInstance, RepositoryDefinition
     from dagster_shared.error import SerializableErrorInfo
-    from dagster import DagsterInstance
 
 
 CANCEL_POLL_S = 1.0

@@ -1,28 +1,29 @@
 """Where each table and sink stands: checkpoint, pending snapshots, lag."""
 
-from typing import Any, TYPE_CHECKING
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from dagster import DagsterInstance, Definitions
 
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import IngestConfig, TableConfig
-from icecdc_dagster.pipeline import lifecycle
-from icecdc_dagster.pipeline.maintenance import retention_warning
-from icecdc_dagster.pipeline.ordering import KeyStatus
-from icecdc_dagster.pipeline.sinks import open_configured_sink
-from icecdc_dagster.lines import line as lines
-from icecdc_dagster.lines.metadata import recorded
-from icecdc_dagster.lines.window import TableWindow, WholeLine, diagnose, discover_new_keys, line_view
 from icecdc_dagster.definitions import resource
+from icecdc_dagster.lines import line as lines
+from icecdc_dagster.lines.recorded import recorded
+from icecdc_dagster.lines.window import TableWindow, WholeLine, diagnose, discover_new_keys, line_view
+from icecdc_dagster.steps import lifecycle
+from icecdc_dagster.steps.open_sink import open_configured_sink
+from icecdc_dagster.steps.ordering import KeyStatus
+from icecdc_dagster.steps.table_maintenance import retention_warning
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from icecdc_dagster.batch import Checkpoint
     from pyiceberg.table import Table
+
+    from icecdc_dagster.batch import Checkpoint
 
 
 @dataclass
@@ -113,8 +114,8 @@ def ingest_status(instance: DagsterInstance, entry: IngestConfig, defs: Definiti
     Reads what the sensor reads: the known files after the line's frontier (newest first, a page at a
     time) and the listed files not known yet; files before the frontier are ingested (in order).
     """
-    from icecdc_dagster.pipeline.ingest import input_keys
-    from icecdc_dagster.sensors.ingest import ingest_line, unknown_keys
+    from icecdc_dagster.sensors.ingest_sensor import ingest_line, unknown_keys
+    from icecdc_dagster.steps.ingest_entry import input_keys
 
     files = input_keys(entry)
     entry_line = ingest_line(entry)
@@ -135,8 +136,8 @@ def ingest_status(instance: DagsterInstance, entry: IngestConfig, defs: Definiti
 
 def _count_expired(defs: Definitions, entry: IngestConfig, status: IngestStatus) -> None:
     """The landing files past the ledger's horizon that no batch records (the ledger's view, through Spark)."""
-    from icecdc_dagster.ingest.pipeline import expired_files
-    from icecdc_dagster.pipeline.ingest import ingest_settings
+    from icecdc_dagster.ingest.ingester import expired_files
+    from icecdc_dagster.steps.ingest_entry import ingest_settings
 
     try:
         catalog = resource(defs, "catalog")

@@ -11,7 +11,6 @@ worker are failed over before planning. A stop request (SIGINT/SIGTERM) abandons
 flight before its commit where it can (run CANCELED) and stops before the next one.
 """
 
-from typing import TYPE_CHECKING, Any
 import os
 import signal
 import threading
@@ -19,34 +18,34 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from dagster import AssetCheckKey, AssetKey, DagsterInstance, DagsterRunStatus, Definitions
 from dagster._core.utils import make_new_run_id
 
+from icecdc_dagster import sync_plan
 from icecdc_dagster.assets import naming
-from icecdc_dagster.assets.source import source_observations
+from icecdc_dagster.assets.source_table import source_observations
 from icecdc_dagster.config import IngestConfig, PipelineConfig, TableConfig
+from icecdc_dagster.definitions import resource
 from icecdc_dagster.errors import LineBusyError, SyncInterruptedError
 from icecdc_dagster.lease import failover
 from icecdc_dagster.lease.holder import Holder, run_heartbeat
-from icecdc_dagster.run_tags import WORKER_HEARTBEAT_TAG
-from icecdc_dagster.lease.run_thread import adopt_spark_session, interrupt_run
 from icecdc_dagster.lease.line_lock import LineLock, holding
-from icecdc_dagster.pipeline.ordering import Blocked, NextRun
-from icecdc_dagster.progress import SyncProgress
-from icecdc_dagster.sensors import ingest as ingest_sensor
+from icecdc_dagster.lease.run_thread import adopt_spark_session, interrupt_run
 from icecdc_dagster.lines import line as lines
 from icecdc_dagster.lines.window import diagnose
-from icecdc_dagster.sensors import snapshots
-from icecdc_dagster.definitions import resource
-from icecdc_dagster import sync_plan
+from icecdc_dagster.progress import SyncProgress
+from icecdc_dagster.run_tags import WORKER_HEARTBEAT_TAG
+from icecdc_dagster.sensors import ingest_sensor, snapshots
+from icecdc_dagster.steps.ordering import Blocked, NextRun
 
 if TYPE_CHECKING:
     from types import FrameType
 
-    from pyiceberg.table import Table
     from dagster import JobDefinition
     from dagster._core.storage.dagster_run import DagsterRun
+    from pyiceberg.table import Table
 
 JOIN_POLL_S = 0.2
 
@@ -446,7 +445,7 @@ def resync_table(config: PipelineConfig, defs: Definitions, instance: DagsterIns
     from dagster import AssetObservation
 
     from icecdc_dagster.errors import TableHasNoSnapshotError
-    from icecdc_dagster.pipeline import lifecycle
+    from icecdc_dagster.steps import lifecycle
 
     table = config.table(table_name)
     context = _context(defs, instance, False, context)

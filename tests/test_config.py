@@ -96,8 +96,8 @@ def test_every_opensearch_engine_setting_is_reachable_from_yaml(monkeypatch):
 def test_every_ingest_engine_setting_is_reachable_from_yaml(tmp_path):
     from dataclasses import fields
 
-    from icecdc_dagster.ingest.pipeline import IngestSettings
-    from icecdc_dagster.pipeline.ingest import ingest_settings
+    from icecdc_dagster.ingest.ingester import IngestSettings
+    from icecdc_dagster.steps.ingest_entry import ingest_settings
 
     entry = {"name": "cdc", "landing": "landing", "target": "db.{source.table}", "auto_create": True,
              "identifier_columns": {"orders": ["id"], "db.items": ["order_id", "line"]},
@@ -178,9 +178,9 @@ def test_rest_catalog_properties_reach_both_engines_and_secrets_come_from_the_en
     assert conf["spark.sql.catalog.cat.warehouse"] == "quickstart_catalog" and settings.backend is None
     assert "s3cr3t" not in repr(settings)
     # the Dagster resource carries the variable's name, never its value
-    from icecdc_dagster.definitions import build_resources
-
     from dagster import EnvVar
+
+    from icecdc_dagster.definitions import build_resources
 
     resource = build_resources(config)["catalog"]
     assert resource.properties["token"] == EnvVar("REST_TOKEN") and resource.warehouse == "quickstart_catalog"

@@ -139,9 +139,9 @@ def test_batch_runs_carry_the_line_checks_and_maintenance_carries_the_consistenc
     and sink, so it runs with the group's maintenance schedule (and on demand), not with each batch."""
     from dagster import AssetCheckKey
 
-    from icecdc_dagster.pipeline.ordering import NextRun
-    from icecdc_dagster.lines import line as lines
     from icecdc_dagster.assets.naming import table_line
+    from icecdc_dagster.lines import line as lines
+    from icecdc_dagster.steps.ordering import NextRun
 
     config = load_config(two_table_config)
     defs = build_definitions(config)

@@ -9,17 +9,16 @@ import uuid
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance, DagsterRunStatus, DynamicPartitionsDefinition, AssetKey
+from dagster import AssetKey, DagsterInstance, DagsterRunStatus, DynamicPartitionsDefinition
 from dagster._core.storage.dagster_run import DagsterRun
 
 import icecdc_dagster
-from icecdc_dagster import errors
-from icecdc_dagster import run_tags
+from icecdc_dagster import errors, run_tags
 from icecdc_dagster.errors import classify
 from icecdc_dagster.lease import retry
-from icecdc_dagster.run_tags import FAILED_OVER_TAG
-from icecdc_dagster.pipeline.ordering import Blocked, NextRun
 from icecdc_dagster.lines import line as lines
+from icecdc_dagster.run_tags import FAILED_OVER_TAG
+from icecdc_dagster.steps.ordering import Blocked, NextRun
 
 # Written by hand: the decision for every class (a new class fails this test until it is decided here).
 TRANSIENT = {"LineBusyError", "SyncInterruptedError", "StagingBranchLostError", "TableHasNoSnapshotError",

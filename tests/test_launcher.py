@@ -15,9 +15,8 @@ from icecdc_dagster import run_tags
 from icecdc_dagster.launcher import DEFAULT_SWITCH_INTERVAL_MS, WarmRunLauncher
 from icecdc_dagster.lease.executor import line_executor
 from icecdc_dagster.lease.holder import Holder
-from icecdc_dagster.run_tags import (LAUNCHER_HOST_TAG, LAUNCHER_PID_TAG, LAUNCHER_SESSION_TAG, LEGACY,
-                                     WORKER_ROLE_TAG)
 from icecdc_dagster.lease.line_lock import LineLock
+from icecdc_dagster.run_tags import LAUNCHER_HOST_TAG, LAUNCHER_PID_TAG, LAUNCHER_SESSION_TAG, LEGACY, WORKER_ROLE_TAG
 
 LAUNCHER = {"run_launcher": {"module": "icecdc_dagster.launcher", "class": "WarmRunLauncher"}}
 

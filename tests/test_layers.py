@@ -1,12 +1,12 @@
 """The engine can be read and tested alone: no Dagster import in changelog/, sinks/, inputs/ (but a sink
-kind's ``resource.py``, its Dagster adapter), writer/, ingest/ or pipeline/; and the Dagster layer
+kind's ``resource.py``, its Dagster adapter), writer/, ingest/ or steps/; and the Dagster layer
 never branches on a sink's kind."""
 
 import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).parent.parent / "icecdc_dagster"
-ENGINE = ("changelog", "sinks", "inputs", "writer", "ingest", "pipeline")
+ENGINE = ("changelog", "sinks", "inputs", "writer", "ingest", "steps")
 
 
 def _imports(path: Path) -> set[str]:
@@ -44,7 +44,7 @@ LAYERS = (
     ("inputs",),  # an input commits through the ingest engine
     ("sinks",),
     ("config",),
-    ("pipeline",),
+    ("steps",),
     ("lease",),
     ("lines",),
     ("assets",),

@@ -5,8 +5,17 @@ import os
 import re
 import time
 
-from icecdc_dagster.progress import (EXPORT, PLANNING, WAITING, SyncProgress, batches_for, describe, process_age,
-                                     process_started, snapshot_state)
+from icecdc_dagster.progress import (
+    EXPORT,
+    PLANNING,
+    WAITING,
+    SyncProgress,
+    batches_for,
+    describe,
+    process_age,
+    process_started,
+    snapshot_state,
+)
 from icecdc_dagster.progress_display import SyncDisplay
 
 TEST_IMPORTED = time.monotonic()  # this process started before this module was imported

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import yaml
-
 from dagster_pyspark import LazyPySparkResource, PySparkResource
 
 from icecdc_dagster.resources import SparkResource

@@ -4,31 +4,34 @@ Partition key = snapshot id. A run may cover a range of consecutive keys
 (catch-up): then the batch holds the net changes of the range.
 """
 
+import time
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
-import time
 
-from dagster import AssetExecutionContext, AssetsDefinition, DataVersion, BackfillPolicy, MaterializeResult, asset
+from dagster import AssetExecutionContext, AssetsDefinition, BackfillPolicy, DataVersion, MaterializeResult, asset
 
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import line_record, naming
 from icecdc_dagster.assets.lineage import lineage_run
 from icecdc_dagster.assets.metadata import batch_metadata
-from icecdc_dagster.changelog.ordinals import OrdinalAnchor, uses_ordinals
-from icecdc_dagster.assets.table_metadata import (CHANGELOG_DOCS, PARTITION_ROW_COUNT, changelog_fallback,
-                                                  lineage_metadata)
 from icecdc_dagster.assets.metadata_cache import described_table
+from icecdc_dagster.assets.table_metadata import (
+    CHANGELOG_DOCS,
+    PARTITION_ROW_COUNT,
+    changelog_fallback,
+    lineage_metadata,
+)
+from icecdc_dagster.changelog.ordinals import OrdinalAnchor, uses_ordinals
 from icecdc_dagster.config import TableConfig
-from icecdc_dagster.lineage import LineageDataset, LineageEmitter, iceberg_dataset
-from icecdc_dagster.pipeline.batches import (BatchRequest, compute_batch, identifier_columns_of, keys_to_request,
-                                             row_stats)
-from icecdc_dagster.pipeline import lifecycle
-from icecdc_dagster.pipeline.changelog_store import ChangelogStore
 from icecdc_dagster.lease import retry
-from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
-from icecdc_dagster.lines.metadata import SOURCE_UUID, line_metadata, recorded, recorded_line
+from icecdc_dagster.lineage import LineageDataset, LineageEmitter, iceberg_dataset
 from icecdc_dagster.lines.line import TAIL_PAGE
+from icecdc_dagster.lines.recorded import SOURCE_UUID, line_metadata, recorded, recorded_line
+from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
+from icecdc_dagster.steps import lifecycle
+from icecdc_dagster.steps.batches import BatchRequest, compute_batch, identifier_columns_of, keys_to_request, row_stats
+from icecdc_dagster.steps.changelog_store import ChangelogStore
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance

@@ -90,7 +90,7 @@ def check_pipeline(config: "PipelineConfig", sources: Mapping[str, "Table"], reb
     target takes its own export at the next batch, the old one stays as it is (``icecdc status``).
     """
     from icecdc_dagster.errors import RESYNC_COMMAND, DefinitionChangedError
-    from icecdc_dagster.pipeline.batches import identifier_columns_of
+    from icecdc_dagster.steps.batches import identifier_columns_of
 
     for table in config.tables:
         record = recorded(f"{config.catalog.name}.{table.table_name}")

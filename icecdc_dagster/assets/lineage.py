@@ -7,7 +7,7 @@ from dagster import AssetExecutionContext, AssetKey
 
 from icecdc_dagster.lineage import BatchFacet, LineageDataset, LineageEmitter
 from icecdc_dagster.lineage.openlineage import RunOutcome
-from icecdc_dagster.pipeline import lifecycle
+from icecdc_dagster.steps import lifecycle
 
 
 @contextmanager

@@ -10,16 +10,24 @@ import time
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
-from dagster import (AssetExecutionContext, AssetKey, AssetsDefinition, AssetSelection, DefaultScheduleStatus,
-                     MaterializeResult,
-                     ScheduleDefinition, asset)
+from dagster import (
+    AssetExecutionContext,
+    AssetKey,
+    AssetsDefinition,
+    AssetSelection,
+    DefaultScheduleStatus,
+    MaterializeResult,
+    ScheduleDefinition,
+    asset,
+)
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import IngestConfig, TableConfig
 from icecdc_dagster.lines.line import key_statuses
 from icecdc_dagster.lines.window import TableWindow, line_view
-from icecdc_dagster.pipeline import lifecycle, maintenance
-from icecdc_dagster.pipeline.ordering import KeyStatus
+from icecdc_dagster.steps import lifecycle
+from icecdc_dagster.steps import table_maintenance as maintenance
+from icecdc_dagster.steps.ordering import KeyStatus
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance

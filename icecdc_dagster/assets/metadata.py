@@ -1,7 +1,7 @@
 """Materialisation metadata of a batch: what an analyst wants to see in the UI."""
 
 import time
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from typing import Any
 
 from dagster import MetadataValue

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from dagster import TableSchema, deserialize_value, serialize_value
 
 from icecdc_dagster.assets import json_file
-from icecdc_dagster.lines.metadata import plain
 from icecdc_dagster.assets.table_metadata import COLUMN_SCHEMA, TABLE_NAME, URI, table_metadata, uri_value
+from icecdc_dagster.lines.recorded import plain
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table

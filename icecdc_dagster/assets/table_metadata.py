@@ -28,14 +28,23 @@ schema or location changed.
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dagster import (AssetKey, MetadataValue, TableColumn, TableColumnConstraints, TableColumnDep,
-                     TableColumnLineage, TableConstraints, TableSchema)
+from dagster import (
+    AssetKey,
+    MetadataValue,
+    TableColumn,
+    TableColumnConstraints,
+    TableColumnDep,
+    TableColumnLineage,
+    TableConstraints,
+    TableSchema,
+)
 
 if TYPE_CHECKING:
-    from icecdc_dagster.config import SinkConfig, TableConfig
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
     from pyiceberg.types import IcebergType
+
+    from icecdc_dagster.config import SinkConfig, TableConfig
 
 TABLE_NAME = "dagster/table_name"
 URI = "dagster/uri"
@@ -125,7 +134,7 @@ def definition_metadata(catalog_name: str, table: "TableConfig", sink: "SinkConf
     """Load-time metadata of the table a sink writes: its name; its column schema derived from the
     source's (exact: the sink makes the table so); its location (and schema id, while the derived
     schema is the one last seen) remembered from the last batch. An index: nothing."""
-    from icecdc_dagster.pipeline.batches import identifier_columns_of, uses_row_id
+    from icecdc_dagster.steps.batches import identifier_columns_of, uses_row_id
 
     target = sink.maintained_table()
     if target is None:

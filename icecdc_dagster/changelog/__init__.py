@@ -4,13 +4,32 @@ Pure PySpark + pyiceberg metadata; no Dagster imports.
 """
 
 from icecdc_dagster.changelog.engine import (
-    ChangeSet, change_order, changes, check_keys, check_supported, data_columns, detect_updates, export, net_changes,
-    net_changes_without_keys, remove_carry_over, uses_row_lineage, validate_identifier_columns)
+    ChangeSet,
+    change_order,
+    changes,
+    check_keys,
+    check_supported,
+    data_columns,
+    detect_updates,
+    export,
+    net_changes,
+    net_changes_without_keys,
+    remove_carry_over,
+    uses_row_lineage,
+    validate_identifier_columns,
+)
 from icecdc_dagster.changelog.events import canonical_string, document_id, to_events
-from icecdc_dagster.changelog.read import staged_scan_count, staged_scans
 from icecdc_dagster.changelog.ordinals import OrdinalAnchor
 from icecdc_dagster.changelog.plan import (
-    DeleteFileInfo, SnapshotPlan, accepted_predecessors, ancestry_ids, parent_of, plan_snapshot, snapshots_after)
+    DeleteFileInfo,
+    SnapshotPlan,
+    accepted_predecessors,
+    ancestry_ids,
+    parent_of,
+    plan_snapshot,
+    snapshots_after,
+)
+from icecdc_dagster.changelog.read import staged_scan_count, staged_scans
 
 __all__ = [
     "ChangeSet", "DeleteFileInfo", "OrdinalAnchor", "SnapshotPlan", "accepted_predecessors", "ancestry_ids",

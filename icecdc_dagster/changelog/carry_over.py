@@ -27,16 +27,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from icecdc_dagster.batch import (
-    CHANGE_ORDINAL, CHANGE_TYPE, COMMIT_SEQUENCE_NUMBER, COMMIT_SNAPSHOT_ID, COMMIT_TIMESTAMP, DELETE, INSERT,
-    LAST_UPDATED_SEQUENCE_NUMBER, ROW_ID)
+    CHANGE_ORDINAL,
+    CHANGE_TYPE,
+    COMMIT_SEQUENCE_NUMBER,
+    COMMIT_SNAPSHOT_ID,
+    COMMIT_TIMESTAMP,
+    DELETE,
+    INSERT,
+    LAST_UPDATED_SEQUENCE_NUMBER,
+    ROW_ID,
+)
 from icecdc_dagster.changelog.plan import ChangedFile, SnapshotPlan
 
 if TYPE_CHECKING:
     import polars as pl
+    from pyiceberg.io import FileIO
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
     from pyiceberg.table.metadata import TableMetadata
-    from pyiceberg.io import FileIO
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 

@@ -7,37 +7,57 @@ Column names come from the table and may hold dots, spaces, backticks or any uni
 to one goes through :func:`column` (a quoted reference), never a bare string that Spark would parse.
 """
 
-from typing import Any, TYPE_CHECKING
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 import operator
 import weakref
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from functools import reduce
+from typing import TYPE_CHECKING, Any
 
 from pyspark import StorageLevel
-
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from icecdc_dagster.batch import (
-    CHANGE_COLUMNS, CHANGE_ORDINAL, CHANGE_TYPE, COMMIT_SEQUENCE_NUMBER, COMMIT_SNAPSHOT_ID, COMMIT_TIMESTAMP,
-    DELETE, INSERT, LAST_UPDATED_SEQUENCE_NUMBER, ROW_ID, UPDATE_AFTER, UPDATE_BEFORE)
+    CHANGE_COLUMNS,
+    CHANGE_ORDINAL,
+    CHANGE_TYPE,
+    COMMIT_SEQUENCE_NUMBER,
+    COMMIT_SNAPSHOT_ID,
+    COMMIT_TIMESTAMP,
+    DELETE,
+    INSERT,
+    LAST_UPDATED_SEQUENCE_NUMBER,
+    ROW_ID,
+    UPDATE_AFTER,
+    UPDATE_BEFORE,
+)
 from icecdc_dagster.changelog.carry_over import (
-    DEFAULT_MAX_GROUP_BYTES, FileGroup, arrow_supported, descriptor, group_files, matched_rows, read_context,
-    uses_lineage)
+    DEFAULT_MAX_GROUP_BYTES,
+    FileGroup,
+    arrow_supported,
+    descriptor,
+    group_files,
+    matched_rows,
+    read_context,
+    uses_lineage,
+)
 from icecdc_dagster.changelog.ordinals import OrdinalAnchor, check_copy_on_write, ordered_plans
 from icecdc_dagster.changelog.plan import SnapshotPlan, ancestry_ids, plan_snapshot, table_name
-from icecdc_dagster.changelog.read import (
-    changed_files, java_data_file_changes, java_table, read_files, touched_files)
+from icecdc_dagster.changelog.read import changed_files, java_data_file_changes, java_table, read_files, touched_files
 from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import (
-    DuplicateKeyChangeError, IdentifierColumnError, SnapshotNotFoundError, TableHasNoSnapshotError)
+    DuplicateKeyChangeError,
+    IdentifierColumnError,
+    SnapshotNotFoundError,
+    TableHasNoSnapshotError,
+)
 
 if TYPE_CHECKING:
-    from pyspark.sql import Row
-    from pyspark.sql import SparkSession
     from pyiceberg.table import Table
+    from pyspark.sql import Row, SparkSession
+
     from icecdc_dagster.runtime.java import JavaObject
 
 LINEAGE_COLUMNS = (ROW_ID, LAST_UPDATED_SEQUENCE_NUMBER)

@@ -31,9 +31,23 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from icecdc_dagster.batch import (
-    BULK_ACTION, CHANGE_ORDINAL, CHANGE_TYPE, COMMIT_SEQUENCE_NUMBER, COMMIT_SNAPSHOT_ID, DELETE, DELETE_ACTION,
-    DOCUMENT_ID, ICEBERG_OPERATION, ICEBERG_SNAPSHOT_ID, ICEBERG_TABLE_NAME, INDEX_ACTION, INSERT, ROW_ID,
-    UPDATE_AFTER, UPDATE_BEFORE)
+    BULK_ACTION,
+    CHANGE_ORDINAL,
+    CHANGE_TYPE,
+    COMMIT_SEQUENCE_NUMBER,
+    COMMIT_SNAPSHOT_ID,
+    DELETE,
+    DELETE_ACTION,
+    DOCUMENT_ID,
+    ICEBERG_OPERATION,
+    ICEBERG_SNAPSHOT_ID,
+    ICEBERG_TABLE_NAME,
+    INDEX_ACTION,
+    INSERT,
+    ROW_ID,
+    UPDATE_AFTER,
+    UPDATE_BEFORE,
+)
 from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import IdentifierColumnError
 

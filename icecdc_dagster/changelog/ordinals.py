@@ -16,7 +16,7 @@ been had it never expired a snapshot.
 Why not the depth alone: expiring old snapshots shortens the ancestry, so depths shrink and a sink would
 take every later batch for one it already applied. Counted from the anchor, the numbers never change:
 only the anchor's own expiry (with its descendants up to the batch) breaks the count, and then the line
-cannot continue anyway (``pipeline.lifecycle``: the recovery is ``icecdc resync``, whose new line starts
+cannot continue anyway (``steps.lifecycle``: the recovery is ``icecdc resync``, whose new line starts
 over from its bootstrap's depth; OpenSearch versions of a new line are shifted above the old line's).
 
 v1 tables hold no delete files (the spec has none), so every v1 snapshot is copy-on-write; a v1 table set

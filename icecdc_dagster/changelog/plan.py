@@ -5,23 +5,30 @@ table with live delete files, cannot go through Iceberg's changelog scan, and th
 which data files (or partitions) a time-travel diff has to look at.
 """
 
-from typing import Any, TYPE_CHECKING
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from pyiceberg.avro.file import AvroFile
 from pyiceberg.manifest import (
-    MANIFEST_ENTRY_SCHEMAS, DataFile, DataFileContent, FileFormat, ManifestContent, ManifestEntry,
-    ManifestEntryStatus, _inherit_from_manifest)
+    MANIFEST_ENTRY_SCHEMAS,
+    DataFile,
+    DataFileContent,
+    FileFormat,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    _inherit_from_manifest,
+)
 
 from icecdc_dagster.errors import SnapshotNotFoundError
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
     from pyiceberg.manifest import DataFile, ManifestFile
+    from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
     from pyiceberg.typedef import Record
-    from pyiceberg.table import Table
 
 REPLACE = "replace"
 

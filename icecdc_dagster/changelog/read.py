@@ -11,27 +11,32 @@ and read them through Iceberg's staged scan (the mechanism of rewrite_data_files
 the delete files of that snapshot and projects every file onto the table's CURRENT schema.
 """
 
-from typing import Any, TYPE_CHECKING
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
 
 from py4j.protocol import Py4JError
-from pyiceberg.types import PrimitiveType
 from pyiceberg.conversions import from_bytes
 from pyiceberg.manifest import DataFileContent, ManifestContent
+from pyiceberg.types import PrimitiveType
 
 from icecdc_dagster.changelog.plan import (
-    ChangedDataFile, ChangedFile, DataFileChanges, SnapshotPlan, partition_key, snapshot_or_raise)
+    ChangedDataFile,
+    ChangedFile,
+    DataFileChanges,
+    SnapshotPlan,
+    partition_key,
+    snapshot_or_raise,
+)
 from icecdc_dagster.column_names import quote
 from icecdc_dagster.runtime.java import JavaObject, gateway, jvm
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import ManifestFile, PartitionFieldSummary
-    from pyspark.sql import DataFrame
-    from pyspark.sql import SparkSession
     from pyiceberg.table import Table
+    from pyspark.sql import DataFrame, SparkSession
 
 FILE_PATH_FIELD_ID = 2147483546  # position delete files: the data file path column
 

@@ -6,10 +6,10 @@ from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDef
 
 from icecdc_dagster import run_tags
 from icecdc_dagster.assets import naming
-from icecdc_dagster.checks.run import run_id_of
+from icecdc_dagster.checks.check_run import run_id_of
 from icecdc_dagster.config import TableConfig
-from icecdc_dagster.pipeline import lifecycle
 from icecdc_dagster.lines import line as lines
+from icecdc_dagster.steps import lifecycle
 
 STUCK_AFTER_INTERVALS = 10
 

@@ -7,8 +7,14 @@ JSON schema; ``docs/configuration.md`` is generated from the same model.
 """
 
 from icecdc_dagster.config.load import CONFIG_ENV, config_schema, load_config, parse_config
-from icecdc_dagster.config.model import (CatalogConfig, IngestConfig, LineageConfig, PipelineConfig, SparkConfig,
-                                         TableConfig)
+from icecdc_dagster.config.model import (
+                                         CatalogConfig,
+                                         IngestConfig,
+                                         LineageConfig,
+                                         PipelineConfig,
+                                         SparkConfig,
+                                         TableConfig,
+)
 from icecdc_dagster.fields import EnvRef, parse_duration
 from icecdc_dagster.sinks.iceberg.config import IcebergSinkConfig
 from icecdc_dagster.sinks.kind import SinkConfig

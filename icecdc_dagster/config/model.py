@@ -8,13 +8,35 @@ and the key path (see :mod:`icecdc_dagster.config.load`), never in the middle of
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (AfterValidator, Discriminator, Field, PrivateAttr, Tag, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import (
+    AfterValidator,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from icecdc_dagster.errors import ConfigError
-from icecdc_dagster.fields import (Duration, EnvRef, Flag, LocationOrUri, Model, Names, NonNegativeInt, PositiveInt,
-                                   PropertyValue, Secret, TableName, is_secret_property, is_table_name, local_path,
-                                   parse_duration)
+from icecdc_dagster.fields import (
+    Duration,
+    EnvRef,
+    Flag,
+    LocationOrUri,
+    Model,
+    Names,
+    NonNegativeInt,
+    PositiveInt,
+    PropertyValue,
+    Secret,
+    TableName,
+    is_secret_property,
+    is_table_name,
+    local_path,
+    parse_duration,
+)
 from icecdc_dagster.inputs.base import InputConfig
 from icecdc_dagster.inputs.landing.config import LandingConfig
 from icecdc_dagster.inputs.registry import INPUT_KINDS
@@ -22,7 +44,6 @@ from icecdc_dagster.runtime.catalog import CATALOG_TYPES, CatalogSettings, with_
 from icecdc_dagster.runtime.spark import SparkSettings
 from icecdc_dagster.sinks.kind import SinkConfig
 from icecdc_dagster.sinks.registry import SINK_KINDS
-
 
 WriteMode = Literal["merge", "equality_deletes"]
 

@@ -1,20 +1,21 @@
 """Run the demo: create, sync (export), change, sync again (CDC per snapshot), verify, summarise."""
 
-from typing import Any, TYPE_CHECKING
 import os
 import shlex
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from icecdc_dagster.demo import workload
 from icecdc_dagster.definitions import resource
-from icecdc_dagster.lines.metadata import plain
+from icecdc_dagster.demo import workload
+from icecdc_dagster.lines.recorded import plain
 
 if TYPE_CHECKING:
     from dagster import AssetKey, DagsterInstance
+
     from icecdc_dagster.config import PipelineConfig
     from icecdc_dagster.sync import TableSyncReport
 

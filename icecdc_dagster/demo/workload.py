@@ -1,9 +1,9 @@
 """The demo table and the snapshots we commit to it (inserts, CoW updates, MoR deletes, MERGE, compaction),
 and a Debezium stream of customers landed as files (the OLTP side of the chain)."""
 
-from typing import Any, TYPE_CHECKING
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

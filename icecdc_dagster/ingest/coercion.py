@@ -25,9 +25,9 @@ from typing import Any
 
 from pyspark.sql import types as T
 
+from icecdc_dagster.errors import IngestError
 from icecdc_dagster.ingest.debezium import NANOS_TRUNCATED, parse_iso_timestamp
 from icecdc_dagster.ingest.schema_inference import MAX_DECIMAL_PRECISION
-from icecdc_dagster.errors import IngestError
 
 EPOCH = dt.datetime(1970, 1, 1)
 EPOCH_DATE = dt.date(1970, 1, 1)

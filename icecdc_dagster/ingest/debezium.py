@@ -19,8 +19,8 @@ from decimal import Decimal
 from enum import Enum
 from typing import Any, assert_never
 
-from icecdc_dagster.ingest import schema_inference as si
 from icecdc_dagster.errors import IngestError
+from icecdc_dagster.ingest import schema_inference as si
 
 INSERT, UPDATE, DELETE = "insert", "update", "delete"
 OPS = {"c": INSERT, "r": INSERT, "i": INSERT, "insert": INSERT, "create": INSERT, "index": INSERT,

@@ -34,10 +34,10 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from icecdc_dagster.ingest import debezium, landing
+from icecdc_dagster.ingest import schema_inference as si
 from icecdc_dagster.ingest.coercion import IGNORED_FIELDS
 from icecdc_dagster.ingest.columns import NOTES, RAW, REASON, SOURCE_FILE, SOURCE_OFFSET, TOMBSTONE, WIDEN
-from icecdc_dagster.ingest import schema_inference as si
-from icecdc_dagster.ingest.debezium import OPS, DELETE, INSERT, Logical
+from icecdc_dagster.ingest.debezium import DELETE, INSERT, OPS, Logical
 from icecdc_dagster.writer.merge import OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN
 
 if TYPE_CHECKING:

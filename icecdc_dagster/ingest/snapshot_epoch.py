@@ -31,8 +31,14 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from icecdc_dagster.writer.exactly_once import (BATCH_ID_PROPERTY, LAST_BATCH_PROPERTY, java_table, ledger_entries,
-                                                main_ancestors, table_properties)
+from icecdc_dagster.writer.exactly_once import (
+    BATCH_ID_PROPERTY,
+    LAST_BATCH_PROPERTY,
+    java_table,
+    ledger_entries,
+    main_ancestors,
+    table_properties,
+)
 
 EPOCH_PROPERTY = "icecdc.snapshot-epoch"   # in a target's batch summary / ledger entry: the open epoch's id
 MARKS_OF_PROPERTY = "icecdc.snapshot-marks-of"  # in a marks table's summaries: the source (not the ingest ledger's)

@@ -9,14 +9,17 @@ records itself and holds the lock around its runs.) A run that finds the line he
 reporting the holder in its event log, and can be terminated while it waits.
 """
 
-from typing import TYPE_CHECKING
 import threading
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from dagster import DagsterRunStatus
 from dagster._core.definitions.executor_definition import (
-    IN_PROC_CONFIG, ExecutorDefinition, _core_in_process_executor_creation)
+    IN_PROC_CONFIG,
+    ExecutorDefinition,
+    _core_in_process_executor_creation,
+)
 from dagster._core.errors import DagsterExecutionInterruptedError
 from dagster._core.events import DagsterEvent, EngineEventData
 from dagster._core.executor.in_process import InProcessExecutor

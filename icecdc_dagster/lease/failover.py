@@ -8,9 +8,9 @@ being canceled) with the reason in its event log, so the line's retry rule re-ex
 Re-executing is safe: the sinks' checkpoints and the ingest ledger make a redo apply nothing twice.
 """
 
-from typing import TYPE_CHECKING
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dagster import DagsterRunStatus, RunsFilter
 from dagster._core.storage.dagster_run import DagsterRun

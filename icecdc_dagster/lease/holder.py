@@ -7,7 +7,6 @@ host the verdict is exact: the holder lives iff a process with that pid and that
 the heartbeat it writes on the run (every ``HEARTBEAT_INTERVAL_S``) is younger than the lease timeout.
 """
 
-from typing import Any, TYPE_CHECKING
 import os
 import socket
 import threading
@@ -15,12 +14,20 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from icecdc_dagster import run_tags
-from icecdc_dagster.run_tags import (WORKER_BOOT_TAG, WORKER_HEARTBEAT_TAG, WORKER_HOST_TAG, WORKER_PID_START_TAG,
-                                     WORKER_PID_TAG, WORKER_ROLE_TAG, WORKER_SINCE_TAG)
+from icecdc_dagster.run_tags import (
+    WORKER_BOOT_TAG,
+    WORKER_HEARTBEAT_TAG,
+    WORKER_HOST_TAG,
+    WORKER_PID_START_TAG,
+    WORKER_PID_TAG,
+    WORKER_ROLE_TAG,
+    WORKER_SINCE_TAG,
+)
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance

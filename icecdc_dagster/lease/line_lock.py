@@ -9,7 +9,6 @@ several hosts need an instance-wide lock instead: on a PostgreSQL instance, :met
 gives the advisory lock of ``lease.pg_lock``, which dies with its session.
 """
 
-from typing import TYPE_CHECKING
 import fcntl
 import json
 import os
@@ -18,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from icecdc_dagster.errors import LineBusyError, SyncInterruptedError

@@ -28,8 +28,14 @@ from typing import TYPE_CHECKING
 from dagster import DagsterRunStatus, RunsFilter
 
 from icecdc_dagster.errors import RETRY_COMMAND, TERMINAL, TRANSIENT, UNCLASSIFIED, classify, recovery_of
-from icecdc_dagster.run_tags import (FAILED_OVER_TAG, FAILURE_CLASS_TAG, FAILURE_KIND_TAG, FAILURE_MESSAGE_TAG,
-                                     FIRST_SNAPSHOT_TAG, TABLE_TAG)
+from icecdc_dagster.run_tags import (
+    FAILED_OVER_TAG,
+    FAILURE_CLASS_TAG,
+    FAILURE_KIND_TAG,
+    FAILURE_MESSAGE_TAG,
+    FIRST_SNAPSHOT_TAG,
+    TABLE_TAG,
+)
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance

@@ -12,17 +12,17 @@ Spark jobs are cancelled (a thread blocked in a py4j call returns) and
 ``DagsterExecutionInterruptedError`` is raised in the thread at its next Python instruction.
 """
 
-from typing import TYPE_CHECKING
 import ctypes
 import logging
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 from dagster._core.errors import DagsterExecutionInterruptedError
 
 if TYPE_CHECKING:
-    from pyspark import SparkContext
     from dagster import DagsterInstance
+    from pyspark import SparkContext
 
 _log = logging.getLogger("icecdc_dagster.lease")
 

@@ -26,8 +26,15 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import attr
-from openlineage.client.facet_v2 import (RunFacet, column_lineage_dataset, datasource_dataset, error_message_run,
-                                         output_statistics_output_dataset, schema_dataset, symlinks_dataset)
+from openlineage.client.facet_v2 import (
+    RunFacet,
+    column_lineage_dataset,
+    datasource_dataset,
+    error_message_run,
+    output_statistics_output_dataset,
+    schema_dataset,
+    symlinks_dataset,
+)
 
 if TYPE_CHECKING:
     from openlineage.client import OpenLineageClient

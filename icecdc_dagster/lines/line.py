@@ -1,5 +1,5 @@
 """A line: an ordered sequence of partition keys (snapshots of a table, files of a landing folder)
-materialised strictly in order, one run at a time. The Dagster side of ``pipeline.ordering``.
+materialised strictly in order, one run at a time. The Dagster side of ``steps.ordering``.
 
 Run state lives in the instance (partitions, run records, materialisations), never in a sensor
 cursor, so a daemon restart or a manual re-execution is seen on the next tick. Every plan first
@@ -11,15 +11,23 @@ runs strictly in order and every sink refuses a batch out of order (checkpoints)
 every asset means every key before it is done too; only the keys after the frontier are planned.
 """
 
-from typing import TYPE_CHECKING
 import math
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from dagster import (AssetCheckKey, AssetKey, AssetRecordsFilter, DagsterEventType, DagsterRunStatus,
-                     DynamicPartitionsDefinition, RunRequest, RunsFilter)
+from dagster import (
+    AssetCheckKey,
+    AssetKey,
+    AssetRecordsFilter,
+    DagsterEventType,
+    DagsterRunStatus,
+    DynamicPartitionsDefinition,
+    RunRequest,
+    RunsFilter,
+)
 from dagster._core.storage.dagster_run import FINISHED_STATUSES
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
@@ -28,11 +36,10 @@ from icecdc_dagster.errors import TERMINAL
 from icecdc_dagster.lease import failover, retry
 from icecdc_dagster.lease.holder import Holder
 from icecdc_dagster.lease.line_lock import LineLock, busy_message
-from icecdc_dagster.pipeline.ordering import Blocked, KeyStatus, NextRun, combine_status, plan_next_run
+from icecdc_dagster.steps.ordering import Blocked, KeyStatus, NextRun, combine_status, plan_next_run
 
 if TYPE_CHECKING:
-    from dagster import DagsterRun
-    from dagster import DagsterInstance, SensorEvaluationContext
+    from dagster import DagsterInstance, DagsterRun, SensorEvaluationContext
 
 _STATUS = {"MATERIALIZED": KeyStatus.DONE, "FAILED": KeyStatus.FAILED, "IN_PROGRESS": KeyStatus.IN_PROGRESS}
 _INSTANCES: dict[str, "DagsterInstance"] = {}

@@ -14,8 +14,13 @@ import os
 from pathlib import Path
 
 from icecdc_dagster.errors import RuntimeSetupError
-from icecdc_dagster.runtime.relocation import (HTTP_CLIENT, JACKSON, TLS_SOCKET_STRATEGY, build_relocated_jar,
-                                                empty_interface)
+from icecdc_dagster.runtime.relocation import (
+    HTTP_CLIENT,
+    JACKSON,
+    TLS_SOCKET_STRATEGY,
+    build_relocated_jar,
+    empty_interface,
+)
 
 ICEBERG_VERSION = "1.10.2"
 RUNTIME_JAR_NAME = f"iceberg-spark-runtime-3.5_2.12-{ICEBERG_VERSION}.jar"

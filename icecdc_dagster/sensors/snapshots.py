@@ -24,18 +24,17 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from dagster import (DefaultSensorStatus, SensorDefinition,
-                     SensorEvaluationContext, SensorResult, SkipReason, sensor)
+from dagster import DefaultSensorStatus, SensorDefinition, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.naming import table_line
-from icecdc_dagster.assets.source import source_observations
+from icecdc_dagster.assets.source_table import source_observations
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.lease import retry
 from icecdc_dagster.lines import line
 from icecdc_dagster.lines.window import TableWindow, WholeLine, diagnose, discover_new_keys, line_view
-from icecdc_dagster.pipeline import lifecycle
-from icecdc_dagster.pipeline.ordering import Blocked, NextRun
+from icecdc_dagster.steps import lifecycle
+from icecdc_dagster.steps.ordering import Blocked, NextRun
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from icecdc_dagster.errors import SchemaDeclarationError
-from icecdc_dagster.writer.type_ddl import spark_ddl
 from icecdc_dagster.writer.tables import spark_catalog
+from icecdc_dagster.writer.type_ddl import spark_ddl
 
 DEFAULT_PROPERTIES = {"format-version": "2", "write.merge.mode": "merge-on-read",
                       "write.update.mode": "merge-on-read", "write.delete.mode": "merge-on-read"}

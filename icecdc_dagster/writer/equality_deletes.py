@@ -26,8 +26,14 @@ from pyspark.sql import functions as F
 from icecdc_dagster.errors import EqualityDeleteTargetError
 from icecdc_dagster.runtime.equality_writer import equality_delta_writer
 from icecdc_dagster.runtime.java import jvm
-from icecdc_dagster.writer.exactly_once import (BATCH_ID_PROPERTY, STAGING_BRANCH, LedgerRetention, is_committed,
-                                                java_table, staged_commit)
+from icecdc_dagster.writer.exactly_once import (
+    BATCH_ID_PROPERTY,
+    STAGING_BRANCH,
+    LedgerRetention,
+    is_committed,
+    java_table,
+    staged_commit,
+)
 from icecdc_dagster.writer.merge import OP_COLUMN, OP_DELETE, WriteOutcome, collapse, write_batch
 
 MERGE, EQUALITY_DELETES = "merge", "equality_deletes"

@@ -17,9 +17,26 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pyiceberg.schema import Schema
-from pyiceberg.types import (BinaryType, BooleanType, DateType, DecimalType, DoubleType, FixedType, FloatType,
-                             IcebergType, IntegerType, ListType, LongType, MapType, NestedField, StringType,
-                             StructType, TimestampType, TimestamptzType, UUIDType)
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FixedType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    ListType,
+    LongType,
+    MapType,
+    NestedField,
+    StringType,
+    StructType,
+    TimestampType,
+    TimestamptzType,
+    UUIDType,
+)
 
 from icecdc_dagster.errors import SchemaChangeError
 
@@ -397,6 +414,7 @@ def projection(want: Sequence[NestedField], have: Schema, have_of: dict[int, int
     """Top-level columns of ``have``-shaped rows presented as the fields ``want``, matched by field id
     (``have_of``: want id -> have id). A field ``have`` lacks is null, or left out (``missing_as_null``)."""
     from pyspark.sql import functions as F
+
     from icecdc_dagster.column_names import column
 
     present = {f.field_id: f for f in have.fields}

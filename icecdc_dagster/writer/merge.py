@@ -20,8 +20,13 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from icecdc_dagster.writer.exactly_once import (BATCH_ID_PROPERTY, LedgerRetention, Published, is_committed,
-                                                staged_commit)
+from icecdc_dagster.writer.exactly_once import (
+    BATCH_ID_PROPERTY,
+    LedgerRetention,
+    Published,
+    is_committed,
+    staged_commit,
+)
 
 OP_COLUMN = "_icecdc_op"
 ORDER_COLUMN = "_icecdc_order"

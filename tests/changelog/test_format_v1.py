@@ -12,7 +12,7 @@ from icecdc_dagster import changelog
 from icecdc_dagster.batch import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
 from icecdc_dagster.changelog.ordinals import OrdinalAnchor, ancestry_depth, sequence_number
 from icecdc_dagster.errors import SnapshotOrderLostError, UnsupportedFormatVersionError
-from icecdc_dagster.pipeline.batches import BatchRequest, batch_info
+from icecdc_dagster.steps.batches import BatchRequest, batch_info
 
 VIEW_COLUMNS = ["id", "data", "_change_type", "_change_ordinal", "_commit_snapshot_id"]
 VERSIONS = pytest.mark.parametrize("version", [1, 2])

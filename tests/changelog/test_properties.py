@@ -32,7 +32,14 @@ from pyspark.sql import types as T
 
 from icecdc_dagster import changelog
 from icecdc_dagster.batch import (
-    CHANGE_TYPE, COMMIT_SNAPSHOT_ID, COMMIT_TIMESTAMP, DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE)
+    CHANGE_TYPE,
+    COMMIT_SNAPSHOT_ID,
+    COMMIT_TIMESTAMP,
+    DELETE,
+    INSERT,
+    UPDATE_AFTER,
+    UPDATE_BEFORE,
+)
 from icecdc_dagster.column_names import quote
 from tests.changelog.workload import apply_changes, freeze, mode_properties, rows_at
 

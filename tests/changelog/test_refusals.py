@@ -6,7 +6,11 @@ import pytest
 from icecdc_dagster import changelog
 from icecdc_dagster.batch import COMMIT_TIMESTAMP, INSERT, UPDATE_AFTER, UPDATE_BEFORE
 from icecdc_dagster.errors import (
-    DuplicateKeyChangeError, IdentifierColumnError, SnapshotNotFoundError, TableHasNoSnapshotError)
+    DuplicateKeyChangeError,
+    IdentifierColumnError,
+    SnapshotNotFoundError,
+    TableHasNoSnapshotError,
+)
 from tests.changelog.workload import mode_properties
 
 

@@ -19,8 +19,8 @@ from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
 from dagster._core.instance.ref import InstanceRef
 
 from icecdc_dagster import run_tags
-from icecdc_dagster.run_tags import FAILED_OVER_TAG
 from icecdc_dagster.lease.line_lock import LineLock
+from icecdc_dagster.run_tags import FAILED_OVER_TAG
 from icecdc_dagster.sinks.iceberg import SOURCE_SNAPSHOT_PROPERTY
 from tests.helpers import write_pipeline
 

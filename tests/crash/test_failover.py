@@ -12,8 +12,16 @@ import threading
 import time
 
 import pytest
-from dagster import (DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter, execute_job, job, op,
-                     reconstructable)
+from dagster import (
+    DagsterEventType,
+    DagsterInstance,
+    DagsterRunStatus,
+    RunsFilter,
+    execute_job,
+    job,
+    op,
+    reconstructable,
+)
 from dagster._core.events import DagsterEvent
 from dagster._core.instance.ref import InstanceRef
 from dagster._core.test_utils import instance_for_test
@@ -25,8 +33,8 @@ from icecdc_dagster.lease import failover
 from icecdc_dagster.lease.dagster_yaml import ensure_dagster_yaml
 from icecdc_dagster.lease.executor import line_executor
 from icecdc_dagster.lease.holder import Holder, process_state
-from icecdc_dagster.run_tags import WORKER_HEARTBEAT_TAG, WORKER_ROLE_TAG
 from icecdc_dagster.lease.line_lock import LineLock
+from icecdc_dagster.run_tags import WORKER_HEARTBEAT_TAG, WORKER_ROLE_TAG
 
 LINE = "db.orders"
 

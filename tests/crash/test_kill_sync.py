@@ -15,8 +15,14 @@ import time
 
 import pytest
 
-from tests.crash.scenario import (Lake, KillResult, assert_killed_run_failed_over, assert_nothing_in_flight, kill_at,
-                                  schedule)
+from tests.crash.scenario import (
+    KillResult,
+    Lake,
+    assert_killed_run_failed_over,
+    assert_nothing_in_flight,
+    kill_at,
+    schedule,
+)
 
 SEED = int(os.environ.get("ICECDC_CRASH_SEED", "1818"))
 
@@ -99,10 +105,10 @@ def test_a_burst_of_kills_never_spends_the_batchs_retries(spark, catalog_setting
 
     from dagster import DagsterRunStatus, RunsFilter
 
-    from icecdc_dagster.config import load_config
-    from icecdc_dagster.run_tags import FAILED_OVER_TAG
-    from icecdc_dagster.lines import line as lines
     from icecdc_dagster.assets.naming import table_line
+    from icecdc_dagster.config import load_config
+    from icecdc_dagster.lines import line as lines
+    from icecdc_dagster.run_tags import FAILED_OVER_TAG
     from tests.crash.scenario import BIG
 
     lake = Lake(spark, catalog, catalog_settings, tmp_path, opensearch_url, big_rows=2_000, small_rows=100)

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from dagster import DagsterInstance, Definitions, build_sensor_context
 
 from icecdc_dagster.assets import naming
-from icecdc_dagster.config import TableConfig
 from icecdc_dagster.assets.naming import asset_keys
+from icecdc_dagster.config import TableConfig
 
 
 @dataclass

@@ -10,8 +10,8 @@ from dagster import AssetKey, AssetRecordsFilter
 from icecdc_dagster.config import IngestConfig, load_config
 from icecdc_dagster.definitions import build_definitions
 from icecdc_dagster.errors import ConfigError, IngestError
-from icecdc_dagster.pipeline.ingest import Batch, batches_for
 from icecdc_dagster.status import ingest_status
+from icecdc_dagster.steps.ingest_entry import Batch, batches_for
 from tests.dagster_layer.harness import drain, drain_sensor, tick_sensor
 from tests.helpers import write_pipeline
 

@@ -8,11 +8,11 @@ from dagster import AssetKey, build_asset_check_context
 from opensearchpy import OpenSearch
 
 from icecdc_dagster.assets import naming
+from icecdc_dagster.assets.naming import asset_keys
 from icecdc_dagster.cli import main
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
 from icecdc_dagster.errors import SupersededPartitionError
-from icecdc_dagster.assets.naming import asset_keys
 from icecdc_dagster.status import table_status
 from icecdc_dagster.sync import SyncContext, resync_table
 from tests.dagster_layer.harness import drain, tick

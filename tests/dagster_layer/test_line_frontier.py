@@ -8,10 +8,10 @@ from dagster import AssetKey, AssetMaterialization, DagsterRunStatus, DynamicPar
 from dagster._core.storage.dagster_run import DagsterRun
 
 from icecdc_dagster import run_tags
-from icecdc_dagster.pipeline.ordering import Blocked, NextRun
 from icecdc_dagster.lines import line as lines
-from icecdc_dagster.sensors.ingest import unknown_keys
 from icecdc_dagster.lines.window import ancestry_window
+from icecdc_dagster.sensors.ingest_sensor import unknown_keys
+from icecdc_dagster.steps.ordering import Blocked, NextRun
 
 CHANGELOG, SINK = AssetKey(["changelog", "db", "t_changelog"]), AssetKey(["replica", "db", "db_t_copy"])
 

@@ -11,8 +11,8 @@ from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
 from icecdc_dagster.lease.holder import Holder
 from icecdc_dagster.lease.line_lock import LineLock
-from icecdc_dagster.pipeline.maintenance import max_delete_files_per_partition
 from icecdc_dagster.sinks.iceberg import IcebergReplicaSink
+from icecdc_dagster.steps.table_maintenance import max_delete_files_per_partition
 from icecdc_dagster.sync import SyncContext, sync_table
 from tests.dagster_layer.harness import drain
 from tests.helpers import BOTH_CATALOGS, write_pipeline

@@ -11,10 +11,10 @@ import time
 import pytest
 from dagster import instance_for_test
 
+from icecdc_dagster.errors import LineBusyError
 from icecdc_dagster.lease.holder import Holder
 from icecdc_dagster.lease.line_lock import LineLock, holding
 from icecdc_dagster.lease.pg_lock import PgLineLock
-from icecdc_dagster.errors import LineBusyError
 from tests.dagster_layer import test_sensor_runs
 
 pytestmark = pytest.mark.postgres

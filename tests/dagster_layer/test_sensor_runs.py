@@ -171,8 +171,7 @@ def test_idle_line_skips_its_queries_until_the_table_or_the_line_changes(spark, 
     from dagster import build_sensor_context
 
     from icecdc_dagster.assets import naming
-    from icecdc_dagster.sensors.snapshots import (IDLE_RECHECK_S, NOT_IDLE, UNCHANGED_SKIP, idle_cursor,
-                                                  idle_fingerprint)
+    from icecdc_dagster.sensors.snapshots import IDLE_RECHECK_S, NOT_IDLE, UNCHANGED_SKIP, idle_cursor, idle_fingerprint
 
     name = catalog_settings.name
     defs, table, sensor = _one_table(spark, catalog_settings, tmp_path, "quiet")

@@ -4,7 +4,7 @@ table's real row count. Real sensor ticks and runs, read back from the instance'
 
 from dagster import AssetKey, AssetRecordsFilter
 
-from icecdc_dagster.assets.source import source_observations
+from icecdc_dagster.assets.source_table import source_observations
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
 from tests.dagster_layer.harness import drain

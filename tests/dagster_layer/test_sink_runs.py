@@ -6,9 +6,9 @@ from dagster import AssetCheckKey, AssetKey, AssetRecordsFilter
 from opensearchpy import OpenSearch
 
 from icecdc_dagster.assets import naming
+from icecdc_dagster.assets.naming import asset_keys
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
-from icecdc_dagster.assets.naming import asset_keys
 from tests.dagster_layer.harness import drain, tick
 from tests.helpers import write_pipeline
 
@@ -43,9 +43,9 @@ def _documents(opensearch_url):
 
 def test_failed_batch_blocks_the_line_until_retried_and_reruns_change_nothing(
         spark, catalog_settings, catalog, instance, tmp_path, opensearch_url, proxy, monkeypatch):
+    from icecdc_dagster.assets.naming import table_line
     from icecdc_dagster.lease import retry
     from icecdc_dagster.lines import line as lines
-    from icecdc_dagster.assets.naming import table_line
 
     fq = f"{catalog_settings.name}.db.items"
     spark.sql(f"""CREATE TABLE {fq} (id BIGINT NOT NULL, name STRING, qty INT) USING iceberg

@@ -13,14 +13,14 @@ from dagster._core.storage.dagster_run import DagsterRun
 from bench.control_plane import seed
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.maintenance import needed_snapshots
-from icecdc_dagster.assets.source import build_source_asset
+from icecdc_dagster.assets.naming import table_line
+from icecdc_dagster.assets.source_table import build_source_asset
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
-from icecdc_dagster.pipeline.ordering import KeyStatus
 from icecdc_dagster.lines import line as lines
-from icecdc_dagster.sensors.ingest import ingest_line
-from icecdc_dagster.assets.naming import table_line
+from icecdc_dagster.sensors.ingest_sensor import ingest_line
 from icecdc_dagster.status import ingest_status, table_status
+from icecdc_dagster.steps.ordering import KeyStatus
 from tests.helpers import write_pipeline
 
 SYNCED = 5_000

@@ -7,11 +7,20 @@ import uuid
 from hypothesis import HealthCheck, given, settings
 
 from icecdc_dagster.ingest import IngestSettings, ingest_files
-from icecdc_dagster.pipeline import maintenance
+from icecdc_dagster.steps import table_maintenance as maintenance
 from tests.ingest.brokers import jetstream_subject, publish_nats, publish_redis, redis_stream
 from tests.ingest.test_ingest_properties import _line, _model, deliveries
-from tests.ingest.test_stream_inputs import (CUSTOMER_ROWS, CUSTOMERS, PG_TYPES, _batch_ids, _commit_without_ack,
-                                             _drain, _nats_entry, _redis_entry, _rows)
+from tests.ingest.test_stream_inputs import (
+    CUSTOMER_ROWS,
+    CUSTOMERS,
+    PG_TYPES,
+    _batch_ids,
+    _commit_without_ack,
+    _drain,
+    _nats_entry,
+    _redis_entry,
+    _rows,
+)
 
 
 def _ingest(spark, catalog, cat, landing, paths, target, mode, evolve):

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from icecdc_dagster.config import IngestConfig
-from icecdc_dagster.pipeline.ingest import ingest_settings, ingest_stream_batch
+from icecdc_dagster.steps.ingest_entry import ingest_settings, ingest_stream_batch
 
 
 def test_both_spellings_are_one_landing_input():

@@ -103,7 +103,7 @@ def test_an_old_file_never_ingested_is_counted_and_taken_with_the_setting(spark,
 @pytest.mark.parametrize("age", ["P7D", "PT12H"])
 def test_max_file_age_is_a_duration_per_ingest_entry(age):
     from icecdc_dagster.config.model import IngestConfig
-    from icecdc_dagster.pipeline.ingest import ingest_settings
+    from icecdc_dagster.steps.ingest_entry import ingest_settings
 
     entry = IngestConfig(name="n", landing="/x", target="db.t", max_file_age=age)
     assert ingest_settings(entry).max_file_age_s == {"P7D": 7 * DAY, "PT12H": 12 * 3600}[age]
@@ -116,7 +116,7 @@ def test_stream_ledger_entries_carry_their_commit_time_and_are_pruned_by_the_hor
     file's, once older than ``max_file_age`` before the newest; the newest position still skips re-deliveries."""
     from icecdc_dagster.config import IngestConfig
     from icecdc_dagster.ingest import horizon as horizon_module
-    from icecdc_dagster.pipeline.ingest import ingest_stream_batch
+    from icecdc_dagster.steps.ingest_entry import ingest_stream_batch
     from tests.ingest.brokers import REDIS_URL, publish_redis, redis_stream
 
     cat = catalog_settings.name

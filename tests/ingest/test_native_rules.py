@@ -24,8 +24,17 @@ from pyspark.sql import types as T
 
 from icecdc_dagster.ingest import debezium, landing, native
 from icecdc_dagster.ingest import schema_inference as si
-from icecdc_dagster.ingest.pipeline import (NOTES, ORDER_FILE_SHIFT, PYTHON_RULES, RAW, REASON, SOURCE_OFFSET, WIDEN,
-                                            _python_partition, _rows_schema)
+from icecdc_dagster.ingest.ingester import (
+    NOTES,
+    ORDER_FILE_SHIFT,
+    PYTHON_RULES,
+    RAW,
+    REASON,
+    SOURCE_OFFSET,
+    WIDEN,
+    _python_partition,
+    _rows_schema,
+)
 
 SCHEMA = T.StructType([
     T.StructField("id", T.LongType(), False), T.StructField("s", T.StringType()), T.StructField("d", T.DoubleType()),

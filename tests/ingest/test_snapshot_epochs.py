@@ -13,7 +13,7 @@ import pytest
 from icecdc_dagster.config import IngestConfig
 from icecdc_dagster.ingest import IngestSettings, ingest_files, snapshot_epoch
 from icecdc_dagster.ingest.snapshot_epoch import Epoch, plan
-from icecdc_dagster.pipeline.ingest import ingest_stream_batch
+from icecdc_dagster.steps.ingest_entry import ingest_stream_batch
 from tests.ingest.brokers import REDIS_URL, publish_redis, redis_stream
 
 
@@ -118,7 +118,7 @@ def test_a_batch_failing_between_marks_and_target_is_completed_to_the_same_table
     """The hardest batch: it ends one epoch and starts the next (the marks table now holds the new epoch's
     marks), then fails before the target commits. Re-run, it skips the marks (their own ledger) and sweeps
     with the marks as they were before the batch: the same table as an attempt that never failed."""
-    from icecdc_dagster.ingest import pipeline
+    from icecdc_dagster.ingest import ingester as pipeline
 
     cat = catalog_settings.name
     landing = tmp_path / "landing"

@@ -14,10 +14,9 @@ import redis
 
 from icecdc_dagster.config import IngestConfig
 from icecdc_dagster.ingest import IngestSettings, ingest_files
-from icecdc_dagster.ingest.pipeline import recorded_batches
-from icecdc_dagster.pipeline.ingest import ingest_settings, ingest_stream_batch
-from tests.ingest.brokers import (NATS_URL, REDIS_URL, jetstream_subject, publish_nats, publish_redis,
-                                  redis_stream)
+from icecdc_dagster.ingest.ingester import recorded_batches
+from icecdc_dagster.steps.ingest_entry import ingest_settings, ingest_stream_batch
+from tests.ingest.brokers import NATS_URL, REDIS_URL, jetstream_subject, publish_nats, publish_redis, redis_stream
 
 FIXTURES = Path(__file__).parent / "fixtures" / "debezium"
 CUSTOMERS = [line.encode() for line in (FIXTURES / "mysql_tutorial_customers.jsonl").read_text().splitlines()]
@@ -250,7 +249,7 @@ def test_snapshot_then_stream_hand_off_also_when_the_snapshot_is_re_sent(spark, 
 KILLED_STEP = """
 import sys
 from icecdc_dagster.config import IngestConfig
-from icecdc_dagster.pipeline.ingest import ingest_stream_batch
+from icecdc_dagster.steps.ingest_entry import ingest_stream_batch
 from icecdc_dagster.runtime.catalog import CatalogSettings
 from icecdc_dagster.runtime.spark import SparkSettings, attach_catalog, build_spark_session
 

@@ -4,10 +4,18 @@ Expected rows are written by hand; commit times come from the source's snapshot 
 """
 
 from icecdc_dagster import changelog
-from icecdc_dagster.batch import (CHANGE_TYPE, COMMIT_SNAPSHOT_ID, COMMIT_TIMESTAMP, DELETE, INSERT, ROW_ID,
-                                  UPDATE_AFTER, UPDATE_BEFORE)
-from icecdc_dagster.pipeline.batches import compute_batch, keys_to_request, uses_row_id
-from icecdc_dagster.pipeline.changelog_store import SOURCE_ROW_ID, ChangelogStore
+from icecdc_dagster.batch import (
+    CHANGE_TYPE,
+    COMMIT_SNAPSHOT_ID,
+    COMMIT_TIMESTAMP,
+    DELETE,
+    INSERT,
+    ROW_ID,
+    UPDATE_AFTER,
+    UPDATE_BEFORE,
+)
+from icecdc_dagster.steps.batches import compute_batch, keys_to_request, uses_row_id
+from icecdc_dagster.steps.changelog_store import SOURCE_ROW_ID, ChangelogStore
 
 
 def _store_batch(spark, cat, table, name, snapshot_ids, bootstrap_id, key):

@@ -10,9 +10,9 @@ import random
 import pytest
 
 from icecdc_dagster import changelog
-from icecdc_dagster.pipeline.batches import compute_batch, keys_to_request, uses_row_id
-from icecdc_dagster.pipeline.changelog_store import ChangelogStore
 from icecdc_dagster.sinks.iceberg import SOURCE_ROW_ID, IcebergReplicaSink
+from icecdc_dagster.steps.batches import compute_batch, keys_to_request, uses_row_id
+from icecdc_dagster.steps.changelog_store import ChangelogStore
 
 KEY = ("id",)
 

@@ -15,11 +15,11 @@ from pyiceberg.schema import Schema
 
 from icecdc_dagster import changelog
 from icecdc_dagster.errors import SinkWriteError
-from icecdc_dagster.pipeline.batches import compute_batch, keys_to_request
-from icecdc_dagster.pipeline.changelog_store import ChangelogStore
 from icecdc_dagster.sinks.kind import SinkContext
 from icecdc_dagster.sinks.opensearch.config import OpenSearchSinkConfig
 from icecdc_dagster.sinks.opensearch.evolution import compare, field_map
+from icecdc_dagster.steps.batches import compute_batch, keys_to_request
+from icecdc_dagster.steps.changelog_store import ChangelogStore
 from tests.sinks.test_opensearch_support import CuttableProxy, all_documents
 
 NAME = "db.people"

@@ -12,11 +12,21 @@ from pyiceberg.schema import Schema
 from icecdc_dagster import batch as b
 from icecdc_dagster.batch import Checkpoint
 from icecdc_dagster.errors import CheckpointError, ConfigError, SinkWriteError
-from icecdc_dagster.sinks.opensearch import (DeleteWithoutDocumentIdError, OpenSearchSink, OpenSearchSinkSettings,
-                                             write_events)
+from icecdc_dagster.sinks.opensearch import (
+    DeleteWithoutDocumentIdError,
+    OpenSearchSink,
+    OpenSearchSinkSettings,
+    write_events,
+)
 from icecdc_dagster.sinks.opensearch.sink import prepare_events
-from tests.sinks.test_opensearch_support import (CuttableProxy, all_documents, batch_info, document_versions,
-                                                 events_frame, live_mappings)
+from tests.sinks.test_opensearch_support import (
+    CuttableProxy,
+    all_documents,
+    batch_info,
+    document_versions,
+    events_frame,
+    live_mappings,
+)
 
 UTC = dt.timezone.utc
 TYPES_DDL = ("id long, name string, price decimal(12,4), qty int, ratio double, active boolean, born date, "

@@ -11,9 +11,9 @@ import pytest
 
 from icecdc_dagster import changelog
 from icecdc_dagster.errors import SchemaChangeError
-from icecdc_dagster.pipeline.batches import compute_batch, keys_to_request
-from icecdc_dagster.pipeline.changelog_store import ChangelogStore
 from icecdc_dagster.sinks.iceberg import IcebergReplicaSink
+from icecdc_dagster.steps.batches import compute_batch, keys_to_request
+from icecdc_dagster.steps.changelog_store import ChangelogStore
 from icecdc_dagster.writer.field_ids import FIELD_MAP_PROPERTY
 
 

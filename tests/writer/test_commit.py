@@ -14,10 +14,27 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from icecdc_dagster.writer.exactly_once import (LEDGER_PROPERTY, LEDGER_SEALED_PREFIX, STAGING_BRANCH, decode_ledger,
-                                                encode_ledger, java_table, ledger_entries, ledger_update)
-from icecdc_dagster.writer.merge import (COUNTED_BY_JOIN, COUNTED_BY_SUMMARY, COUNTED_BY_SUMMARY_AND_DELETES,
-                                         OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN, write_batch)
+from icecdc_dagster.writer.exactly_once import (
+    LEDGER_PROPERTY,
+    LEDGER_SEALED_PREFIX,
+    STAGING_BRANCH,
+    decode_ledger,
+    encode_ledger,
+    java_table,
+    ledger_entries,
+    ledger_update,
+)
+from icecdc_dagster.writer.merge import (
+    COUNTED_BY_JOIN,
+    COUNTED_BY_SUMMARY,
+    COUNTED_BY_SUMMARY_AND_DELETES,
+    OP_COLUMN,
+    OP_DELETE,
+    OP_INSERT,
+    OP_UPSERT,
+    ORDER_COLUMN,
+    write_batch,
+)
 
 # (format version, write mode, delete granularity, keys only, switch to copy-on-write after the second batch)
 TABLES = {

@@ -7,7 +7,7 @@ from pyspark.sql import functions as F
 from icecdc_dagster import changelog
 from icecdc_dagster.batch import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
 from icecdc_dagster.errors import EqualityDeleteTargetError
-from icecdc_dagster.pipeline import maintenance
+from icecdc_dagster.steps import table_maintenance as maintenance
 from icecdc_dagster.writer.equality_deletes import write_equality_delta
 from icecdc_dagster.writer.exactly_once import BATCH_ID_PROPERTY, java_table
 from icecdc_dagster.writer.merge import OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN, write_batch

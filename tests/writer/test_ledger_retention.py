@@ -1,8 +1,15 @@
 """A bounded ledger: a retention drops the entries stamped before its horizon, the open chunk's at once and a
 sealed chunk (never rewritten) as a whole; the appended entry is always kept; the highest dropped stamp is kept."""
 
-from icecdc_dagster.writer.exactly_once import (LEDGER_DROPPED_PROPERTY, LEDGER_PROPERTY, LEDGER_SEALED_PREFIX,
-                                                LedgerRetention, ledger_changes, ledger_dropped_upto, ledger_entries)
+from icecdc_dagster.writer.exactly_once import (
+    LEDGER_DROPPED_PROPERTY,
+    LEDGER_PROPERTY,
+    LEDGER_SEALED_PREFIX,
+    LedgerRetention,
+    ledger_changes,
+    ledger_dropped_upto,
+    ledger_entries,
+)
 
 
 def _apply(props: dict[str, str], entry: dict[str, str], keep_from: int, chunk: int = 3) -> None:

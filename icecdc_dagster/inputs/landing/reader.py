@@ -2,7 +2,7 @@
 
 The ledger decides what waits: a file is done when a fully committed batch holds it; a batch that only
 some of its tables committed is rebuilt exactly (same files, same id) before anything newer, as the
-landing asset does with partition keys (``pipeline.ingest.batches_for``). Files past the ledger's
+landing asset does with partition keys (``steps.ingest_entry.batches_for``). Files past the ledger's
 horizon are set aside by the commit (``ingest.horizon``).
 """
 
@@ -13,7 +13,7 @@ from icecdc_dagster.ingest import landing
 from icecdc_dagster.inputs.base import Lag, Message, StreamBatch, StreamInput
 
 if TYPE_CHECKING:
-    from icecdc_dagster.ingest.pipeline import IngestResult, IngestSettings
+    from icecdc_dagster.ingest.ingester import IngestResult, IngestSettings
     from icecdc_dagster.inputs.landing.config import LandingConfig
 
 
@@ -47,7 +47,7 @@ class LandingInput(StreamInput):
         return StreamBatch(self.source, messages, (), landing.batch_id(batch) if batch else None)
 
     def commit(self, spark: Any, catalog_name: str, settings: "IngestSettings", batch: StreamBatch) -> "IngestResult":
-        from icecdc_dagster.ingest.pipeline import ingest_files
+        from icecdc_dagster.ingest.ingester import ingest_files
 
         return ingest_files(spark, catalog_name, None, settings, [m.position for m in batch.messages])
 

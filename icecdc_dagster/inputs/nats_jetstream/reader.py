@@ -14,8 +14,7 @@ from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from icecdc_dagster.errors import StreamInputError
-from icecdc_dagster.inputs.base import (Lag, LedgerView, Message, StreamBatch, StreamInput, ledger_view,
-                                               split_batch)
+from icecdc_dagster.inputs.base import Lag, LedgerView, Message, StreamBatch, StreamInput, ledger_view, split_batch
 
 if TYPE_CHECKING:
     from icecdc_dagster.inputs.nats_jetstream.config import NatsJetStreamConfig

@@ -27,16 +27,37 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from icecdc_dagster.batch import (CHANGE_ORDINAL, CHANGE_TYPE, COMMIT_SEQUENCE_NUMBER, DELETE, INSERT, ROW_ID,
-                                  UPDATE_AFTER, BatchInfo, Checkpoint, Decision, decide)
+from icecdc_dagster.batch import (
+    CHANGE_ORDINAL,
+    CHANGE_TYPE,
+    COMMIT_SEQUENCE_NUMBER,
+    DELETE,
+    INSERT,
+    ROW_ID,
+    UPDATE_AFTER,
+    BatchInfo,
+    Checkpoint,
+    Decision,
+    decide,
+)
 from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import SchemaChangeError, SinkWriteError
 from icecdc_dagster.runtime.java import java_map
 from icecdc_dagster.sinks.base import ApplyResult
 from icecdc_dagster.writer.exactly_once import TARGET_SNAPSHOT_KEY, java_table, last_batch, main_ancestors
+from icecdc_dagster.writer.field_ids import (
+    FIELD_MAP_PROPERTY,
+    Evolution,
+    SourceSchemas,
+    align_by_name,
+    encode_mapping,
+    follow,
+    infer_mapping,
+    load_mapping,
+    resync_command,
+    schema_of,
+)
 from icecdc_dagster.writer.merge import OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN, write_batch
-from icecdc_dagster.writer.field_ids import (FIELD_MAP_PROPERTY, Evolution, align_by_name, encode_mapping, follow,
-                                             infer_mapping, load_mapping, resync_command, schema_of, SourceSchemas)
 from icecdc_dagster.writer.tables import copy_table, drop_table, set_identifier_fields, table_exists
 
 SOURCE_SNAPSHOT_PROPERTY = "icecdc.source-snapshot-id"

@@ -133,8 +133,8 @@ class OpenSearchSinkConfig(SinkConfig):
                 f"or declare the table append_only: true")
 
     def open(self, context: SinkContext) -> "OpenSearchSink":
+        from icecdc_dagster.sinks.opensearch.refill_source import source_export
         from icecdc_dagster.sinks.opensearch.sink import OpenSearchSink
-        from icecdc_dagster.sinks.opensearch.source import source_export
 
         return OpenSearchSink(self.settings(context.connection), context.source_table.schema(), name=self.name,
                               export=source_export(context))

@@ -38,12 +38,17 @@ from icecdc_dagster.sinks.base import ApplyResult
 from icecdc_dagster.sinks.opensearch import checkpoint as cp
 from icecdc_dagster.sinks.opensearch import versions as vs
 from icecdc_dagster.sinks.opensearch.actions import FAILED, WriteSummary
-from icecdc_dagster.sinks.opensearch.documents import (ICEBERG_METADATA_COLUMNS, RESERVED_COLUMNS, bulk_rows,
-                                                       document_columns, with_generated_ids)
+from icecdc_dagster.sinks.opensearch.bulk import write_bulk_rows
+from icecdc_dagster.sinks.opensearch.documents import (
+    ICEBERG_METADATA_COLUMNS,
+    RESERVED_COLUMNS,
+    bulk_rows,
+    document_columns,
+    with_generated_ids,
+)
 from icecdc_dagster.sinks.opensearch.evolution import FieldMap, compare, field_map
 from icecdc_dagster.sinks.opensearch.mapping import iceberg_schema_to_mapping, missing_properties
 from icecdc_dagster.sinks.opensearch.settings import OpenSearchSinkSettings
-from icecdc_dagster.sinks.opensearch.writer import write_bulk_rows
 
 # (snapshot id, identifier columns) -> a block yielding the CDC events of every row of the source at
 # that snapshot (the export path); what a new index version is filled from.

@@ -25,8 +25,6 @@ from icecdc_dagster.errors import CheckpointError
 from icecdc_dagster.sinks.opensearch.checkpoint import META_KEY, VERSION_KEY, index_mappings
 
 
-
-
 def version_name(alias: str, number: int) -> str:
     return f"{alias}_v{number}"
 

@@ -20,22 +20,31 @@ by field id in the source schema of its snapshot (``BatchInfo.schema_id``), what
 column names are now: a sink that applies a batch stored before a rename gets the names of that time.
 """
 
-from typing import TYPE_CHECKING, Any
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from icecdc_dagster.batch import CHANGE_COLUMNS, CHANGE_TYPE, LAST_UPDATED_SEQUENCE_NUMBER, ROW_ID, BatchInfo
 from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import ChangelogError
-from icecdc_dagster.pipeline.observed import observe_change_counts
+from icecdc_dagster.steps.observed import observe_change_counts
 from icecdc_dagster.writer.exactly_once import java_table
-from icecdc_dagster.writer.field_ids import (FIELD_MAP_PROPERTY, align_by_name, encode_mapping, follow, index,
-                                             infer_mapping, load_mapping, projection, resync_command, schema_of,
-                                             SourceSchemas)
+from icecdc_dagster.writer.field_ids import (
+    FIELD_MAP_PROPERTY,
+    SourceSchemas,
+    align_by_name,
+    encode_mapping,
+    follow,
+    index,
+    infer_mapping,
+    load_mapping,
+    projection,
+    resync_command,
+    schema_of,
+)
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
-    from pyspark.sql import DataFrame
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 BATCH_SNAPSHOT_ID = "_batch_snapshot_id"
 BATCH_FIRST_SNAPSHOT_ID = "_batch_first_snapshot_id"

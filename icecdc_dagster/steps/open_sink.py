@@ -3,8 +3,8 @@
 
 from typing import TYPE_CHECKING, Any
 
-from icecdc_dagster.pipeline.batches import identifier_columns_of
 from icecdc_dagster.sinks.kind import SinkConfig, SinkContext
+from icecdc_dagster.steps.batches import identifier_columns_of
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from dagster_pyspark import LazyPySparkResource, PySparkResource
 from dagster_spark.utils import flatten_dict
 
-from icecdc_dagster.resources.catalog import IcebergCatalogResource
+from icecdc_dagster.resources.catalog_resource import IcebergCatalogResource
 from icecdc_dagster.runtime.spark import SparkSettings, build_spark_session
 
 if TYPE_CHECKING:

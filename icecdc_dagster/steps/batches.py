@@ -1,20 +1,20 @@
 """Turn a run of partition keys (snapshot ids) into a BatchInfo and its change rows."""
 
 import time
-from dataclasses import dataclass, field, replace
 from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from icecdc_dagster import changelog
+from icecdc_dagster.batch import CHANGE_TYPES, BatchInfo
 from icecdc_dagster.changelog import uses_row_lineage
 from icecdc_dagster.changelog.ordinals import OrdinalAnchor, sequence_number
-from icecdc_dagster.batch import CHANGE_TYPES, BatchInfo
 from icecdc_dagster.errors import SupersededPartitionError
-from icecdc_dagster.pipeline import lifecycle
+from icecdc_dagster.steps import lifecycle
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
     from pyiceberg.table import Table
+    from pyspark.sql import SparkSession
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The line can continue from the table: no rollback, no expired snapshot it needs, same table.
 
-Fails (ERROR) with the diagnosis of ``pipeline.lifecycle`` (what happened + the ``icecdc resync``
+Fails (ERROR) with the diagnosis of ``steps.lifecycle`` (what happened + the ``icecdc resync``
 command that recovers) instead of letting the sensor, status and runs raise on every tick.
 """
 
@@ -9,10 +9,10 @@ from typing import Any
 from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDefinition, AssetCheckSeverity, asset_check
 
 from icecdc_dagster.assets import naming
-from icecdc_dagster.checks.run import run_id_of
+from icecdc_dagster.checks.check_run import run_id_of
 from icecdc_dagster.config import TableConfig
-from icecdc_dagster.pipeline import lifecycle
 from icecdc_dagster.lines.window import TableWindow, diagnose, line_view
+from icecdc_dagster.steps import lifecycle
 
 
 def build_lifecycle_check(table: TableConfig, config_path: str | None) -> AssetChecksDefinition:

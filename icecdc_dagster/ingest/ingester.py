@@ -20,17 +20,37 @@ from pyspark.sql import types as T
 
 from icecdc_dagster.errors import TargetTableMissingError
 from icecdc_dagster.ingest import dead_letters, horizon, landing, native, routing, snapshot_epoch
-from icecdc_dagster.ingest.columns import NOTES, RAW, REASON, SOURCE_FILE, SOURCE_OFFSET, TOMBSTONE, WIDEN
 from icecdc_dagster.ingest.coercion import IGNORED_FIELDS, STRINGIFIED, CoercionError, coerce
+from icecdc_dagster.ingest.columns import NOTES, RAW, REASON, SOURCE_FILE, SOURCE_OFFSET, TOMBSTONE, WIDEN
 from icecdc_dagster.ingest.debezium import DELETE, INSERT, NANOS_TRUNCATED, EventError, loads, parse_line
 from icecdc_dagster.ingest.schema_inference import merge_types, spark_type, widened
-from icecdc_dagster.writer.auto_create import (add_columns, create_table, declared_columns, ensure_namespace,
-                                               namespace_exists, widen_columns)
+from icecdc_dagster.writer.auto_create import (
+    add_columns,
+    create_table,
+    declared_columns,
+    ensure_namespace,
+    namespace_exists,
+    widen_columns,
+)
 from icecdc_dagster.writer.equality_deletes import EQUALITY_DELETES, MERGE, write_equality_delta
-from icecdc_dagster.writer.exactly_once import (BATCH_ID_PROPERTY, LedgerRetention, java_table, recorded_summaries,
-                                                table_properties)
-from icecdc_dagster.writer.merge import (OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN, KeyBounds,
-                                         bounds_aggregates, bounds_from, write_batch)
+from icecdc_dagster.writer.exactly_once import (
+    BATCH_ID_PROPERTY,
+    LedgerRetention,
+    java_table,
+    recorded_summaries,
+    table_properties,
+)
+from icecdc_dagster.writer.merge import (
+    OP_COLUMN,
+    OP_DELETE,
+    OP_INSERT,
+    OP_UPSERT,
+    ORDER_COLUMN,
+    KeyBounds,
+    bounds_aggregates,
+    bounds_from,
+    write_batch,
+)
 from icecdc_dagster.writer.tables import table_exists
 
 if TYPE_CHECKING:

@@ -5,8 +5,8 @@ status; unit-tested without Dagster.
 """
 
 import enum
-from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 
 class KeyStatus(enum.Enum):

@@ -3,13 +3,14 @@ strictly in order, one batch at a time, with the same retry/blocking rule as tab
 the partition is the first unacknowledged position whenever messages wait (one batch per run)."""
 
 from typing import TYPE_CHECKING
+
 from dagster import DefaultSensorStatus, SensorDefinition, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import IngestConfig
-from icecdc_dagster.pipeline.ingest import input_keys
-from icecdc_dagster.pipeline.ordering import Blocked, NextRun
 from icecdc_dagster.lines import line
+from icecdc_dagster.steps.ingest_entry import input_keys
+from icecdc_dagster.steps.ordering import Blocked, NextRun
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance

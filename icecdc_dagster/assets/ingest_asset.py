@@ -4,7 +4,7 @@ messages, re-deliveries skipped and the consumer lag are in the run's metadata).
 
 A run covers consecutive files (at most ``files_per_batch``) as one batch; the engine records the
 batch id in the targets' snapshot summaries and skips a batch already committed. A file already
-recorded as part of a batch is re-run as exactly that batch (``pipeline.ingest.batches_for``), so
+recorded as part of a batch is re-run as exactly that batch (``steps.ingest_entry.batches_for``), so
 retries and re-executions of any partition, alone or in a range, never write a file twice.
 
 Metadata per run: files, batch id(s), whether everything was already committed, events read,
@@ -18,23 +18,40 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dagster import (AssetExecutionContext, AssetKey, AssetMaterialization, AssetsDefinition, AssetSpec,
-                     BackfillPolicy, MaterializeResult, MetadataValue, asset)
+from dagster import (
+    AssetExecutionContext,
+    AssetKey,
+    AssetMaterialization,
+    AssetsDefinition,
+    AssetSpec,
+    BackfillPolicy,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
 from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.lineage import ingest_lineage_run
-from icecdc_dagster.assets.table_metadata import (COLUMN_LINEAGE_TABLE, COLUMN_SCHEMA, DEAD_LETTER_DOCS,
-                                                  PARTITION_ROW_COUNT, ROW_COUNT, TABLE_NAME, column_schema,
-                                                  lineage_table, source_fallback)
 from icecdc_dagster.assets.metadata_cache import described_table
+from icecdc_dagster.assets.table_metadata import (
+    COLUMN_LINEAGE_TABLE,
+    COLUMN_SCHEMA,
+    DEAD_LETTER_DOCS,
+    PARTITION_ROW_COUNT,
+    ROW_COUNT,
+    TABLE_NAME,
+    column_schema,
+    lineage_table,
+    source_fallback,
+)
 from icecdc_dagster.config import IngestConfig
 from icecdc_dagster.ingest import dead_letters, routing
-from icecdc_dagster.ingest.pipeline import IngestResult, ingest_files, recorded_batches
+from icecdc_dagster.ingest.ingester import IngestResult, ingest_files, recorded_batches
 from icecdc_dagster.lineage import BatchFacet, LineageDataset, LineageEmitter, iceberg_dataset, location_dataset
 from icecdc_dagster.lineage.openlineage import RunOutcome
-from icecdc_dagster.pipeline.ingest import batches_for, fixed_target, ingest_settings, ingest_stream_batch
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
+from icecdc_dagster.steps.ingest_entry import batches_for, fixed_target, ingest_settings, ingest_stream_batch
 
 
 def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None = None,

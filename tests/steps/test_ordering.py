@@ -1,6 +1,6 @@
 """The in-order rule: only the first unfinished snapshot may run; failures block the line."""
 
-from icecdc_dagster.pipeline.ordering import Blocked, KeyStatus, NextRun, combine_status, plan_next_run
+from icecdc_dagster.steps.ordering import Blocked, KeyStatus, NextRun, combine_status, plan_next_run
 
 D, P, F, R = KeyStatus.DONE, KeyStatus.PENDING, KeyStatus.FAILED, KeyStatus.IN_PROGRESS
 KEYS = ["10", "20", "30", "40"]

@@ -10,15 +10,25 @@ partitions, missing until applied, which is what ``icecdc status`` counts as pen
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dagster import (AllPartitionMapping, AssetDep, AssetExecutionContext, AssetKey, AssetObservation, AssetSpec,
-                     DataVersion, DataVersionsByPartition, SourceAsset, observable_source_asset)
+from dagster import (
+    AllPartitionMapping,
+    AssetDep,
+    AssetExecutionContext,
+    AssetKey,
+    AssetObservation,
+    AssetSpec,
+    DataVersion,
+    DataVersionsByPartition,
+    SourceAsset,
+    observable_source_asset,
+)
 from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.table_metadata import source_fallback, table_metadata
 from icecdc_dagster.config import TableConfig
-from icecdc_dagster.pipeline import lifecycle
 from icecdc_dagster.lines.line import TAIL_PAGE
+from icecdc_dagster.steps import lifecycle
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table

@@ -1,7 +1,7 @@
 """The Iceberg catalog (a REST catalog, or a SQL catalog shared with Spark's JDBC catalog)."""
 
 import threading
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dagster import ConfigurableResource
 from pydantic import Field, PrivateAttr

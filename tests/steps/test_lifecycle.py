@@ -6,10 +6,10 @@ import pytest
 
 from icecdc_dagster.batch import BatchInfo, Checkpoint, Decision, decide
 from icecdc_dagster.errors import CheckpointError, SupersededPartitionError, TableRolledBackError
-from icecdc_dagster.pipeline import lifecycle
-from icecdc_dagster.pipeline.batches import keys_to_request
-from icecdc_dagster.pipeline.maintenance import MAX_SNAPSHOT_AGE_PROPERTY, retention_warning
 from icecdc_dagster.sinks.opensearch.sink import version_offset
+from icecdc_dagster.steps import lifecycle
+from icecdc_dagster.steps.batches import keys_to_request
+from icecdc_dagster.steps.table_maintenance import MAX_SNAPSHOT_AGE_PROPERTY, retention_warning
 
 
 def test_resync_keys_mark_the_active_line_and_supersede_the_rest():

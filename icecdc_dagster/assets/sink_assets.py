@@ -8,25 +8,25 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from dagster import AssetExecutionContext, AssetsDefinition, DataVersion, BackfillPolicy, MaterializeResult, asset
+from dagster import AssetExecutionContext, AssetsDefinition, BackfillPolicy, DataVersion, MaterializeResult, asset
 
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import line_record, naming
 from icecdc_dagster.assets.changelog import batch_request
 from icecdc_dagster.assets.lineage import lineage_run
 from icecdc_dagster.assets.metadata import batch_metadata
-from icecdc_dagster.assets.table_metadata import PARTITION_ROW_COUNT, lineage_metadata, replica_fallback
 from icecdc_dagster.assets.metadata_cache import described_table
+from icecdc_dagster.assets.table_metadata import PARTITION_ROW_COUNT, lineage_metadata, replica_fallback
 from icecdc_dagster.batch import CHANGE_TYPE
 from icecdc_dagster.config import SinkConfig, TableConfig
-from icecdc_dagster.lineage import LineageDataset, LineageEmitter, iceberg_dataset
-from icecdc_dagster.pipeline.batches import batch_info, join_export, uses_row_id
-from icecdc_dagster.pipeline.changelog_store import ChangelogStore
-from icecdc_dagster.pipeline.sinks import open_configured_sink
 from icecdc_dagster.lease import retry
-from icecdc_dagster.lines.metadata import line_metadata
+from icecdc_dagster.lineage import LineageDataset, LineageEmitter, iceberg_dataset
+from icecdc_dagster.lines.recorded import line_metadata
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 from icecdc_dagster.sinks.base import Sink
+from icecdc_dagster.steps.batches import batch_info, join_export, uses_row_id
+from icecdc_dagster.steps.changelog_store import ChangelogStore
+from icecdc_dagster.steps.open_sink import open_configured_sink
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

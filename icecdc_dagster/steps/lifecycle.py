@@ -12,14 +12,13 @@ the recovery command, why a line cannot continue. Sensors, ``icecdc status``, ``
 an asset check use it instead of raising on every tick. No Dagster imports here.
 """
 
-from typing import TYPE_CHECKING
 import enum
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from icecdc_dagster.batch import RESYNC_KEY
-from icecdc_dagster.errors import (LineDivergedError, SnapshotExpiredError, TableRecreatedError,
-                                   TableRolledBackError)
+from icecdc_dagster.errors import LineDivergedError, SnapshotExpiredError, TableRecreatedError, TableRolledBackError
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table

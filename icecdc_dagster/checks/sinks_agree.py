@@ -3,11 +3,11 @@ source rows found in the sink exactly as the pipeline would write them (a time-t
 source at the checkpoint snapshot). How a sample is looked up is the sink kind's own
 (:meth:`~icecdc_dagster.sinks.kind.SinkConfig.compare`)."""
 
-from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, AssetChecksDefinition, asset_check
+from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDefinition, AssetCheckSeverity, asset_check
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import SinkConfig, TableConfig
-from icecdc_dagster.pipeline.sinks import sink_context
+from icecdc_dagster.steps.open_sink import sink_context
 
 SAMPLE_SIZE = 20
 

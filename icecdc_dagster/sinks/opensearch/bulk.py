@@ -11,17 +11,17 @@ Each task returns one summary row; the driver adds them up and decides.
 
 import time
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any
-from collections.abc import Iterator
 
 from pyspark.sql import DataFrame
 
+from icecdc_dagster.errors import SinkUnavailableError
 from icecdc_dagster.sinks.opensearch import actions as a
 from icecdc_dagster.sinks.opensearch.documents import ACTION, ID, SOURCE, VERSION
 from icecdc_dagster.sinks.opensearch.settings import OpenSearchSinkSettings
-from icecdc_dagster.errors import SinkUnavailableError
 
 ACTION_OVERHEAD_BYTES = 128
 

@@ -18,11 +18,11 @@
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from typing import Any
 
-from icecdc_dagster.pipeline.changelog_store import BATCH_SNAPSHOT_ID, changelog_table_name
 from icecdc_dagster.runtime.equality_writer import equality_delta_writer
+from icecdc_dagster.steps.changelog_store import BATCH_SNAPSHOT_ID, changelog_table_name
 from icecdc_dagster.writer.exactly_once import java_table
 
 DEFAULT_DELETE_FILES_THRESHOLD = 50
