@@ -9,11 +9,11 @@ import os
 from dagster import DagsterRunStatus
 
 from icecdc_dagster.assets import naming
+from icecdc_dagster.assets.naming import asset_keys
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
 from icecdc_dagster.lease.holder import Holder, heartbeat_of
 from icecdc_dagster.run_tags import FIRST_SNAPSHOT_TAG, LAST_SNAPSHOT_TAG, TABLE_TAG
-from icecdc_dagster.sensors.snapshots import asset_keys
 from icecdc_dagster.sync import sync_table
 from tests.dagster_layer.harness import create_launchable_run, start_run_worker, tick
 from tests.helpers import write_pipeline
