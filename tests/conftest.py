@@ -7,10 +7,18 @@ import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from icecdc_dagster.runtime.catalog import CatalogSettings
 from icecdc_dagster.runtime.rest_server import RestServerOptions, start_rest_server
 from icecdc_dagster.runtime.spark import SparkSettings, attach_catalog, build_spark_session
+
+# Property tests: the default run draws the same examples every time (a red CI run is reproducible);
+# ICECDC_HYPOTHESIS_PROFILE=explore draws new ones on each run and prints how to replay a failure.
+# Tests that set ``derandomize`` themselves (the ``-m slow`` deep variants) always explore.
+settings.register_profile("ci", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False, database=None, print_blob=True)
+settings.load_profile(os.environ.get("ICECDC_HYPOTHESIS_PROFILE", "ci"))
 
 POSTGRES_URI = os.environ.get("ICECDC_TEST_POSTGRES_URI", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
 
