@@ -36,9 +36,18 @@ def spark_settings() -> SparkSettings:
                          jdbc_drivers=("sqlite", "postgresql"))
 
 
+def _cache_dir(tmp_path_factory) -> str:
+    """Beside the runs' temporary folders, kept across runs (and shared by pytest-xdist's workers, whose
+    folders are one level deeper): jars and the REST server are built once per machine, atomically."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    return str(base.parent / "icecdc-cache")
+
+
 @pytest.fixture(scope="session")
 def spark(spark_settings, tmp_path_factory):
-    os.environ.setdefault("ICECDC_CACHE_DIR", str(tmp_path_factory.getbasetemp().parent / "icecdc-cache"))
+    os.environ.setdefault("ICECDC_CACHE_DIR", _cache_dir(tmp_path_factory))
     session = build_spark_session(spark_settings)
     yield session
     session.stop()
@@ -53,7 +62,7 @@ def rest_catalog_server(tmp_path_factory):
     """The session's Iceberg REST catalog server (our router over Iceberg's CatalogHandlers and a
     JdbcCatalog on SQLite, compiled into the cache on first use): each test takes its own catalog
     at ``<url>/<catalog>``."""
-    os.environ.setdefault("ICECDC_CACHE_DIR", str(tmp_path_factory.getbasetemp().parent / "icecdc-cache"))
+    os.environ.setdefault("ICECDC_CACHE_DIR", _cache_dir(tmp_path_factory))
     root = tmp_path_factory.mktemp("rest-catalog")
     server = start_rest_server(RestServerOptions(db=root / "catalog.db", warehouse=f"file://{root}/warehouse"))
     yield server
