@@ -7,10 +7,18 @@ import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from icecdc_dagster.runtime.catalog import CatalogSettings
 from icecdc_dagster.runtime.rest_server import RestServerOptions, start_rest_server
 from icecdc_dagster.runtime.spark import SparkSettings, attach_catalog, build_spark_session
+
+# Property tests: the default run draws the same examples every time (a red CI run is reproducible);
+# ICECDC_HYPOTHESIS_PROFILE=explore draws new ones on each run and prints how to replay a failure.
+# Tests that set ``derandomize`` themselves (the ``-m slow`` deep variants) always explore.
+settings.register_profile("ci", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False, database=None, print_blob=True)
+settings.load_profile(os.environ.get("ICECDC_HYPOTHESIS_PROFILE", "ci"))
 
 POSTGRES_URI = os.environ.get("ICECDC_TEST_POSTGRES_URI", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
 
@@ -28,9 +36,18 @@ def spark_settings() -> SparkSettings:
                          jdbc_drivers=("sqlite", "postgresql"))
 
 
+def _cache_dir(tmp_path_factory) -> str:
+    """Beside the runs' temporary folders, kept across runs (and shared by pytest-xdist's workers, whose
+    folders are one level deeper): jars and the REST server are built once per machine, atomically."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    return str(base.parent / "icecdc-cache")
+
+
 @pytest.fixture(scope="session")
 def spark(spark_settings, tmp_path_factory):
-    os.environ.setdefault("ICECDC_CACHE_DIR", str(tmp_path_factory.getbasetemp().parent / "icecdc-cache"))
+    os.environ.setdefault("ICECDC_CACHE_DIR", _cache_dir(tmp_path_factory))
     session = build_spark_session(spark_settings)
     yield session
     session.stop()
@@ -45,7 +62,7 @@ def rest_catalog_server(tmp_path_factory):
     """The session's Iceberg REST catalog server (our router over Iceberg's CatalogHandlers and a
     JdbcCatalog on SQLite, compiled into the cache on first use): each test takes its own catalog
     at ``<url>/<catalog>``."""
-    os.environ.setdefault("ICECDC_CACHE_DIR", str(tmp_path_factory.getbasetemp().parent / "icecdc-cache"))
+    os.environ.setdefault("ICECDC_CACHE_DIR", _cache_dir(tmp_path_factory))
     root = tmp_path_factory.mktemp("rest-catalog")
     server = start_rest_server(RestServerOptions(db=root / "catalog.db", warehouse=f"file://{root}/warehouse"))
     yield server

@@ -13,7 +13,7 @@ from dagster._core.test_utils import instance_for_test
 
 from icecdc_dagster import run_tags
 from icecdc_dagster.launcher import DEFAULT_SWITCH_INTERVAL_MS, WarmRunLauncher
-from icecdc_dagster.lease.executor import line_executor
+from icecdc_dagster.lease.executor import WARM_WORKER_THREAD, line_executor
 from icecdc_dagster.lease.holder import Holder
 from icecdc_dagster.lease.line_lock import LineLock
 from icecdc_dagster.run_tags import LAUNCHER_HOST_TAG, LAUNCHER_PID_TAG, LAUNCHER_SESSION_TAG, LEGACY, WORKER_ROLE_TAG
@@ -273,15 +273,33 @@ def test_two_lanes_execute_two_runs_at_once_and_cancel_one_alone(two_lane_instan
         DagsterRunStatus.CANCELED
 
 
+def _lane_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith(WARM_WORKER_THREAD)}
+
+
+def _event_times(instance, run_id: str, event_type: DagsterEventType) -> list[float]:  # noqa: ANN001
+    """When the run's events of this type were written (storage ids are per run on SQLite: not comparable)."""
+    return [entry.timestamp for entry in instance.all_logs(run_id, of_type=event_type)]
+
+
 def test_one_lane_runs_one_run_at_a_time(instance):  # noqa: ANN001
+    """The queued run starts only after the running one has ended, in the same (only) lane: proved by
+    the order of the two runs' events in the event log, not by waiting a while and looking."""
+    before = _lane_threads()
     slow_run = launch(instance, slow_job)
     wait_status(instance, slow_run, {DagsterRunStatus.STARTED})
     queued = launch(instance, ok_job)
-    time.sleep(1.0)
+    assert len(_lane_threads() - before) == 1                    # two runs accepted, one lane
     assert instance.get_run_by_id(queued).status not in (DagsterRunStatus.STARTED, DagsterRunStatus.SUCCESS)
     instance.run_launcher.terminate(slow_run)
     instance.run_launcher.join(timeout=30)
+    assert instance.get_run_by_id(slow_run).status == DagsterRunStatus.CANCELED
     assert instance.get_run_by_id(queued).status == DagsterRunStatus.SUCCESS
+    (slow_ended,) = _event_times(instance, slow_run, DagsterEventType.RUN_CANCELED)
+    (queued_started,) = _event_times(instance, queued, DagsterEventType.RUN_START)
+    assert queued_started >= slow_ended                          # it waited for the lane
+    (lane,) = _lane_threads() - before
+    assert output_metadata(instance, queued)["thread"] == lane.ident
 
 
 def test_run_start_does_not_reconfigure_logging_when_no_python_logs_handlers_are_set(two_lane_instance,

@@ -89,7 +89,7 @@ def location_dataset(uri: str, fields: tuple[tuple[str, str, str | None], ...] =
         namespace, name = "file", location.path
     else:
         namespace, name = f"{location.scheme}://{location.netloc}", location.path.lstrip("/")
-    source_uri = f"{namespace}{'' if namespace == 'file' else '/'}"
+    source_uri = "file:///" if namespace == "file" else f"{namespace}/"   # a URI (RFC 3986): the file system's root
     return LineageDataset(namespace, name, table_name, fields, source_uri=source_uri)
 
 

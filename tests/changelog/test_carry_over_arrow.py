@@ -208,7 +208,7 @@ def check_workload(spark, catalog, catalog_name: str, data, version: int, keyed:
 
 
 @pytest.mark.parametrize("version,keyed,allow_maps,allow_binary,view", COW_KINDS)
-@settings(max_examples=1, derandomize=True, **COMMON)
+@settings(max_examples=1, **COMMON)
 @given(data=st.data())
 def test_arrow_path_matches_spark_path_and_view(spark, catalog, catalog_settings, version, keyed, allow_maps,
                                                 allow_binary, view, data):
@@ -217,7 +217,7 @@ def test_arrow_path_matches_spark_path_and_view(spark, catalog, catalog_settings
 
 @pytest.mark.slow
 @pytest.mark.parametrize("version,keyed,allow_maps,allow_binary,view", COW_KINDS)
-@settings(max_examples=12, **COMMON)
+@settings(max_examples=12, derandomize=False, **COMMON)
 @given(data=st.data())
 def test_arrow_path_matches_spark_path_and_view_deep(spark, catalog, catalog_settings, version, keyed, allow_maps,
                                                      allow_binary, view, data):

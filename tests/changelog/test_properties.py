@@ -375,7 +375,7 @@ COMMON = dict(deadline=None, database=None, phases=[Phase.explicit, Phase.genera
 
 
 @pytest.mark.parametrize("version,mode,keyed,allow_maps,allow_binary", KINDS)
-@settings(max_examples=2, derandomize=True, **COMMON)
+@settings(max_examples=2, **COMMON)
 @given(data=st.data())
 def test_changes_replay_and_match_iceberg(spark, catalog, catalog_settings, version, mode, keyed, allow_maps,
                                           allow_binary, data):
@@ -385,7 +385,7 @@ def test_changes_replay_and_match_iceberg(spark, catalog, catalog_settings, vers
 
 @pytest.mark.slow
 @pytest.mark.parametrize("version,mode,keyed,allow_maps,allow_binary", KINDS)
-@settings(max_examples=15, **COMMON)
+@settings(max_examples=15, derandomize=False, **COMMON)
 @given(data=st.data())
 def test_changes_replay_and_match_iceberg_deep(spark, catalog, catalog_settings, version, mode, keyed, allow_maps,
                                                allow_binary, data):

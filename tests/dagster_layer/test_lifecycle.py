@@ -3,7 +3,6 @@ a rollback, an expired checkpoint snapshot and a dropped-and-recreated table are
 (sensor skip reason, ``icecdc status``, the ``line_follows_table`` check) with the command that
 recovers; ``icecdc resync`` re-bootstraps the line and every sink converges to the table."""
 
-import pytest
 from dagster import AssetKey, build_asset_check_context
 from opensearchpy import OpenSearch
 
@@ -155,7 +154,6 @@ def test_expired_checkpoint_snapshot_is_named_then_resync_recovers(spark, catalo
     assert f"checkpoint {current}, 0 snapshots pending" in capsys.readouterr().out
 
 
-@pytest.mark.slow  # ~6 runs; the rollback test covers both sinks' convergence in the default run
 def test_recreated_table_is_named_then_resync_replaces_sink_contents(
         spark, catalog_settings, catalog, instance, tmp_path, opensearch_url):
     fq, config, defs, table, path = _setup(spark, catalog_settings, tmp_path, [
@@ -170,7 +168,7 @@ def test_recreated_table_is_named_then_resync_replaces_sink_contents(
     spark.sql(f"INSERT INTO {fq} SELECT id, concat('r', id), 7 FROM range(5, 9)")   # fewer rows, seq restarts
     stopped = tick(defs, instance, table)
     assert stopped.requested == [] and "dropped and recreated" in stopped.skip_reason
-    assert old_uuid in stopped.skip_reason and f"--table db.items" in stopped.skip_reason
+    assert old_uuid in stopped.skip_reason and "--table db.items" in stopped.skip_reason
     assert "dropped and recreated" in table_status(defs, instance, table, path).problem
 
     report = _resync(config, defs, instance, path)

@@ -15,7 +15,7 @@ from icecdc_dagster.sinks.iceberg import IcebergReplicaSink
 from icecdc_dagster.steps.table_maintenance import max_delete_files_per_partition
 from icecdc_dagster.sync import SyncContext, sync_table
 from tests.dagster_layer.harness import drain
-from tests.helpers import BOTH_CATALOGS, write_pipeline
+from tests.helpers import write_pipeline
 
 MAINTENANCE = AssetKey(["maintenance", "db", "items_maintenance"])
 
@@ -24,8 +24,8 @@ def _rows(spark, name):
     return sorted((r.id, r.name, r.qty) for r in spark.table(name).collect())
 
 
-@BOTH_CATALOGS
-@pytest.mark.slow  # ~7 runs plus compaction and expiry
+# The default run takes the SQL catalog; the same scenario over REST is the slow variant (~7 runs each).
+@pytest.mark.parametrize("catalog_settings", ["sql", pytest.param("rest", marks=pytest.mark.slow)], indirect=True)
 def test_maintenance_compacts_and_expires_while_a_sync_runs(spark, catalog_settings, catalog, instance, tmp_path):
     cat = catalog_settings.name
     fq, replica = f"{cat}.db.items", f"{cat}.db.items_replica"

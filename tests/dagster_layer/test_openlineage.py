@@ -1,8 +1,13 @@
 """OpenLineage events of real batch runs: START then COMPLETE per step (FAIL when a step fails),
 through the file transport of a ``lineage:`` block and an HTTP receiver set by OPENLINEAGE_URL;
-every event and facet validated against the OpenLineage spec's JSON schemas."""
+every event and facet validated against the OpenLineage spec's JSON schemas, formats included
+(``date-time``, ``uri``, ``uuid``: a schema validator ignores them unless given a format checker)."""
 
+import copy
 import json
+import re
+import uuid
+from datetime import datetime
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -21,6 +26,28 @@ SPEC = Path(__file__).parent.parent / "fixtures" / "openlineage"
 OUR_FACET = Path(__file__).parent.parent.parent / "docs" / "openlineage" / "IcecdcBatchRunFacet.json"
 
 
+FORMATS = jsonschema.FormatChecker()   # the library's own checks (uuid, ...), and the two it only has with extras:
+RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[^\s<>\"{}|\\^`]*")
+
+
+@FORMATS.checks("date-time", raises=ValueError)
+def _date_time(value: object) -> bool:
+    """RFC 3339 (JSON Schema's date-time): the shape, and a real date and time."""
+    if not isinstance(value, str):
+        return True
+    if not RFC3339.fullmatch(value):
+        return False
+    datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
+    return True
+
+
+@FORMATS.checks("uri")
+def _uri(value: object) -> bool:
+    """RFC 3986 absolute URI: a scheme, then no characters a URI cannot hold."""
+    return not isinstance(value, str) or URI.fullmatch(value) is not None
+
+
 def _registry() -> Registry:
     schemas = [json.loads(p.read_text()) for p in [*SPEC.glob("*.json"), OUR_FACET]]
     return Registry().with_resources((s["$id"], Resource.from_contents(s)) for s in schemas)
@@ -30,7 +57,7 @@ def _validate(event: dict, registry: Registry) -> None:
     """The event against OpenLineage.json, and every facet against the schema its _schemaURL names."""
     def check(instance: dict, url: str) -> None:
         schema = {"$ref": url}
-        jsonschema.Draft202012Validator(schema, registry=registry).validate(instance)
+        jsonschema.Draft202012Validator(schema, registry=registry, format_checker=FORMATS).validate(instance)
 
     check(event, event["schemaURL"])
     facets = [*event["run"].get("facets", {}).values(), *event["job"].get("facets", {}).values()]
@@ -51,6 +78,28 @@ class _Receiver(BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+
+def test_the_validator_checks_formats_not_only_types():
+    """A well-formed event passes; the same event with a time, a run id or a producer of the wrong format
+    is refused (without a format checker all three would pass: they are strings)."""
+    registry = _registry()
+    event = {"eventTime": "2024-03-01T10:00:00.123+02:00", "eventType": "START",
+             "producer": "https://github.com/icecdc/icecdc_dagster",
+             "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent",
+             "run": {"runId": str(uuid.uuid4())}, "job": {"namespace": "shop", "name": "replica/db/items"},
+             "inputs": [], "outputs": []}
+    _validate(event, registry)
+    for path, bad in [(("eventTime",), "2024-03-01 10:00"), (("eventTime",), "2024-13-01T10:00:00Z"),
+                      (("run", "runId"), "run-1"), (("producer",), "icecdc dagster")]:
+        broken = copy.deepcopy(event)
+        *parents, key = path
+        target = broken
+        for parent in parents:
+            target = target[parent]
+        target[key] = bad
+        with pytest.raises(jsonschema.ValidationError, match="is not a"):
+            _validate(broken, registry)
 
 
 @pytest.fixture

@@ -112,7 +112,7 @@ KINDS = [(2, "copy-on-write"), (2, "merge-on-read"), (3, "merge-on-read")]
 
 
 @pytest.mark.parametrize("version,mode", KINDS)
-@settings(max_examples=2, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_index_equals_source_at_every_applied_snapshot(spark, catalog, catalog_settings, osmem_server, data,
                                                        version, mode):
