@@ -3,6 +3,7 @@
 import argparse
 import os
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,11 +85,15 @@ def _sync_context(args: argparse.Namespace, stop: "StopRequest", rebuilt: tuple[
 
 def cmd_sync(args: argparse.Namespace) -> int:
     from icecdc_dagster.lease.holder import set_process_role
+    from icecdc_dagster.progress import SyncProgress, process_started
     from icecdc_dagster.progress_display import SyncDisplay
     from icecdc_dagster.sync import StopRequest, sync_all
 
     set_process_role("icecdc sync")
-    display = SyncDisplay(live=sys.stdout.isatty())  # its clock starts at the process start, not here
+    # The command's start: the process start when run as the program (interpreter, imports, Spark included),
+    # now when another program calls ``main(argv)`` in its own long-lived process.
+    started = process_started() if args.as_program else time.monotonic()
+    display = SyncDisplay(live=sys.stdout.isatty(), progress=SyncProgress(started=started))
     with StopRequest().installed() as stop:
         with display:
             config, context = _sync_context(args, stop, retry_failed=args.retry_failed, progress=display.progress)
@@ -264,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
                       help="client_id:client_secret (from this variable) that /v1/oauth/tokens exchanges for the token")
     rest.set_defaults(func=cmd_rest_server)
     args = parser.parse_args(argv)
+    args.as_program = argv is None  # the console script: this process is the command
     if getattr(args, "config", "") is None:  # the command takes --config, and $ICECDC_CONFIG is not set either
         parser.error(f"{args.command}: the pipeline file: pass --config FILE or set ICECDC_CONFIG")
     try:

@@ -3,6 +3,7 @@ where the sink stands; after a new commit ``icecdc sync`` applies it and status 
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -66,10 +67,15 @@ def test_demo_then_status_then_sync(spark, tmp_path, monkeypatch, capsys):
     status = _status(capsys, config, home)
     assert "1 snapshots pending" in status and "1 not yet applied" in status
 
+    called = time.monotonic()
     assert main(["sync", "--config", str(config), "--dagster-home", str(home), "-v"]) == 0
+    call_s = time.monotonic() - called
     captured = capsys.readouterr()
     assert "demo.orders: 1/1 runs succeeded; ok" in captured.out
-    assert re.search(r"^demo.orders: batch \d+ applied in \d+\.\ds$", captured.out, re.M)   # one line per batch
+    # one line per batch; the total counts from this command's call, not from the test process's start
+    assert re.search(r"^demo.orders: batch \d+ applied in \d+\.\ds; batches 1 done / 0 pending$", captured.out, re.M)
+    total = float(re.search(r"^sync finished in (\d+\.\d)s", captured.out, re.M).group(1))
+    assert total <= call_s + 0.05
     assert " - DEBUG - " in captured.err and "STEP_START" in captured.err   # -v: Dagster's events too
     status = _status(capsys, config, home)
     newest = re.search(r"demo.orders: current snapshot (\d+)", status).group(1)
