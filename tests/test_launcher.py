@@ -351,7 +351,7 @@ def test_definitions_are_built_once_per_process_until_the_pipeline_file_changes(
     them at every run and step; a changed pipeline file rebuilds them."""
     from dagster._core.definitions import reconstruct
 
-    from icecdc_dagster import launcher
+    from icecdc_dagster.launcher import definitions_cache
 
     builds = []
     real = reconstruct.reconstruct_repository_def_from_pointer
@@ -361,7 +361,7 @@ def test_definitions_are_built_once_per_process_until_the_pipeline_file_changes(
         return real(pointer, load_data)
 
     monkeypatch.setattr(reconstruct, "reconstruct_repository_def_from_pointer", counting)
-    monkeypatch.setattr(launcher, "_DEFINITIONS", {})
+    definitions_cache.clear_definitions()
     reconstruct.ReconstructableJob.get_definition.cache_clear()
     reconstruct.ReconstructableJob.get_repository_definition.cache_clear()
     config = tmp_path / "pipeline.yaml"
@@ -376,3 +376,14 @@ def test_definitions_are_built_once_per_process_until_the_pipeline_file_changes(
     instance.run_launcher.join(timeout=30)
     assert instance.get_run_by_id(again).status == DagsterRunStatus.SUCCESS
     assert len(builds) == 3
+
+
+@pytest.mark.parametrize("name", ["WarmRunLauncher", "MonitoredRunLauncher"])
+def test_the_module_path_in_existing_dagster_yaml_files_still_loads(name):
+    """``dagster.yaml`` files name a launcher by module path (``module: icecdc_dagster.launcher``):
+    the launcher package keeps that path working after the split into modules."""
+    from dagster._serdes.config_class import ConfigurableClassData
+
+    launcher = ConfigurableClassData("icecdc_dagster.launcher", name, "{}").rehydrate()
+    assert type(launcher).__name__ == name
+    assert type(launcher).__module__.startswith("icecdc_dagster.launcher.")
