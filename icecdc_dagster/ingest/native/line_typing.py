@@ -1,0 +1,260 @@
+"""A batch's lines typed natively, each flagged :data:`FAST` when the native row is the Python rules' row;
+:func:`split` parts the native rows from the lines the Python rules must take."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from icecdc_dagster.ingest.coercion import IGNORED_FIELDS
+from icecdc_dagster.ingest.columns import NOTES, RAW, REASON, SOURCE_FILE, SOURCE_OFFSET, TOMBSTONE, WIDEN
+from icecdc_dagster.ingest.debezium import DELETE, INSERT, OPS
+from icecdc_dagster.ingest.native.column_rules import TargetColumn, decimal_is_exact, decoded_value
+from icecdc_dagster.ingest.native.schema_blocks import PAYLOAD_KEY, Decoding, FieldDecoding, SchemaBranch
+from icecdc_dagster.writer.merge import OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN
+
+# Spark's JSON reader, as strict as Python's json where it can be.
+JSON_OPTIONS = {"allowSingleQuotes": "false", "allowNumericLeadingZeros": "false",
+                "allowUnquotedControlChars": "false", "allowBackslashEscapingAnyCharacter": "false",
+                "allowUnquotedFieldNames": "false", "allowComments": "false", "mode": "PERMISSIVE"}
+FAST = "_icecdc_fast"
+_OP_TEXT, _TYPED = "_n_op", "_n_typed"
+_SCHEMA_KEY = '"schema"'
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _image_struct(columns: Sequence[TargetColumn], types: dict[str, T.DataType] | None = None) -> T.StructType:
+    """The typed read of the columns whose JSON text is not enough (decimal, binary; and for schema-block
+    lines the epoch numbers of date/timestamp columns: only a typed read tells a number from a string)."""
+    return T.StructType([T.StructField(c.name, (types or {}).get(c.name, c.dtype), True) for c in columns])
+
+
+def _envelope(image: T.StructType, payload_image: T.StructType | None) -> T.StructType:
+    fields = [T.StructField("before", image), T.StructField("after", image)]
+    if payload_image is not None:
+        fields.append(T.StructField("payload", T.StructType([T.StructField("before", payload_image),
+                                                             T.StructField("after", payload_image)])))
+    return T.StructType(fields)
+
+
+def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequence[str], known: Sequence[str],
+                 utc_session: bool, order_file_shift: int, branches: Sequence[SchemaBranch] = (),
+                 extra: Sequence[Column] = ()) -> DataFrame:
+    """``lines`` typed natively, each with the flag :data:`FAST` (the native row is the Python rules' row).
+
+    Rows carry the table's columns plus op, order, reason (null or a key/required-null reason),
+    raw, source position and notes (``ignored_fields``), as the Python rules would produce them.
+    ``branches``: schema blocks (:func:`sample_branches`) whose lines are decoded natively too.
+    ``extra``: more columns over the line (``raw``, ``file_index``, ``source_offset``), kept as given.
+    """
+    raw = F.col("raw")
+    frame, typed_columns, payload_typed = _parsed_lines(lines, columns, branches)
+    deleting = F.col(_OP_TEXT) == F.lit(DELETE)
+    image = F.col("_n_map")
+    arms = [_plain_arm(typed_columns)]
+    for i, b in enumerate(branches):
+        arms += _branch_arms(i, b, deleting, payload_typed)
+    values: list[Column] = []
+    fast = _well_formed(image) & _shape(branches, columns, image, deleting)
+    for c in columns:
+        value, ok = _column_value(c, arms, image[F.lit(c.name)], deleting, c.name in keys, utc_session)
+        values.append(value)
+        fast = fast & ok
+    fast = F.coalesce(fast, F.lit(False))  # never null: a null flag would drop the line from both sides
+    tombstone = F.trim(raw).isin("", "null")  # Python's rule: a blank line or JSON null
+    fast = tombstone | fast
+    reason = F.when(~tombstone, _null_reason(columns, values, keys, deleting))
+    known_keys = F.array(*[F.lit(k) for k in known]) if known else F.array().cast("array<string>")
+    ignored = F.size(F.array_except(F.map_keys(image), known_keys)).cast("long")
+    ops_out = F.when(tombstone, F.lit(TOMBSTONE)).when(F.col(_OP_TEXT) == F.lit(INSERT), F.lit(OP_INSERT)).when(
+        deleting, F.lit(OP_DELETE)).otherwise(F.lit(OP_UPSERT))
+    empty_notes = F.create_map().cast("map<string,bigint>")
+    return frame.select(
+        *[F.when(reason.isNull(), v.cast(c.dtype).alias(c.name)).alias(c.name)
+          for v, c in zip(values, columns, strict=True)],
+        ops_out.alias(OP_COLUMN),
+        (F.col("file_index") * F.lit(order_file_shift) + F.col("source_offset")).alias(ORDER_COLUMN),
+        # the raw line is kept only where it is needed: dead letters and the Python rules (a smaller cache)
+        reason.alias(REASON), F.when(reason.isNotNull() | ~fast, raw).alias(RAW),
+        F.col("source_file").alias(SOURCE_FILE), F.col("source_offset").alias(SOURCE_OFFSET),
+        F.when(reason.isNull() & (ignored > 0), F.create_map(F.lit(IGNORED_FIELDS), ignored))
+        .otherwise(empty_notes).alias(NOTES),
+        F.lit(None).cast("map<string,string>").alias(WIDEN), "file_index", fast.alias(FAST), *extra)
+
+
+def _parsed_lines(lines: DataFrame, columns: Sequence[TargetColumn], branches: Sequence[SchemaBranch]
+                  ) -> tuple[DataFrame, list[TargetColumn], list[TargetColumn]]:
+    """``lines`` + each one's branch (-1: plain), parsed text, JSON reads, op and image (a map of field texts).
+
+    One JSON read gives the op, the wrappers and every field's text; a second, typed read only for the
+    columns whose text is not enough: returned, those of plain lines (decimals, binary) and those of
+    schema-block lines (the same, and the epoch numbers of date/timestamp columns).
+    """
+    raw = F.col("raw")
+    image_map = T.MapType(T.StringType(), T.StringType())
+    payload = T.StructType([T.StructField("op", T.StringType()), T.StructField("before", image_map),
+                            T.StructField("after", image_map)])
+    envelope = T.StructType([T.StructField("schema", T.StringType()), T.StructField("payload", payload),
+                             T.StructField("op", T.StringType()), T.StructField("before", image_map),
+                             T.StructField("after", image_map)])
+    op_map = F.create_map(*[x for k, v in OPS.items() for x in (F.lit(k), F.lit(v))])
+    typed_columns = [c for c in columns if isinstance(c.dtype, (T.DecimalType, T.BinaryType))]
+    epoch_types: dict[str, T.DataType] = {}
+    if branches:
+        epoch_types = {c.name: T.IntegerType() if isinstance(c.dtype, T.DateType) else T.LongType()
+                       for c in columns if isinstance(c.dtype, (T.DateType, T.TimestampType, T.TimestampNTZType))}
+    payload_typed = [c for c in columns if c in typed_columns or c.name in epoch_types]
+    # A branch line is parsed without its schema block (most of its bytes): "{" + the text after the block.
+    branch_index: Column = F.lit(-1)
+    parsed_text: Column = raw
+    for i, b in reversed(list(enumerate(branches))):
+        branch_index = F.when(raw.startswith(b.prefix + PAYLOAD_KEY), F.lit(i)).otherwise(branch_index)
+        parsed_text = F.when(F.col("_n_branch") == i,
+                             F.concat(F.lit("{"), F.substring(raw, len(b.prefix) + 1, 1 << 30))).otherwise(parsed_text)
+    frame = lines.select("file_index", "source_file", "source_offset", "raw", branch_index.alias("_n_branch"))
+    frame = frame.select("*", parsed_text.alias("_n_text"))
+    text_of_line = F.col("_n_text")
+    parses = [F.from_json(text_of_line, envelope, JSON_OPTIONS).alias("_n_env")]
+    if typed_columns or payload_typed:
+        parses.append(F.from_json(text_of_line, _envelope(_image_struct(typed_columns),
+                                                          _image_struct(payload_typed, epoch_types) if branches
+                                                          else None), JSON_OPTIONS).alias(_TYPED))
+    frame = frame.select("*", *parses)
+    plain = F.col("_n_branch") == -1
+    op = op_map[F.lower(F.when(plain, F.col("_n_env.op")).otherwise(F.col("_n_env.payload.op")))]
+    before = F.when(plain, F.col("_n_env.before")).otherwise(F.col("_n_env.payload.before"))
+    after = F.when(plain, F.col("_n_env.after")).otherwise(F.col("_n_env.payload.after"))
+    frame = frame.select("*", op.alias(_OP_TEXT), F.when(op == F.lit(DELETE), before).otherwise(after).alias("_n_map"))
+    return frame, typed_columns, payload_typed
+
+
+@dataclass(frozen=True, eq=False)  # Columns do not compare as values
+class _Arm:
+    """One way a line is read: where ``condition`` holds, each field decoded as ``decodings`` says (None: the
+    Python rules decide every such line), the typed read of the ``typed`` columns found under ``typed_at``."""
+
+    condition: Column
+    decodings: dict[str, FieldDecoding] | None
+    typed_at: str
+    typed: Sequence[TargetColumn]
+
+
+def _plain_arm(typed_columns: Sequence[TargetColumn]) -> _Arm:
+    """A line without a schema block: every field as it is (no decoding), typed reads at the top level."""
+    return _Arm(F.col("_n_branch") == -1, {}, "", typed_columns)
+
+
+def _branch_arms(i: int, branch: SchemaBranch, deleting: Column, payload_typed: Sequence[TargetColumn]
+                 ) -> list[_Arm]:
+    """A line of branch ``i``: a delete reads its before side, any other op its after side, each decoded as that
+    side's schema says (``debezium.parse_line`` does the same); typed reads inside the payload."""
+    on_branch = F.col("_n_branch") == i
+    return [_Arm(on_branch & deleting, branch.before, "payload.", payload_typed),
+            _Arm(on_branch & ~deleting, branch.after, "payload.", payload_typed)]
+
+
+def _column_value(c: TargetColumn, arms: Sequence[_Arm], text: Column, deleting: Column, is_key: bool,
+                  utc_session: bool) -> tuple[Column, Column]:
+    """(value, ok) of one column: the value of the arm the line is read by, and whether it provably equals the
+    Python rules' value. ``text``: the field's JSON text in the line's image."""
+    exact = decimal_is_exact(c, F.col("_n_text"))
+    value: Column = F.lit(None)
+    ok: Column = F.lit(False)
+    for arm in reversed(arms):
+        if arm.decodings is None:
+            continue  # the Python rules decide every line of this side (ok stays false)
+        typed = _typed_read(c, arm.typed_at, deleting) if c in arm.typed else F.lit(None)
+        decoding = arm.decodings.get(c.name, FieldDecoding(Decoding.IDENTITY))
+        arm_value, arm_ok = decoded_value(c, decoding, typed, text, exact, utc_session)
+        if not is_key and decoding.kind is Decoding.IDENTITY:
+            arm_ok = deleting | arm_ok  # a delete matches on its key only (an identity value cannot fail)
+        value = F.when(arm.condition, arm_value).otherwise(value)
+        ok = F.when(arm.condition, arm_ok).otherwise(ok)
+    if not is_key:
+        value = F.when(~deleting, value)  # a delete matches on its key only
+    return value, ok
+
+
+def _typed_read(c: TargetColumn, typed_at: str, deleting: Column) -> Column:
+    q = _quote(c.name)
+    return F.when(deleting, F.col(f"{_TYPED}.{typed_at}before.{q}")).otherwise(F.col(f"{_TYPED}.{typed_at}after.{q}"))
+
+
+def _null_reason(columns: Sequence[TargetColumn], values: Sequence[Column], keys: Sequence[str],
+                 deleting: Column) -> Column:
+    """The dead-letter reason the Python rules give a row by its values: a null key or required column (the
+    first in schema order), or a delete on a table without keys; null when there is none."""
+    reason: Column = F.lit(None).cast("string")
+    reasons: list[tuple[Column, str]] = []
+    for c, value in zip(columns, values, strict=True):
+        is_key = c.name in keys
+        needed = F.lit(True) if is_key else (~deleting if not c.nullable else F.lit(False))
+        reasons.append((needed & value.isNull(), f"{'key' if is_key else 'required'} column {c.name} is null or "
+                                                 "missing"))
+    for condition, message in reversed(reasons):  # the first column in schema order names the reason
+        reason = F.when(condition, F.lit(message)).otherwise(reason)
+    if not keys:
+        reason = F.coalesce(reason, F.when(deleting, F.lit("delete on a table without identifier columns "
+                                                           "(append only)")))
+    return reason
+
+
+def _well_formed(image: Column) -> Column:
+    """What the native reading needs to mirror the Python rules: a known op, one JSON object (Spark ignores
+    text after ``}{``), an image, no duplicate key."""
+    keys_seen = F.map_keys(image)
+    return (F.col(_OP_TEXT).isNotNull() & ~F.col("_n_text").rlike(r"\}\s*\{") & image.isNotNull()
+            & (F.size(keys_seen) == F.size(F.array_distinct(keys_seen))))
+
+
+def _shape(branches: Sequence[SchemaBranch], columns: Sequence[TargetColumn], image: Column,
+           deleting: Column) -> Column:
+    """The line is plain (no wrapper, no schema key) or written exactly as one of ``branches``."""
+    raw = F.col("raw")
+    shape = ((F.col("_n_branch") == -1) & F.col("_n_env.payload").isNull() & F.col("_n_env.schema").isNull()
+             & ~raw.contains(PAYLOAD_KEY))
+    target_names = {c.name for c in columns}
+    for i, b in enumerate(branches):
+        shape = shape | _branch_shape(i, b, target_names, image, deleting)
+    return shape
+
+
+def _branch_shape(i: int, branch: SchemaBranch, target_names: set[str], image: Column, deleting: Column) -> Column:
+    """A line of branch ``i`` with exactly one "schema" and one "payload" key (a second one would win in both
+    readers, but is not worth proving), and no schema-decoded field outside the table (its decoding could fail)."""
+    raw = F.col("raw")
+    start = len(branch.prefix)
+    sides: Column = F.lit(False)
+    for side, decodings in ((deleting, branch.before), (~deleting, branch.after)):
+        if decodings is None:
+            continue
+        others = [name for name, d in decodings.items() if name not in target_names and d.kind is not Decoding.IDENTITY]
+        sides = sides | (side & _all_null(image, others))
+    return ((F.col("_n_branch") == i) & (F.locate(_SCHEMA_KEY, raw, start + 1) == 0)
+            & (F.locate(PAYLOAD_KEY, raw, start + len(PAYLOAD_KEY) + 1) == 0)
+            & F.col("_n_env.payload").isNotNull() & sides)
+
+
+def _all_null(image: Column, names: Sequence[str]) -> Column:
+    condition: Column = F.lit(True)
+    for name in names:
+        condition = condition & image[F.lit(name)].isNull()
+    return condition
+
+
+def split(classified: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(native rows, lines for the Python rules) of a *materialised* :func:`coerce_lines` frame.
+
+    Materialise (persist) it first: a filter on the flag would otherwise be pushed below the projection
+    and repeat every JSON parse once per reference.
+    """
+    native = classified.where(F.col(FAST)).drop(FAST, "file_index")
+    rest = classified.where(~F.col(FAST)).select("file_index", F.col(SOURCE_FILE).alias("source_file"),
+                                                 F.col(SOURCE_OFFSET).alias("source_offset"),
+                                                 F.col(RAW).alias("raw"))
+    return native, rest
