@@ -28,7 +28,7 @@ from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.source_table import source_observations
 from icecdc_dagster.config import IngestConfig, PipelineConfig, TableConfig
 from icecdc_dagster.definitions import resource
-from icecdc_dagster.errors import LineBusyError, SyncInterruptedError
+from icecdc_dagster.errors import LineBusyError, SyncInterruptedError, TableHasNoSnapshotError
 from icecdc_dagster.lease import failover
 from icecdc_dagster.lease.holder import Holder, run_heartbeat
 from icecdc_dagster.lease.line_lock import LineLock, holding
@@ -38,6 +38,7 @@ from icecdc_dagster.lines.window import diagnose
 from icecdc_dagster.progress import SyncProgress
 from icecdc_dagster.run_tags import WORKER_HEARTBEAT_TAG
 from icecdc_dagster.sensors import ingest_sensor, snapshots
+from icecdc_dagster.steps import lifecycle
 from icecdc_dagster.steps.ordering import Blocked, NextRun
 
 if TYPE_CHECKING:
@@ -443,9 +444,6 @@ def resync_table(config: PipelineConfig, defs: Definitions, instance: DagsterIns
     overwrite), then the usual sync. Earlier partitions stay (lineage) but are superseded. The partition
     is added under the line's lock, with no run of the line in flight, so no old batch can interleave."""
     from dagster import AssetObservation
-
-    from icecdc_dagster.errors import TableHasNoSnapshotError
-    from icecdc_dagster.steps import lifecycle
 
     table = config.table(table_name)
     context = _context(defs, instance, False, context)

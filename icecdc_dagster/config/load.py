@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from icecdc_dagster.config.model import PipelineConfig
 from icecdc_dagster.errors import ConfigError
+from icecdc_dagster.sinks.registry import SINK_KINDS
 
 CONFIG_ENV = "ICECDC_CONFIG"
 _ROOT = "<root>"
@@ -103,7 +104,7 @@ def _path(loc: tuple[Any, ...], data: Any) -> str:
             if name and isinstance(name, str) and previous in ("tables", "ingest"):
                 label += f" ({name})"
             parts[-1] += label
-        elif item == previous and previous in _SINK_KINDS_CACHE():
+        elif item == previous and previous in SINK_KINDS:
             continue  # a sink's tag and its key are the same YAML key
         elif not isinstance(node, dict):
             continue  # the member of a union a scalar was tried against, not a YAML key
@@ -114,20 +115,12 @@ def _path(loc: tuple[Any, ...], data: Any) -> str:
     return ".".join(parts) or _ROOT
 
 
-def _SINK_KINDS_CACHE() -> set[str]:  # noqa: N802 - a constant read lazily
-    from icecdc_dagster.sinks.registry import SINK_KINDS
-
-    return set(SINK_KINDS)
-
-
 def _keys(model: type[BaseModel]) -> list[str]:
     return sorted(field.alias or name for name, field in model.model_fields.items())
 
 
 def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The model class that validates the mapping at ``loc`` (for the list of keys it allows)."""
-    from icecdc_dagster.sinks.registry import SINK_KINDS
-
     model: type[BaseModel] | None = PipelineConfig
     for item in loc:
         if model is None:

@@ -37,6 +37,7 @@ from icecdc_dagster.fields import (
     local_path,
     parse_duration,
 )
+from icecdc_dagster.ingest import routing
 from icecdc_dagster.inputs.base import InputConfig
 from icecdc_dagster.inputs.landing.config import LandingConfig
 from icecdc_dagster.inputs.registry import INPUT_KINDS
@@ -224,8 +225,6 @@ class IngestConfig(Model):
     @field_validator("target")
     @classmethod
     def _routable(cls, target: str) -> str:
-        from icecdc_dagster.ingest import routing
-
         if routing.is_template(target):
             routing.namespace_of(target)  # ValueError names the fixed namespace rule
         elif not is_table_name(target):
@@ -234,8 +233,6 @@ class IngestConfig(Model):
 
     @model_validator(mode="after")
     def _one_schema_per_table(self) -> "IngestConfig":
-        from icecdc_dagster.ingest import routing
-
         if self.schema_ is not None and routing.is_template(self.target):
             raise ValueError("a declared schema describes one table, but the target is a routing template that "
                              "writes many: drop 'schema' (the schema is inferred per table) or use a fixed target")

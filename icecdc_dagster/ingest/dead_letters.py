@@ -5,6 +5,8 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from icecdc_dagster.writer.auto_create import ensure_namespace
+
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
 
@@ -14,8 +16,6 @@ DEAD_LETTER_COLUMNS = ("raw", "reason", "source_file", "source_offset", "target"
 
 
 def ensure_table(spark: Any, catalog_name: str, table: str) -> None:
-    from icecdc_dagster.writer.auto_create import ensure_namespace
-
     ensure_namespace(spark, catalog_name, table)
     spark.sql(f"CREATE TABLE IF NOT EXISTS {catalog_name}.{table} ({DEAD_LETTER_DDL}) USING iceberg "
               "TBLPROPERTIES ('format-version'='2')")

@@ -13,15 +13,13 @@ import signal
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from pydantic import Field
 
 from icecdc_dagster.errors import StreamInputError
 from icecdc_dagster.fields import Model, PositiveInt
-
-if TYPE_CHECKING:
-    from icecdc_dagster.ingest.ingester import IngestResult, IngestSettings
+from icecdc_dagster.ingest.ingester import IngestResult, IngestSettings, ingest_records
 
 RANGE_SEPARATOR = ".."
 FAULT_ENV = "ICECDC_FAULT"
@@ -139,8 +137,6 @@ class StreamInput(ABC):
     def commit(self, spark: Any, catalog_name: str, settings: "IngestSettings", batch: StreamBatch) -> "IngestResult":
         """Write the batch to its targets exactly once (its id in every commit): messages take a landing
         line's path (``ingest.ingester.ingest_records``)."""
-        from icecdc_dagster.ingest.ingester import ingest_records
-
         bid = batch.batch_id
         assert bid is not None, "a batch with messages has an id"
         return ingest_records(spark, catalog_name, settings, bid, [(m.position, m.data) for m in batch.messages])

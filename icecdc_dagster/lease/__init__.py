@@ -3,4 +3,5 @@ writer work on a line at a time. A crashed writer loses its lock with its proces
 failed over by the next sync or sensor tick, so a crash never needs a person."""
 
 # A package of modules, no facade: callers import the module they need.
-__all__ = ["dagster_yaml", "executor", "failover", "holder", "line_lock", "pg_lock", "retry", "run_thread"]
+__all__ = ["dagster_yaml", "executor", "failover", "holder", "line_lock", "lock_contract", "pg_lock", "retry",
+           "run_thread"]

@@ -18,6 +18,8 @@ keys into yours by hand). What each key buys:
 import os
 from pathlib import Path
 
+from icecdc_dagster.errors import ConfigError
+
 RECOMMENDED_DAGSTER_YAML = """\
 # Written by icecdc for crash safety (run monitoring, one run per line). icecdc never overwrites
 # this file; see docs/operations.md ("Operations: crashes"; the warm launcher: its first section).
@@ -52,8 +54,6 @@ def ensure_dagster_yaml(home: str | Path, postgres_url_env: str | None = None) -
     path = Path(home) / "dagster.yaml"
     if path.exists():
         if postgres_url_env and "postgres" not in path.read_text():
-            from icecdc_dagster.errors import ConfigError
-
             raise ConfigError(f"{path}: the pipeline file puts the Dagster instance on PostgreSQL but this "
                               f"dagster.yaml does not; merge this block into it:\n{postgres_storage(postgres_url_env)}")
         return False

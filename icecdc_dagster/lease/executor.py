@@ -28,6 +28,7 @@ from dagster._utils.interrupts import check_captured_interrupt
 from icecdc_dagster import run_tags
 from icecdc_dagster.lease.holder import Holder, run_heartbeat
 from icecdc_dagster.lease.line_lock import LineLock, busy_message
+from icecdc_dagster.lease.lock_contract import LineLockContract
 
 if TYPE_CHECKING:
     from dagster import InitExecutorContext
@@ -62,7 +63,7 @@ class LineExecutor(InProcessExecutor):
             finally:
                 lock.release()
 
-    def _acquire(self, plan_context: "PlanOrchestrationContext", lock: LineLock,
+    def _acquire(self, plan_context: "PlanOrchestrationContext", lock: LineLockContract,
                  holder: Holder) -> Iterator[DagsterEvent]:
         if lock.try_acquire(holder):
             return

@@ -15,13 +15,14 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from icecdc_dagster.errors import LineBusyError, SyncInterruptedError
-from icecdc_dagster.lease.holder import Holder, iso, local_verdict
+from icecdc_dagster.lease.holder import Holder
+from icecdc_dagster.lease.lock_contract import LineLockContract, LockOwner
+from icecdc_dagster.lease.pg_lock import PgLineLock, postgres_url
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
@@ -29,20 +30,9 @@ if TYPE_CHECKING:
 LOCK_DIR = ("icecdc", "locks")
 
 
-@dataclass(frozen=True)
-class LockOwner:
-    line_id: str
-    holder: Holder
-    acquired_at: float
-
-    def describe(self) -> str:
-        h = self.holder
-        return f"{h.role} on {h.host} pid {h.pid}, holding it since {iso(self.acquired_at)}"
-
-
-class LineLock:
-    """The lock of one line. ``try_acquire`` / ``release`` from one thread; not reentrant (a
-    second ``LineLock`` of the same line in the same process is a different writer and loses)."""
+class LineLock(LineLockContract):
+    """The lock of one line as a file lock under ``root`` (the instance's directory); the contract is
+    :class:`LineLockContract`'s."""
 
     def __init__(self, root: str | Path, line_id: str) -> None:
         self.line_id = line_id
@@ -50,11 +40,9 @@ class LineLock:
         self._fd: int | None = None
 
     @classmethod
-    def for_instance(cls, instance: "DagsterInstance", line_id: str) -> "LineLock":
+    def for_instance(cls, instance: "DagsterInstance", line_id: str) -> LineLockContract:
         """The line's lock where the instance lives: a PostgreSQL advisory lock on a PostgreSQL instance
         (shared by every host), else a file lock under ``$DAGSTER_HOME``."""
-        from icecdc_dagster.lease.pg_lock import PgLineLock, postgres_url
-
         url = postgres_url(instance)
         return PgLineLock(url, line_id) if url else cls(instance.root_directory, line_id)
 
@@ -72,7 +60,6 @@ class LineLock:
         return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
 
     def try_acquire(self, holder: Holder, grace_s: float = 0.5) -> bool:
-        """Take the lock if free (retrying for ``grace_s``: a sensor's probe holds it for microseconds)."""
         if self._fd is not None:
             raise RuntimeError(f"line lock {self.line_id} is already held by this LineLock")
         fd = self._open()
@@ -101,28 +88,13 @@ class LineLock:
                 os.close(fd)
 
     def recorded_owner(self) -> LockOwner | None:
-        """Who the file names (the current holder while the lock is busy; the last one otherwise)."""
         try:
             record = json.loads(self.path.read_text() or "null")
             return LockOwner(record["line"], Holder.from_dict(record["holder"]), float(record["acquired_at"]))
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def busy_owner(self, settle_s: float = 1.0) -> LockOwner | None:
-        """The owner of a busy lock. Right after a takeover the file may still name the previous
-        (dead) holder for an instant: re-read until it names a live process, then give up."""
-        deadline = time.monotonic() + settle_s
-        while True:
-            owner = self.recorded_owner()
-            local = local_verdict(owner.holder) if owner else None
-            if owner is not None and (local is None or local.alive):
-                return owner
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.05)
-
     def is_busy(self) -> bool:
-        """Probe: is another writer holding the line right now? (takes and drops the lock)"""
         fd = self._open()
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -133,16 +105,16 @@ class LineLock:
         return False
 
 
-def busy_message(lock: LineLock) -> str:
+def busy_message(lock: LineLockContract) -> str:
     owner = lock.busy_owner()
     who = owner.describe() if owner else "a process that is just taking it"
     return f"{lock.line_id} is being written by {who}"
 
 
 @contextmanager
-def holding(lock: LineLock, holder: Holder, wait: bool = False, poll_s: float = 0.25,
+def holding(lock: LineLockContract, holder: Holder, wait: bool = False, poll_s: float = 0.25,
             on_wait: Callable[[str], None] | None = None,
-            stop_requested: Callable[[], bool] | None = None) -> Iterator[LineLock]:
+            stop_requested: Callable[[], bool] | None = None) -> Iterator[LineLockContract]:
     """Hold the line for the block. Busy: raise ``LineBusyError`` naming the holder, or with ``wait``
     poll until it is free (``stop_requested`` ends the wait with ``SyncInterruptedError``)."""
     if not lock.try_acquire(holder):

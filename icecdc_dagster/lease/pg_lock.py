@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from icecdc_dagster.lease.holder import Holder
-from icecdc_dagster.lease.line_lock import LineLock, LockOwner
+from icecdc_dagster.lease.lock_contract import LineLockContract, LockOwner
 
 HOLDERS_TABLE = "icecdc_line_holders"
 
@@ -39,8 +39,8 @@ def _connect(url: str) -> Any:
     return conn
 
 
-class PgLineLock(LineLock):
-    """:class:`LineLock` with the same contract, held as a PostgreSQL advisory lock."""
+class PgLineLock(LineLockContract):
+    """A line's lock held as a PostgreSQL advisory lock (shared by every host of the instance)."""
 
     def __init__(self, url: str, line_id: str) -> None:
         self.line_id = line_id

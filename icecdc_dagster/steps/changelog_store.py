@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from icecdc_dagster.batch import CHANGE_COLUMNS, CHANGE_TYPE, LAST_UPDATED_SEQUENCE_NUMBER, ROW_ID, BatchInfo
+from icecdc_dagster.changelog import to_events
 from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import ChangelogError
 from icecdc_dagster.steps.observed import observe_change_counts
@@ -201,8 +202,6 @@ class ChangelogStore:
 
         ``use_row_id``: the source has v3 row lineage and no identifier columns (ids are ``_row_id``).
         """
-        from icecdc_dagster.changelog import to_events
-
         source = self._source()
         want = source.of(batch.schema_id)
         keys = _names_in(source.current, want, batch.identifier_columns) if batch.schema_id is not None \

@@ -17,6 +17,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from icecdc_dagster import changelog
 from icecdc_dagster.batch import RESYNC_KEY
 from icecdc_dagster.errors import LineDivergedError, SnapshotExpiredError, TableRecreatedError, TableRolledBackError
 
@@ -162,8 +163,6 @@ def diagnose(source: "Table", table_name: str, keys: Sequence[str], done: Collec
 def pending_problem(source: "Table", table_name: str, key: str, config_path: str | None) -> LineProblem | None:
     """Why the next batch, starting at ``key`` (not a bootstrap), cannot run: it needs its snapshot,
     and (merge-on-read diff) its parent's data."""
-    from icecdc_dagster import changelog
-
     cmd = recovery_command(config_path, table_name)
     snapshot_id = snapshot_id_of(key)
     snapshot = source.metadata.snapshot_by_id(snapshot_id)

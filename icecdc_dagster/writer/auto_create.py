@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from icecdc_dagster.errors import SchemaDeclarationError
-from icecdc_dagster.writer.tables import spark_catalog
+from icecdc_dagster.writer.tables import set_identifier_fields, spark_catalog
 from icecdc_dagster.writer.type_ddl import spark_ddl
 
 DEFAULT_PROPERTIES = {"format-version": "2", "write.merge.mode": "merge-on-read",
@@ -77,8 +77,6 @@ def create_table(spark: Any, catalog_name: str, table: str, columns: Sequence[tu
     spark.sql(f"CREATE TABLE IF NOT EXISTS {catalog_name}.{table} ({cols}) USING iceberg "
               f"{partition_clause(partition_spec, names, where)} TBLPROPERTIES ({tblprops})")
     if key_columns:
-        from icecdc_dagster.writer.tables import set_identifier_fields
-
         set_identifier_fields(spark, f"{catalog_name}.{table}", key_columns)
 
 

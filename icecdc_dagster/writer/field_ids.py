@@ -38,6 +38,7 @@ from pyiceberg.types import (
     UUIDType,
 )
 
+from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import SchemaChangeError
 
 if TYPE_CHECKING:
@@ -414,8 +415,6 @@ def projection(want: Sequence[NestedField], have: Schema, have_of: dict[int, int
     """Top-level columns of ``have``-shaped rows presented as the fields ``want``, matched by field id
     (``have_of``: want id -> have id). A field ``have`` lacks is null, or left out (``missing_as_null``)."""
     from pyspark.sql import functions as F
-
-    from icecdc_dagster.column_names import column
 
     present = {f.field_id: f for f in have.fields}
     columns = []

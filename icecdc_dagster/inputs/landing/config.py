@@ -6,6 +6,7 @@ from pydantic import Field
 
 from icecdc_dagster.fields import Duration, Flag, LocationOrUri, PositiveInt, parse_duration
 from icecdc_dagster.inputs.base import InputConfig, StreamInput
+from icecdc_dagster.inputs.landing.reader import LandingInput
 
 
 class LandingConfig(InputConfig):
@@ -35,6 +36,4 @@ class LandingConfig(InputConfig):
         return f"landing files in {self.path}"
 
     def open(self) -> StreamInput:
-        from icecdc_dagster.inputs.landing.reader import LandingInput
-
         return LandingInput(self)

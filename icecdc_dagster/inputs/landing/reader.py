@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from icecdc_dagster.ingest import landing
+from icecdc_dagster.ingest.ingester import IngestResult, IngestSettings, ingest_files
 from icecdc_dagster.inputs.base import Lag, Message, StreamBatch, StreamInput
 
 if TYPE_CHECKING:
-    from icecdc_dagster.ingest.ingester import IngestResult, IngestSettings
     from icecdc_dagster.inputs.landing.config import LandingConfig
 
 
@@ -47,8 +47,6 @@ class LandingInput(StreamInput):
         return StreamBatch(self.source, messages, (), landing.batch_id(batch) if batch else None)
 
     def commit(self, spark: Any, catalog_name: str, settings: "IngestSettings", batch: StreamBatch) -> "IngestResult":
-        from icecdc_dagster.ingest.ingester import ingest_files
-
         return ingest_files(spark, catalog_name, None, settings, [m.position for m in batch.messages])
 
     def acknowledge(self, batch: StreamBatch) -> None:

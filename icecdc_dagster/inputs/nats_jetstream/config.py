@@ -6,6 +6,7 @@ from pydantic import Field
 
 from icecdc_dagster.fields import Duration, EnvOrText, Secret, parse_duration
 from icecdc_dagster.inputs.base import BrokerInputConfig, StreamInput
+from icecdc_dagster.inputs.nats_jetstream.reader import NatsJetStreamInput
 
 
 class NatsJetStreamConfig(BrokerInputConfig):
@@ -42,6 +43,4 @@ class NatsJetStreamConfig(BrokerInputConfig):
         return f"JetStream {self.stream} subject {self.subject} (consumer {self.durable} at {self.url})"
 
     def open(self) -> StreamInput:
-        from icecdc_dagster.inputs.nats_jetstream.reader import NatsJetStreamInput
-
         return NatsJetStreamInput(self)

@@ -6,6 +6,7 @@ from pydantic import Field
 
 from icecdc_dagster.fields import Duration, EnvOrText, NonNegativeInt, Secret, parse_duration
 from icecdc_dagster.inputs.base import BrokerInputConfig, StreamInput
+from icecdc_dagster.inputs.redis_stream.reader import RedisStreamInput
 
 
 class RedisStreamConfig(BrokerInputConfig):
@@ -45,6 +46,4 @@ class RedisStreamConfig(BrokerInputConfig):
         return f"Redis stream {self.key} (group {self.group}, consumer {self.consumer} at {self.url})"
 
     def open(self) -> StreamInput:
-        from icecdc_dagster.inputs.redis_stream.reader import RedisStreamInput
-
         return RedisStreamInput(self)

@@ -4,17 +4,19 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField
 
 from icecdc_dagster.fields import TableName
+from icecdc_dagster.sinks.iceberg.consistency import compare_replica
+from icecdc_dagster.sinks.iceberg.sink import SOURCE_ROW_ID, SOURCE_ROW_ID_DOC, IcebergReplicaSink
 from icecdc_dagster.sinks.kind import Comparison, SinkConfig, SinkContext
 
 if TYPE_CHECKING:
-    from pyiceberg.schema import Schema
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame
 
     from icecdc_dagster.batch import Checkpoint
-    from icecdc_dagster.sinks.iceberg.sink import IcebergReplicaSink
 
 
 class IcebergSinkConfig(SinkConfig):
@@ -43,15 +45,10 @@ class IcebergSinkConfig(SinkConfig):
             lineage["_source_row_id"] = ["_row_id"]
         return lineage
 
-    def target_schema(self, source: "Table", identifier_columns: Sequence[str], by_row_id: bool) -> "Schema":
+    def target_schema(self, source: "Table", identifier_columns: Sequence[str], by_row_id: bool) -> Schema:
         """The replica's schema as the sink makes it: the source's columns (created by copying the source
         schema, new source columns added before each batch), the identifier columns required, and the
         ``_source_row_id`` key after them for a keyless v3 source (see ``sinks/iceberg/sink.py``)."""
-        from pyiceberg.schema import Schema
-        from pyiceberg.types import LongType, NestedField
-
-        from icecdc_dagster.sinks.iceberg.sink import SOURCE_ROW_ID, SOURCE_ROW_ID_DOC
-
         schema = source.schema()
         fields = [NestedField(field_id=f.field_id, name=f.name, field_type=f.field_type, doc=f.doc,
                               required=f.required or f.name in identifier_columns) for f in schema.fields]
@@ -71,17 +68,13 @@ class IcebergSinkConfig(SinkConfig):
                 f"replica; set identifier_columns, upgrade the table to format v3, or declare the table "
                 f"append_only: true")
 
-    def open(self, context: SinkContext) -> "IcebergReplicaSink":
-        from icecdc_dagster.sinks.iceberg.sink import IcebergReplicaSink
-
+    def open(self, context: SinkContext) -> IcebergReplicaSink:
         return IcebergReplicaSink(context.spark, context.catalog_name, context.pyiceberg_catalog, self.table_name,
                                   context.source_table, identifier_columns=context.identifier_columns,
                                   name=self.name)
 
     def compare(self, context: SinkContext, sink: Any, checkpoint: "Checkpoint", source_rows: "DataFrame",
                 source_count: int, sample_size: int) -> Comparison:
-        from icecdc_dagster.sinks.iceberg.consistency import compare_replica
-
         assert context.spark is not None
         return compare_replica(context.spark, f"{context.catalog_name}.{self.table_name}", source_rows,
                                source_count, sample_size)

@@ -14,6 +14,10 @@ from pydantic import Field, model_validator
 from icecdc_dagster.errors import ConfigError
 from icecdc_dagster.fields import EnvOrText, EnvRef, Flag, NonNegativeInt, PositiveInt, Secret
 from icecdc_dagster.sinks.kind import Comparison, SinkConfig, SinkContext
+from icecdc_dagster.sinks.opensearch.consistency import compare_index
+from icecdc_dagster.sinks.opensearch.refill_source import source_export
+from icecdc_dagster.sinks.opensearch.settings import OpenSearchSinkSettings
+from icecdc_dagster.sinks.opensearch.sink import OpenSearchSink
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -22,8 +26,6 @@ if TYPE_CHECKING:
     from icecdc_dagster.batch import Checkpoint
     from icecdc_dagster.lineage import LineageDataset
     from icecdc_dagster.sinks.opensearch.resource import OpenSearchResource
-    from icecdc_dagster.sinks.opensearch.settings import OpenSearchSinkSettings
-    from icecdc_dagster.sinks.opensearch.sink import OpenSearchSink
 
 _SLUG = re.compile(r"[^A-Za-z0-9_]")
 
@@ -80,7 +82,7 @@ class OpenSearchSinkConfig(SinkConfig):
         return f"OpenSearch index {self.index} kept in step with {source_table}"
 
     def lineage_dataset(self, catalog_name: str, load_table: Callable[[str], "Table"]) -> "LineageDataset":
-        from icecdc_dagster.lineage import opensearch_dataset
+        from icecdc_dagster.lineage import opensearch_dataset  # openlineage's client: 0.7 s to import, on use
 
         return opensearch_dataset(self.hosts, self.index)
 
@@ -88,17 +90,16 @@ class OpenSearchSinkConfig(SinkConfig):
         return "opensearch__" + _SLUG.sub("_", self.index)
 
     def connection_resource(self) -> "OpenSearchResource":
+        # The Dagster adapter: imported here so the engine's sink kinds load without Dagster.
         from icecdc_dagster.sinks.opensearch.resource import OpenSearchResource
 
         return OpenSearchResource.of(list(self.hosts), self.username, self.password, self.verify_certs,
                                      self.ca_certs, self.request_timeout_s)
 
     def settings(self, connection: Any = None, *, username: str | None = None,
-                 password: str | None = None) -> "OpenSearchSinkSettings":
+                 password: str | None = None) -> OpenSearchSinkSettings:
         """Engine settings; the cluster (hosts, credentials) from ``connection`` when given, else from
         this config with secrets read from the environment now."""
-        from icecdc_dagster.sinks.opensearch.settings import OpenSearchSinkSettings
-
         if connection is not None:
             hosts, username, password = tuple(connection.hosts), connection.username, connection.password
             verify, ca_certs, timeout = connection.verify_certs, connection.ca_certs, connection.request_timeout_s
@@ -132,15 +133,10 @@ class OpenSearchSinkConfig(SinkConfig):
                 f"fields) and no v3 row lineage, so its deletes cannot name a document; set identifier_columns, "
                 f"or declare the table append_only: true")
 
-    def open(self, context: SinkContext) -> "OpenSearchSink":
-        from icecdc_dagster.sinks.opensearch.refill_source import source_export
-        from icecdc_dagster.sinks.opensearch.sink import OpenSearchSink
-
+    def open(self, context: SinkContext) -> OpenSearchSink:
         return OpenSearchSink(self.settings(context.connection), context.source_table.schema(), name=self.name,
                               export=source_export(context))
 
     def compare(self, context: SinkContext, sink: Any, checkpoint: "Checkpoint", source_rows: "DataFrame",
                 source_count: int, sample_size: int) -> Comparison:
-        from icecdc_dagster.sinks.opensearch.consistency import compare_index
-
         return compare_index(context, sink.settings, checkpoint.snapshot_id, sample_size)
