@@ -8,7 +8,15 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from icecdc_dagster.errors import IcecdcError
+from icecdc_dagster.errors import IcecdcError, InstanceNotFoundError, LineBusyError
+from icecdc_dagster.lease.dagster_yaml import ensure_dagster_yaml
+from icecdc_dagster.lease.holder import Holder, set_process_role
+from icecdc_dagster.progress import SyncProgress, process_started
+from icecdc_dagster.progress_display import SyncDisplay
+from icecdc_dagster.runtime.rest_server import RestServerOptions, start_rest_server
+
+# The pipeline's modules (config, definitions, sync, status, demo) are imported by the commands that use
+# them: they load Spark and Dagster (2-8 s), which `icecdc --help` and `rest-server` never need.
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
@@ -29,14 +37,10 @@ def _instance(config: "PipelineConfig", config_path: str | None, dagster_home: s
 
     home, origin = _home(config, config_path, dagster_home)
     if create:
-        from icecdc_dagster.lease.dagster_yaml import ensure_dagster_yaml
-
         Path(home).mkdir(parents=True, exist_ok=True)
         url = config.instance.postgres_url
         ensure_dagster_yaml(home, url.name if url else None)  # on PostgreSQL when the pipeline file says so
     elif not _is_instance(Path(home)):
-        from icecdc_dagster.errors import InstanceNotFoundError
-
         raise InstanceNotFoundError(
             f"no Dagster instance at {home} ({origin}); nothing was created. Set DAGSTER_HOME to the directory "
             f"the line runs in (where `icecdc sync` or `dagster dev` ran), pass --dagster-home, or name it in "
@@ -71,7 +75,6 @@ def _sync_context(args: argparse.Namespace, stop: "StopRequest", rebuilt: tuple[
     ``rebuilt``: the table a resync rebuilds (a changed key of it is what the resync is for)."""
     from icecdc_dagster.config import load_config
     from icecdc_dagster.definitions import build_definitions
-    from icecdc_dagster.lease.holder import Holder
     from icecdc_dagster.sync import SyncContext
 
     config = load_config(args.config)
@@ -84,9 +87,6 @@ def _sync_context(args: argparse.Namespace, stop: "StopRequest", rebuilt: tuple[
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
-    from icecdc_dagster.lease.holder import set_process_role
-    from icecdc_dagster.progress import SyncProgress, process_started
-    from icecdc_dagster.progress_display import SyncDisplay
     from icecdc_dagster.sync import StopRequest, sync_all
 
     set_process_role("icecdc sync")
@@ -113,8 +113,6 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 
 def cmd_resync(args: argparse.Namespace) -> int:
-    from icecdc_dagster.errors import LineBusyError
-    from icecdc_dagster.lease.holder import set_process_role
     from icecdc_dagster.sync import StopRequest, resync_table
 
     set_process_role("icecdc resync")
@@ -182,8 +180,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_rest_server(args: argparse.Namespace) -> int:
     """A local Iceberg REST catalog for trials, in the foreground until Ctrl-C."""
-    from icecdc_dagster.runtime.rest_server import RestServerOptions, start_rest_server
-
     root = Path(args.dir).resolve()
     options = RestServerOptions(db=root / "catalog.db", warehouse=(root / "warehouse").as_uri(), port=args.port,
                                 host=args.host, name=args.name, prefix=args.prefix,
