@@ -19,7 +19,12 @@ _ROOT = "<root>"
 
 
 def parse_config(data: Any, source: str = "<config>", base_dir: Path | None = None) -> PipelineConfig:
-    """Validate parsed YAML; relative paths (SQLite file, warehouse, landing) are relative to ``base_dir``."""
+    """Validate parsed YAML; relative paths (SQLite file, warehouse, landing) are relative to ``base_dir``.
+
+    Raises:
+        ConfigError: ``data`` is not a mapping, or the model refuses it: every mistake on a line of its own,
+            named by ``source`` and the key path (an unknown key lists the keys allowed there).
+    """
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -34,7 +39,11 @@ def parse_config(data: Any, source: str = "<config>", base_dir: Path | None = No
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> PipelineConfig:
-    """Load the pipeline file at ``path``, or ``$ICECDC_CONFIG``; no file means an empty pipeline."""
+    """Load the pipeline file at ``path``, or ``$ICECDC_CONFIG``; no file means an empty pipeline.
+
+    Raises:
+        ConfigError: the file does not exist, is not YAML, or its content is refused (:func:`parse_config`).
+    """
     path = path or os.environ.get(CONFIG_ENV)
     if not path:
         return PipelineConfig()

@@ -301,7 +301,11 @@ class CatalogConfig(Model):
         return self
 
     def settings(self) -> CatalogSettings:
-        """Both engines' settings, secrets read from the environment now (an unset one is an error)."""
+        """Both engines' settings, secrets read from the environment now (an unset one is an error).
+
+        Raises:
+            ConfigError: a ``catalog.properties`` value names an environment variable that is not set.
+        """
         return self._settings(resolve=True)
 
     def _settings(self, resolve: bool) -> CatalogSettings:

@@ -42,7 +42,12 @@ class CatalogSettings:
     type: str = "sql"
 
     def check(self) -> None:
-        """A ConfigError now rather than at the first run (a database pyiceberg and Spark cannot share)."""
+        """A ConfigError now rather than at the first run (a database pyiceberg and Spark cannot share).
+
+        Raises:
+            ConfigError: an unknown catalog type, a sql catalog without a warehouse or on a database other
+                than SQLite (a file) or PostgreSQL, a rest catalog whose uri is not an http(s) URL.
+        """
         if self.type not in CATALOG_TYPES:
             raise ConfigError(f"catalog.type: unknown catalog type {self.type!r} (one of {', '.join(CATALOG_TYPES)})")
         if self.type == "sql":
@@ -110,7 +115,14 @@ class CatalogSettings:
         return conf
 
     def load_pyiceberg(self) -> Any:
-        """The pyiceberg catalog (creates the catalog tables when missing)."""
+        """The pyiceberg catalog (creates the catalog tables when missing).
+
+        Raises:
+            ConfigError: a sql catalog's uri names a database other than SQLite or PostgreSQL.
+            sqlalchemy.exc.OperationalError: a sql catalog's database cannot be opened (or its tables made).
+            pyiceberg.exceptions.RESTError: a REST catalog refused the connection (``UnauthorizedError``,
+                ``ServerError``... are subclasses); ``requests.exceptions.ConnectionError``: it did not answer.
+        """
         from pyiceberg.catalog.sql import SqlCatalog
 
         if self.type != "sql":

@@ -21,7 +21,25 @@ class Sink(Protocol):
     name: str
 
     def read_checkpoint(self) -> Checkpoint | None:
-        """The last applied source snapshot, read from the target itself."""
+        """The last applied source snapshot, read from the target itself (None: nothing applied yet).
+
+        Raises:
+            CheckpointError: the target's record of it is unreadable or ambiguous (an alias on two indexes).
+            Exception: the target's own client error when it cannot be read (each kind names its own).
+        """
 
     def apply(self, batch: BatchInfo, events: Any) -> ApplyResult:
-        """Apply ``events`` (a Spark DataFrame of CDC events) or skip/refuse per :func:`batch.decide`."""
+        """Apply ``events`` (a Spark DataFrame of CDC events) or skip/refuse per :func:`batch.decide`.
+
+        Whatever it raises, the checkpoint is not advanced: running the batch again is safe.
+
+        Raises:
+            CheckpointError: the batch does not follow the checkpoint (a gap, an older batch, another
+                line), or the checkpoint moved while the batch was written.
+            SinkWriteError: the target rejected part of the batch; the subclasses say why -
+                :class:`SchemaChangeError` (a schema change it cannot follow in place),
+                :class:`ReindexError` (a new index version cannot be built or swapped in),
+                :class:`SinkUnavailableError` (the service did not answer: transient).
+            Exception: the target's own client error on a request the sink does not wrap (each kind
+                names its own).
+        """

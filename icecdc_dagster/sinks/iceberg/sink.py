@@ -101,7 +101,11 @@ class IcebergReplicaSink:
     def read_checkpoint(self) -> Checkpoint | None:
         """The newest ancestor summary that carries a checkpoint, else the ``icecdc.last-batch`` property
         (after maintenance expired those summaries). The property wins unless ``main`` was rolled back
-        past the snapshot it names (then the summaries say where the replica really is)."""
+        past the snapshot it names (then the summaries say where the replica really is).
+
+        Raises:
+            py4j.protocol.Py4JJavaError: the catalog cannot load the replica.
+        """
         if not table_exists(self.spark, self.catalog_name, self.target_table):
             return None
         return self._checkpoint_of(java_table(self.spark, self._target))
@@ -137,6 +141,19 @@ class IcebergReplicaSink:
         return int(source.operations().current().formatVersion()) >= 3
 
     def apply(self, batch: BatchInfo, events: DataFrame) -> ApplyResult:
+        """MERGE the batch into the replica in one commit that records the checkpoint (created or evolved first).
+
+        Raises:
+            CheckpointError: the batch does not follow the replica's checkpoint (:func:`batch.decide`).
+            SchemaChangeError: the replica cannot follow the source's schema in place (re-keyed, a type it
+                cannot widen to); a resync batch rebuilds it instead.
+            SinkWriteError: a delete with no identifier columns to match it, or a keyless v3 source whose
+                replica is not keyed by ``_source_row_id``.
+            StagingBranchLostError: the replica's staging branch vanished mid-write (``write_batch``);
+                nothing was published.
+            pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: Spark or Iceberg refused the
+                write; nothing was published.
+        """
         exists = table_exists(self.spark, self.catalog_name, self.target_table)
         # One load of the target serves the checkpoint and the identifier check.
         jtarget = java_table(self.spark, self._target) if exists else None

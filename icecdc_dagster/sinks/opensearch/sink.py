@@ -140,7 +140,13 @@ class OpenSearchSink:
         return None if version is None else cp.checkpoint_in(version.mappings, version.name, self.name)
 
     def read_checkpoint(self) -> Checkpoint | None:
-        """The checkpoint of the version the alias names (of the plain index before its migration)."""
+        """The checkpoint of the version the alias names (of the plain index before its migration).
+
+        Raises:
+            CheckpointError: the alias names several indexes, or the version's checkpoint is unreadable.
+            opensearchpy.exceptions.TransportError: the cluster answered the read with an error
+                (``ConnectionError``, a subclass: it did not answer).
+        """
         return self._checkpoint(self.layout().live)
 
     def target_state(self) -> str:
@@ -219,6 +225,20 @@ class OpenSearchSink:
         return change.describe() if change.needs_reindex else None
 
     def apply(self, batch: BatchInfo, events: DataFrame) -> ApplyResult:
+        """Bulk-write the batch into the live version (or build a new version and move the alias to it),
+        then record the checkpoint in the version's ``_meta``.
+
+        Raises:
+            CheckpointError: the batch does not follow the checkpoint (:func:`batch.decide`), or the
+                checkpoint or the alias moved while the batch was written (a concurrent writer).
+            ConfigError: ``template_name`` names no index template (found when a version is created).
+            DeleteWithoutDocumentIdError: a keyless table without row lineage deleted rows.
+            ReindexError: the change needs a new version but the sink has no export to fill it from.
+            SinkUnavailableError: a bulk partition stopped because the cluster did not answer (transient).
+            SinkWriteError: the cluster rejected some actions (terminal: the same batch is rejected again).
+            opensearchpy.exceptions.TransportError: the cluster refused or did not answer one of the
+                driver's own requests (layout, mapping, index creation, checkpoint write).
+        """
         started = time.monotonic()
         layout = self.layout()
         before = self._checkpoint(layout.live)
