@@ -11,7 +11,7 @@ from icecdc_dagster.assets import naming
 from icecdc_dagster.config import IngestConfig, TableConfig
 from icecdc_dagster.definitions import resource
 from icecdc_dagster.lines import line as lines
-from icecdc_dagster.lines.recorded import recorded
+from icecdc_dagster.lines.batch_metadata import BatchMetadata
 from icecdc_dagster.lines.window import TableWindow, WholeLine, diagnose, discover_new_keys, line_view
 from icecdc_dagster.steps import lifecycle
 from icecdc_dagster.steps.open_sink import open_configured_sink
@@ -236,9 +236,9 @@ def left_behind(instance: DagsterInstance, catalog_name: str, table: TableConfig
     found = []
     for name, value in sorted(line_record.left_behind(catalog_name, table).items()):
         records = instance.fetch_materializations(AssetKey.from_user_string(value["asset_key"]), limit=1).records
-        checkpoint = recorded(records[0].asset_materialization if records else None, "checkpoint_snapshot_id")
+        checkpoint = BatchMetadata.read(records[0].asset_materialization if records else None).checkpoint
         found.append(LeftBehind(name, str(value.get("kind")), str(value.get("target")),
-                                str(checkpoint) if checkpoint not in (None, "none") else None))
+                                str(checkpoint) if checkpoint is not None else None))
     return found
 
 
