@@ -22,6 +22,7 @@ from dagster._core.definitions.metadata.metadata_set import TableMetadataSet, Ur
 
 from icecdc_dagster.assets import json_file
 from icecdc_dagster.assets.table_metadata import COLUMN_SCHEMA, TABLE_NAME, URI, table_metadata, uri_value
+from icecdc_dagster.runtime.jars import cache_dir
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -33,8 +34,6 @@ def cache_path() -> Path:
     home = os.environ.get("DAGSTER_HOME")
     if home:
         return Path(home, "icecdc", FILE_NAME)
-    from icecdc_dagster.runtime.jars import cache_dir
-
     return cache_dir() / FILE_NAME
 
 
