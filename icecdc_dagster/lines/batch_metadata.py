@@ -139,10 +139,10 @@ class BatchMetadata(NamespacedMetadataSet):
 
     def with_figures(self, figures: Mapping[str, Any]) -> dict[str, Any]:
         """The set as metadata, followed by figures named by the engine or a sink (shown, not read back
-        here). A figure never replaces a field of the set."""
-        metadata = dict(self)
-        metadata.update({key: figure_value(value) for key, value in figures.items() if key not in metadata})
-        return metadata
+        here). The set's keys are its own: a figure under one of them is left out, set or not, so a
+        reader never takes a figure for a fact."""
+        fields = type(self).model_fields
+        return {**self, **{key: figure_value(value) for key, value in figures.items() if key not in fields}}
 
     # Typed readings of the fields a reader compares.
 

@@ -35,7 +35,7 @@ def test_a_batch_reads_back_as_it_was_written(instance):
     written = BatchMetadata.of_batch(info, PARENT, time.monotonic(), counts, line=LINE, source_table_uuid="0c5e",
                                      ordered_by=ANCESTRY, batch_kind="cow")
     assert BatchMetadata.extract(dict(written)) == written  # in memory, before Dagster stores it
-    figures = {"rows_read": 9, "line": "not the batch's line", "partitions": ["a=1"]}
+    figures = {"rows_read": 9, "line": "not the batch's line", "partitions": ["a=1"], "sink": "a figure"}
     stored = _stored(instance, written.with_figures(figures))
     read = BatchMetadata.read(stored)
     assert read == written
@@ -44,7 +44,7 @@ def test_a_batch_reads_back_as_it_was_written(instance):
     assert read.line == LINE and read.ordinal_position == (SNAPSHOT, 41)
     # Figures are shown beside the set, under their own names, and never replace one of its fields.
     assert stored.metadata["rows_read"].value == 9 and stored.metadata["partitions"].value == ["a=1"]
-    assert stored.metadata["line"].value == LINE
+    assert stored.metadata["line"].value == LINE and "sink" not in stored.metadata
     assert ordinal_anchor(instance, TABLE, LINE) == OrdinalAnchor(SNAPSHOT, 41)
     assert ordinal_anchor(instance, TABLE, None) is None  # another line's batch
 
