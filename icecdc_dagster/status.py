@@ -1,19 +1,22 @@
 """Where each table and sink stands: checkpoint, pending snapshots, lag."""
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dagster import DagsterInstance, Definitions
+from dagster import AssetKey, DagsterInstance, Definitions
 
 from icecdc_dagster import changelog
-from icecdc_dagster.assets import naming
+from icecdc_dagster.assets import line_record, naming
 from icecdc_dagster.config import IngestConfig, TableConfig
 from icecdc_dagster.definitions import resource
+from icecdc_dagster.ingest.ingester import expired_files
 from icecdc_dagster.lines import line as lines
-from icecdc_dagster.lines.recorded import recorded
+from icecdc_dagster.lines.batch_metadata import BatchMetadata
 from icecdc_dagster.lines.window import TableWindow, WholeLine, diagnose, discover_new_keys, line_view
+from icecdc_dagster.sensors.ingest_sensor import ingest_line, unknown_keys
 from icecdc_dagster.steps import lifecycle
+from icecdc_dagster.steps.ingest_entry import ingest_settings, input_keys
 from icecdc_dagster.steps.open_sink import open_configured_sink
 from icecdc_dagster.steps.ordering import KeyStatus
 from icecdc_dagster.steps.table_maintenance import retention_warning
@@ -114,9 +117,6 @@ def ingest_status(instance: DagsterInstance, entry: IngestConfig, defs: Definiti
     Reads what the sensor reads: the known files after the line's frontier (newest first, a page at a
     time) and the listed files not known yet; files before the frontier are ingested (in order).
     """
-    from icecdc_dagster.sensors.ingest_sensor import ingest_line, unknown_keys
-    from icecdc_dagster.steps.ingest_entry import input_keys
-
     files = input_keys(entry)
     entry_line = ingest_line(entry)
     waiting = lines.pending_keys(instance, entry_line)
@@ -136,9 +136,6 @@ def ingest_status(instance: DagsterInstance, entry: IngestConfig, defs: Definiti
 
 def _count_expired(defs: Definitions, entry: IngestConfig, status: IngestStatus) -> None:
     """The landing files past the ledger's horizon that no batch records (the ledger's view, through Spark)."""
-    from icecdc_dagster.ingest.ingester import expired_files
-    from icecdc_dagster.steps.ingest_entry import ingest_settings
-
     try:
         catalog = resource(defs, "catalog")
         spark = resource(defs, "spark").session(catalog)
@@ -150,10 +147,8 @@ def _count_expired(defs: Definitions, entry: IngestConfig, status: IngestStatus)
 def status_document(tables: "list[TableStatus]", ingests: "list[IngestStatus]") -> dict[str, Any]:
     """``icecdc status --json``: snapshot ids as strings. They exceed 2^53, and JavaScript and jq read
     JSON numbers as doubles (…512166 would come back as …512000)."""
-    import dataclasses
-
-    return {"tables": [_ids_as_strings(dataclasses.asdict(t)) for t in tables],
-            "ingest": [dataclasses.asdict(i) for i in ingests]}
+    return {"tables": [_ids_as_strings(asdict(t)) for t in tables],
+            "ingest": [asdict(i) for i in ingests]}
 
 
 def _ids_as_strings(value: object, key: str = "") -> object:
@@ -229,16 +224,12 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
 def left_behind(instance: DagsterInstance, catalog_name: str, table: TableConfig) -> list[LeftBehind]:
     """The sinks removed from the table's entry, with the checkpoint their last batch recorded
     (read from the instance: the target itself may be gone)."""
-    from dagster import AssetKey
-
-    from icecdc_dagster.assets import line_record
-
     found = []
     for name, value in sorted(line_record.left_behind(catalog_name, table).items()):
         records = instance.fetch_materializations(AssetKey.from_user_string(value["asset_key"]), limit=1).records
-        checkpoint = recorded(records[0].asset_materialization if records else None, "checkpoint_snapshot_id")
+        checkpoint = BatchMetadata.read(records[0].asset_materialization if records else None).checkpoint
         found.append(LeftBehind(name, str(value.get("kind")), str(value.get("target")),
-                                str(checkpoint) if checkpoint not in (None, "none") else None))
+                                str(checkpoint) if checkpoint is not None else None))
     return found
 
 

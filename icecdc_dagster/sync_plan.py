@@ -15,7 +15,9 @@ from icecdc_dagster.config import IngestConfig, TableConfig
 from icecdc_dagster.lines import line as lines
 from icecdc_dagster.lines.window import TableWindow, diagnose, discover_new_keys, line_view
 from icecdc_dagster.progress import EXPORT, WAITING, snapshot_state
+from icecdc_dagster.sensors.ingest_sensor import ingest_line, unknown_keys
 from icecdc_dagster.steps import lifecycle
+from icecdc_dagster.steps.ingest_entry import input_keys
 from icecdc_dagster.steps.ordering import KeyStatus, NextRun
 
 if TYPE_CHECKING:
@@ -67,9 +69,6 @@ def table_plan(instance: "DagsterInstance", table: TableConfig, catalog: "Iceber
 
 def ingest_plan(instance: "DagsterInstance", entry: IngestConfig) -> LinePlan:
     """The entry's landing files not ingested yet (a stream input: 1 while a message waits)."""
-    from icecdc_dagster.sensors.ingest_sensor import ingest_line, unknown_keys
-    from icecdc_dagster.steps.ingest_entry import input_keys
-
     entry_line = ingest_line(entry)
     waiting = lines.pending_keys(instance, entry_line)
     keys = waiting + unknown_keys(instance, entry_line, input_keys(entry))

@@ -9,12 +9,19 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from dagster import AssetExecutionContext, AssetsDefinition, BackfillPolicy, DataVersion, MaterializeResult, asset
+from dagster import (
+    AssetExecutionContext,
+    AssetRecordsFilter,
+    AssetsDefinition,
+    BackfillPolicy,
+    DataVersion,
+    MaterializeResult,
+    asset,
+)
 
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import line_record, naming
 from icecdc_dagster.assets.lineage import lineage_run
-from icecdc_dagster.assets.metadata import batch_metadata
 from icecdc_dagster.assets.metadata_cache import described_table
 from icecdc_dagster.assets.table_metadata import (
     CHANGELOG_DOCS,
@@ -26,8 +33,8 @@ from icecdc_dagster.changelog.ordinals import OrdinalAnchor, uses_ordinals
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.lease import retry
 from icecdc_dagster.lineage import LineageDataset, LineageEmitter, iceberg_dataset
+from icecdc_dagster.lines.batch_metadata import ANCESTRY, BatchMetadata
 from icecdc_dagster.lines.line import TAIL_PAGE
-from icecdc_dagster.lines.recorded import SOURCE_UUID, line_metadata, recorded, recorded_line
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 from icecdc_dagster.steps import lifecycle
 from icecdc_dagster.steps.batches import BatchRequest, compute_batch, identifier_columns_of, keys_to_request, row_stats
@@ -50,10 +57,6 @@ def batch_request(context: AssetExecutionContext, table: TableConfig, source: "T
     return replace(request, anchor=ordinal_anchor(context.instance, table, request.line))
 
 
-ORDERED_BY = "ordered_by"  # changelog batch metadata: "ancestry" on a line that counts ordinals
-ANCESTRY = "ancestry"
-
-
 def ordinal_anchor(instance: "DagsterInstance", table: TableConfig, line: str | None) -> OrdinalAnchor | None:
     """Where a line that counts ordinals (format v1, ``changelog.ordinals``) counts from: the last snapshot
     and sequence number its latest changelog batch recorded. The instance keeps it with the line's
@@ -62,13 +65,11 @@ def ordinal_anchor(instance: "DagsterInstance", table: TableConfig, line: str | 
     None: a v2+ line (real sequence numbers), or no batch of this line yet (its snapshots' depth).
     """
     records = instance.fetch_materializations(naming.changelog_key(table), limit=1).records
-    materialization = records[0].asset_materialization if records else None
-    if materialization is None:
+    recorded = BatchMetadata.read(records[0].asset_materialization if records else None)
+    position = recorded.ordinal_position
+    if position is None or recorded.line != line:
         return None
-    if recorded(materialization, ORDERED_BY) != ANCESTRY or recorded_line(materialization) != line:
-        return None
-    return OrdinalAnchor(int(recorded(materialization, "snapshot_id")),
-                         int(recorded(materialization, "sequence_number")))
+    return OrdinalAnchor(*position)
 
 
 def line_keys(instance: "DagsterInstance", table: TableConfig, first_key: str) -> list[str] | None:
@@ -81,13 +82,11 @@ def line_keys(instance: "DagsterInstance", table: TableConfig, first_key: str) -
     original line starts at the first key. The run's keys are refused as superseded exactly as
     when every key is read (``keys_to_request``).
     """
-    from dagster import AssetRecordsFilter
-
     records = instance.fetch_materializations(AssetRecordsFilter(asset_key=naming.changelog_key(table)),
                                               limit=1).records
     if not records or records[0].partition_key is None:
         return None
-    line = recorded_line(records[0].asset_materialization)
+    line = BatchMetadata.read(records[0].asset_materialization).line
     name = naming.partitions_name(table)
     wanted = {first_key, records[0].partition_key}
     tail: list[str] = []
@@ -159,9 +158,6 @@ def _store_batch(context: AssetExecutionContext, table: TableConfig, lineage: Li
             outcome.rows[written.name] = stored.rows
             outcome.column_lineage[written.name] = {c: [c] for c in changelog.data_columns(source)}
     parent = changelog.parent_of(source, computed.info.first_snapshot_id)
-    line_meta = {SOURCE_UUID: lifecycle.table_uuid(source), **line_metadata(request.line)}
-    if uses_ordinals(source, request.anchor):
-        line_meta[ORDERED_BY] = ANCESTRY
     context.log.info(f"{table.table_name}: stored {stored.rows} change rows of snapshots "
                      f"{computed.info.first_snapshot_id}..{computed.info.snapshot_id} ({computed.kind})")
     columns = changelog.data_columns(source)
@@ -169,11 +165,12 @@ def _store_batch(context: AssetExecutionContext, table: TableConfig, lineage: Li
                                   fallback=changelog_fallback(table.table_name)),
                  **lineage_metadata(naming.source_key(table), {c: [c] for c in columns}),
                  PARTITION_ROW_COUNT: stored.rows}
-    metadata = batch_metadata(
-        computed.info, parent, started, stored.counts,
-        {"batch_kind": computed.kind, "changelog_table": stored.table_name,
-         "changelog_snapshot_id": str(stored.snapshot_id), **line_meta, **stats})
-    return MaterializeResult(metadata={**metadata, **described},
+    recorded = BatchMetadata.of_batch(
+        computed.info, parent, started, stored.counts, batch_kind=computed.kind, changelog_table=stored.table_name,
+        changelog_snapshot_id=str(stored.snapshot_id), line=request.line,
+        source_table_uuid=lifecycle.table_uuid(source),
+        ordered_by=ANCESTRY if uses_ordinals(source, request.anchor) else None)
+    return MaterializeResult(metadata={**recorded.with_figures(stats), **described},
                              data_version=DataVersion(str(computed.info.snapshot_id)))
 
 

@@ -50,6 +50,7 @@ from icecdc_dagster.ingest import dead_letters, routing
 from icecdc_dagster.ingest.ingester import IngestResult, ingest_files, recorded_batches
 from icecdc_dagster.lineage import BatchFacet, LineageDataset, LineageEmitter, iceberg_dataset, location_dataset
 from icecdc_dagster.lineage.openlineage import RunOutcome
+from icecdc_dagster.lines.batch_metadata import BatchMetadata, seconds_since
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 from icecdc_dagster.steps.ingest_entry import batches_for, fixed_target, ingest_settings, ingest_stream_batch
 
@@ -78,14 +79,14 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
                 catalog: IcebergCatalogResource) -> MaterializeResult[Any]:
         started = time.monotonic()
         session = spark.session(catalog)
-        stream_metadata: dict[str, Any] = {}
+        stream = BatchMetadata()
         with ingest_lineage_run(lineage, context, naming.ingest_key(entry), entry.source,
                                 inputs=lambda: [landing_dataset(entry.source, _existing(catalog, target))],
                                 outputs=lambda: _existing(catalog, target)) as (outcome, facet):
             if entry.input is None:
                 results = _landing_batches(context, session, catalog, entry)
             else:
-                results, stream_metadata = _stream_batch(context, session, catalog, entry)
+                results, stream = _stream_batch(context, session, catalog, entry)
             if lineage is not None:
                 ingest_outcome(outcome, facet, catalog, entry.source, results)
         files = [f for r in results for f in r.files]
@@ -116,23 +117,19 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
                 context.log_event(AssetMaterialization(
                     asset_key=naming.dead_letter_key(target),
                     metadata={**dead, PARTITION_ROW_COUNT: totals.get("dead_lettered", 0),
-                              "batch_id": " | ".join(r.batch_id for r in results)}))
+                              **BatchMetadata(batch_id=" | ".join(r.batch_id for r in results))}))
         if target and target_asset is not None:
             for event in target_materializations(target_asset, target, results, written):
                 context.log_event(event)
         context.log.info(f"ingest {entry.name}: {'skipped (already committed)' if skipped else 'committed'} "
                          f"{len(files)} file(s) in {len(results)} batch(es): {totals}")
-        return MaterializeResult(metadata={
-            **({"files": MetadataValue.json([f.rsplit("/", 1)[-1] for f in files])} if entry.input is None
-               else stream_metadata),
-            "batch_id": " | ".join(r.batch_id for r in results),
-            "skipped_already_committed": skipped,
-            **({"expired": MetadataValue.json(expired)} if expired else {}),
-            **{key: value for key, value in sorted(totals.items())},
-            "targets": MetadataValue.json(dict(sorted(targets.items()))),
-            "duration_s": MetadataValue.float(round(time.monotonic() - started, 3)),
-            **(written if described is not None else {}),
-        })
+        recorded = stream.model_copy(update={
+            "files": MetadataValue.json([f.rsplit("/", 1)[-1] for f in files]) if entry.input is None else None,
+            "batch_id": " | ".join(r.batch_id for r in results), "skipped_already_committed": skipped,
+            "expired": MetadataValue.json(expired) if expired else None,
+            "targets": MetadataValue.json(dict(sorted(targets.items()))), "duration_s": seconds_since(started)})
+        return MaterializeResult(metadata={**recorded.with_figures(dict(sorted(totals.items()))),
+                                           **(written if described is not None else {})})
 
     return _ingest
 
@@ -152,7 +149,7 @@ def _landing_batches(context: AssetExecutionContext, session: Any, catalog: Iceb
 
 
 def _stream_batch(context: AssetExecutionContext, session: Any, catalog: IcebergCatalogResource,
-                  entry: IngestConfig) -> tuple[list[IngestResult], dict[str, Any]]:
+                  entry: IngestConfig) -> tuple[list[IngestResult], BatchMetadata]:
     """One bounded batch of the stream input: read, commit, acknowledge. Metadata: the batch's position range,
     messages, re-deliveries the ledger skipped, and the consumer lag after the acknowledgement."""
     assert entry.input is not None
@@ -162,11 +159,11 @@ def _stream_batch(context: AssetExecutionContext, session: Any, catalog: Iceberg
     result = run.result or IngestResult(batch.batch_id or "", (entry.source,), True)
     context.log.info(f"ingest {entry.name}: batch {batch.first}..{batch.last} ({len(batch.messages)} messages), "
                      f"{run.redelivered_skipped} re-deliveries already committed, lag {run.lag_after.waiting}")
-    return [result], {
-        "input": entry.input.describe(), "first_position": batch.first or "", "last_position": batch.last or "",
-        "messages": len(batch.messages), "redelivered_skipped": run.redelivered_skipped,
-        "consumer_lag": run.lag_after.waiting, "lag_pending": run.lag_after.pending,
-        "lag_unacknowledged": run.lag_after.unacknowledged}
+    return [result], BatchMetadata(
+        input=entry.input.describe(), first_position=batch.first or "", last_position=batch.last or "",
+        messages=len(batch.messages), redelivered_skipped=run.redelivered_skipped,
+        consumer_lag=run.lag_after.waiting, lag_pending=run.lag_after.pending,
+        lag_unacknowledged=run.lag_after.unacknowledged)
 
 
 WRITTEN = ("inserted", "updated", "deleted", "appended", "upserted", "delete_keys")  # counts of rows written
@@ -225,8 +222,8 @@ def target_materializations(key: AssetKey, target: str, results: Sequence[Ingest
     events = []
     for i, (batch_id, commit) in enumerate(commits):
         snapshot = str(commit.snapshot_id)
-        metadata: dict[str, Any] = {"snapshot_id": snapshot, "batch_id": batch_id, **commit.counts,
-                                    **(written if i == len(commits) - 1 else {})}
+        metadata = {**BatchMetadata(snapshot_id=snapshot, batch_id=batch_id).with_figures(commit.counts),
+                    **(written if i == len(commits) - 1 else {})}
         events.append(AssetMaterialization(asset_key=key, partition=snapshot, metadata=metadata,
                                            tags={DATA_VERSION_TAG: snapshot}))
     return events

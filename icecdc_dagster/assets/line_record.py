@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from icecdc_dagster.assets import json_file
+from icecdc_dagster.assets.metadata_cache import cache_path
+from icecdc_dagster.errors import RESYNC_COMMAND, DefinitionChangedError
+from icecdc_dagster.steps.batches import identifier_columns_of
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -30,8 +33,6 @@ SINKS = "sinks"
 
 
 def record_path() -> Path:
-    from icecdc_dagster.assets.metadata_cache import cache_path
-
     return cache_path().with_name(FILE_NAME)
 
 
@@ -89,9 +90,6 @@ def check_pipeline(config: "PipelineConfig", sources: Mapping[str, "Table"], reb
     that replaces a recorded one of the same kind (another index or replica table) is logged: the new
     target takes its own export at the next batch, the old one stays as it is (``icecdc status``).
     """
-    from icecdc_dagster.errors import RESYNC_COMMAND, DefinitionChangedError
-    from icecdc_dagster.steps.batches import identifier_columns_of
-
     for table in config.tables:
         record = recorded(f"{config.catalog.name}.{table.table_name}")
         source = sources.get(table.table_name)

@@ -23,6 +23,8 @@ from dagster import (
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import IngestConfig, TableConfig
+from icecdc_dagster.lease.holder import Holder
+from icecdc_dagster.lease.line_lock import LineLock, holding
 from icecdc_dagster.lines.line import key_statuses
 from icecdc_dagster.lines.window import TableWindow, line_view
 from icecdc_dagster.steps import lifecycle
@@ -63,9 +65,6 @@ def build_maintenance_asset(table: TableConfig, writers: tuple[IngestConfig, ...
     )
     def _maintain(context: AssetExecutionContext) -> MaterializeResult[Any]:
         from pyiceberg.exceptions import NoSuchTableError
-
-        from icecdc_dagster.lease.holder import Holder
-        from icecdc_dagster.lease.line_lock import LineLock, holding
 
         catalog = context.resources.catalog
         spark = context.resources.spark.session(catalog)

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dagster import TableSchema, deserialize_value, serialize_value
+from dagster._core.definitions.metadata.metadata_set import TableMetadataSet, UriMetadataSet  # not in dagster's API
 
 from icecdc_dagster.assets import json_file
 from icecdc_dagster.assets.table_metadata import COLUMN_SCHEMA, TABLE_NAME, URI, table_metadata, uri_value
-from icecdc_dagster.lines.recorded import plain
+from icecdc_dagster.runtime.jars import cache_dir
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -33,8 +34,6 @@ def cache_path() -> Path:
     home = os.environ.get("DAGSTER_HOME")
     if home:
         return Path(home, "icecdc", FILE_NAME)
-    from icecdc_dagster.runtime.jars import cache_dir
-
     return cache_dir() / FILE_NAME
 
 
@@ -51,8 +50,8 @@ def load() -> dict[str, dict[str, Any]]:
 
 def remember(metadata: Mapping[str, Any]) -> bool:
     """Record a table's metadata (from :func:`table_metadata`); True when the file changed."""
-    name = plain(metadata[TABLE_NAME])
-    entry = {"uri": plain(metadata[URI]), "schema_id": metadata.get("schema_id"),
+    name = str(TableMetadataSet.extract({TABLE_NAME: metadata[TABLE_NAME]}).table_name)
+    entry = {"uri": UriMetadataSet.extract({URI: metadata[URI]}).uri, "schema_id": metadata.get("schema_id"),
              "column_schema": serialize_value(metadata[COLUMN_SCHEMA])}
     path = cache_path()
     if json_file.read(path).get(name) == entry:  # the common case: nothing changed, no lock, no write

@@ -14,14 +14,13 @@ from icecdc_dagster import changelog
 from icecdc_dagster.assets import line_record, naming
 from icecdc_dagster.assets.changelog import batch_request
 from icecdc_dagster.assets.lineage import lineage_run
-from icecdc_dagster.assets.metadata import batch_metadata
 from icecdc_dagster.assets.metadata_cache import described_table
 from icecdc_dagster.assets.table_metadata import PARTITION_ROW_COUNT, lineage_metadata, replica_fallback
 from icecdc_dagster.batch import CHANGE_TYPE
 from icecdc_dagster.config import SinkConfig, TableConfig
 from icecdc_dagster.lease import retry
 from icecdc_dagster.lineage import LineageDataset, LineageEmitter, iceberg_dataset
-from icecdc_dagster.lines.recorded import line_metadata
+from icecdc_dagster.lines.batch_metadata import NONE, BatchMetadata, sink_figures
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 from icecdc_dagster.sinks.base import Sink
 from icecdc_dagster.steps.batches import batch_info, join_export, uses_row_id
@@ -103,13 +102,11 @@ def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
     if written is not None:
         described |= described_table(catalog.name, catalog.load_table(written), info.identifier_columns,
                                      fallback=replica_fallback(table.table_name))
-    metadata = batch_metadata(
-        info, parent, started, applied,
-        {"sink": target.name, "skipped_already_applied": result.skipped,
-         "checkpoint_snapshot_id": str(checkpoint.snapshot_id) if checkpoint else "none",
-         **{f"sink_{k}": v for k, v in result.counts.items()}, **result.details,
-         **line_metadata(request.line),
-         **({"joined_line_export": True} if joining else {})})
+    recorded = BatchMetadata.of_batch(
+        info, parent, started, applied, sink=target.name, skipped_already_applied=result.skipped,
+        checkpoint_snapshot_id=str(checkpoint.snapshot_id) if checkpoint else NONE, line=request.line,
+        joined_line_export=True if joining else None)
+    metadata = recorded.with_figures({**sink_figures(result.counts), **result.details})
     # The data version is the source snapshot the sink now holds, as the source observation records it.
     return MaterializeResult(metadata={**metadata, **described}, data_version=DataVersion(str(info.snapshot_id)))
 

@@ -39,6 +39,9 @@ from dagster import (
     TableSchema,
 )
 
+from icecdc_dagster.changelog.plan import manifest_entries, referenced_data_file
+from icecdc_dagster.steps.batches import identifier_columns_of, uses_row_id
+
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
@@ -134,8 +137,6 @@ def definition_metadata(catalog_name: str, table: "TableConfig", sink: "SinkConf
     """Load-time metadata of the table a sink writes: its name; its column schema derived from the
     source's (exact: the sink makes the table so); its location (and schema id, while the derived
     schema is the one last seen) remembered from the last batch. An index: nothing."""
-    from icecdc_dagster.steps.batches import identifier_columns_of, uses_row_id
-
     target = sink.maintained_table()
     if target is None:
         return {}
@@ -202,8 +203,6 @@ def _live_rows(table: "Table", snapshot: Any) -> int | None:
     """Records of the live data files minus the distinct deleted positions that fall in them."""
     from pyiceberg.manifest import DataFileContent, ManifestContent
 
-    from icecdc_dagster.changelog.plan import manifest_entries
-
     version = int(table.metadata.format_version)
     records: dict[str, int] = {}
     deletes = []
@@ -238,8 +237,6 @@ def _live_rows(table: "Table", snapshot: Any) -> int | None:
 
 def _referenced_file(delete: Any, format_version: int) -> str | None:
     """The one data file a delete file removes rows from, when the manifest says so."""
-    from icecdc_dagster.changelog.plan import referenced_data_file
-
     referenced = referenced_data_file(delete, format_version)
     if referenced:
         return str(referenced)

@@ -7,6 +7,7 @@ from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDef
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import SinkConfig, TableConfig
+from icecdc_dagster.lines.batch_metadata import BatchMetadata
 from icecdc_dagster.steps.open_sink import sink_context
 
 SAMPLE_SIZE = 20
@@ -45,7 +46,7 @@ def _build_check(table: TableConfig, sink: SinkConfig) -> AssetChecksDefinition:
         passed = found.sink_rows == source_count and not found.mismatches
         return AssetCheckResult(
             passed=passed, severity=AssetCheckSeverity.ERROR,
-            metadata={"checkpoint_snapshot_id": str(checkpoint.snapshot_id), "source_rows": source_count,
+            metadata={**BatchMetadata(checkpoint_snapshot_id=str(checkpoint.snapshot_id)), "source_rows": source_count,
                       "sink_rows": found.sink_rows, "sampled_rows": found.sampled_rows,
                       "sample_mismatches": len(found.mismatches),
                       "first_mismatch": found.mismatches[0] if found.mismatches else "none"})

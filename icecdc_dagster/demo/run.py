@@ -11,7 +11,7 @@ import yaml
 
 from icecdc_dagster.definitions import resource
 from icecdc_dagster.demo import workload
-from icecdc_dagster.lines.recorded import plain
+from icecdc_dagster.lines.batch_metadata import BatchMetadata
 
 if TYPE_CHECKING:
     from dagster import AssetKey, DagsterInstance
@@ -153,17 +153,15 @@ def _print_batches(instance: "DagsterInstance", config: "PipelineConfig") -> Non
             meta = _latest_metadata(instance, key, partition)
             if meta is None:
                 continue
-            print(f"{partition:>20}  {meta.get('operation', '?'):<10} {meta.get('batch_kind', '?'):<7} "
-                  f"{meta.get('count_insert', 0):>5} {meta.get('count_delete', 0):>5} "
-                  f"{meta.get('count_update_after', 0):>5}")
+            print(f"{partition:>20}  {meta.operation or '?':<10} {meta.batch_kind or '?':<7} "
+                  f"{meta.count_insert or 0:>5} {meta.count_delete or 0:>5} {meta.count_update_after or 0:>5}")
 
 
-def _latest_metadata(instance: "DagsterInstance", asset_key: "AssetKey", partition: str) -> dict[str, Any] | None:
+def _latest_metadata(instance: "DagsterInstance", asset_key: "AssetKey", partition: str) -> BatchMetadata | None:
     from dagster import AssetRecordsFilter
 
     result = instance.fetch_materializations(
         AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition]), limit=1)
     if not result.records or result.records[0].asset_materialization is None:
         return None
-    materialization = result.records[0].asset_materialization
-    return {k: plain(v) for k, v in (materialization.metadata or {}).items()}
+    return BatchMetadata.read(result.records[0].asset_materialization)

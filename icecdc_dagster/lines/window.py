@@ -10,8 +10,8 @@ from dagster import AssetKey, AssetRecordsFilter
 from icecdc_dagster import changelog
 from icecdc_dagster.batch import line_epoch
 from icecdc_dagster.errors import SnapshotNotFoundError
+from icecdc_dagster.lines.batch_metadata import BatchMetadata
 from icecdc_dagster.lines.line import Line, done_in_every_asset, materialised_keys
-from icecdc_dagster.lines.recorded import SOURCE_UUID, recorded_line, recorded_text
 from icecdc_dagster.steps import lifecycle
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def recorded_table_uuid(instance: "DagsterInstance", table_line: Line, active: l
                                               limit=1).records
     if not records or records[0].partition_key not in set(active):
         return None
-    return recorded_text(records[0].asset_materialization, SOURCE_UUID)
+    return BatchMetadata.read(records[0].asset_materialization).source_table_uuid
 
 
 def diagnose(instance: "DagsterInstance", table_line: Line, source_table: "Table", known: list[str],
@@ -146,7 +146,7 @@ def table_window(instance: "DagsterInstance", table_line: Line, source_table: "T
         anchors.add(lifecycle.snapshot_id_of(records[0].partition_key))
         keys[lifecycle.snapshot_id_of(records[0].partition_key)] = records[0].partition_key
         latest[asset_key] = lifecycle.snapshot_id_of(records[0].partition_key)
-        lines.add(recorded_line(records[0].asset_materialization))
+        lines.add(BatchMetadata.read(records[0].asset_materialization).line)
     if len(lines) > 1:
         return None
     current_line = lines.pop()
