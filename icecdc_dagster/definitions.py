@@ -18,23 +18,26 @@ from dagster import (
     definitions,
 )
 
-from icecdc_dagster.assets import naming
+from icecdc_dagster.assets import line_record, metadata_cache, naming
 from icecdc_dagster.assets.changelog import build_changelog_asset
 from icecdc_dagster.assets.ingest_asset import build_dead_letter_asset, build_ingest_asset
 from icecdc_dagster.assets.maintenance import build_maintenance_asset, build_maintenance_schedule
 from icecdc_dagster.assets.sink_assets import build_sink_asset
 from icecdc_dagster.assets.source_table import build_source_asset
 from icecdc_dagster.assets.table_metadata import ROW_COUNT, definition_metadata, source_fallback, table_metadata
+from icecdc_dagster.changelog import check_supported, uses_row_lineage
 from icecdc_dagster.checks.line_continues import build_lifecycle_check
+from icecdc_dagster.checks.sinks_agree import build_consistency_checks
 from icecdc_dagster.checks.stuck import build_stuck_check
 from icecdc_dagster.config import IngestConfig, PipelineConfig, TableConfig, load_config
-from icecdc_dagster.errors import ConfigError
+from icecdc_dagster.errors import ConfigError, UnsupportedFormatVersionError
 from icecdc_dagster.lease.executor import line_executor
 from icecdc_dagster.lineage import LineageEmitter
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 from icecdc_dagster.resources.secrets import env_var
 from icecdc_dagster.sensors.ingest_sensor import build_ingest_sensor
 from icecdc_dagster.sensors.snapshots import build_snapshot_sensor
+from icecdc_dagster.steps.batches import identifier_columns_of
 from icecdc_dagster.steps.changelog_store import changelog_table_name
 from icecdc_dagster.steps.ingest_entry import fixed_target
 
@@ -103,8 +106,6 @@ def check_tables_exist(config: PipelineConfig) -> dict[str, "Table"]:
 def check_format_version(config: PipelineConfig, table: TableConfig, source: "Table") -> None:
     """A table whose settings its format version cannot hold (a v1 table set to merge-on-read): refused at
     load, with the fix. Other v1 tables are followed (their line orders snapshots by ancestry)."""
-    from icecdc_dagster.changelog import check_supported
-    from icecdc_dagster.errors import UnsupportedFormatVersionError
 
     try:
         check_supported(source)
@@ -114,8 +115,6 @@ def check_format_version(config: PipelineConfig, table: TableConfig, source: "Ta
 
 def _rows_identifiable(table: TableConfig, source: "Table") -> bool:
     """A sink can name a row: identifier columns, v3 row lineage, or the table is declared append-only."""
-    from icecdc_dagster.changelog import uses_row_lineage
-    from icecdc_dagster.steps.batches import identifier_columns_of
 
     keyed = bool(identifier_columns_of(table.identifier_columns, source))
     return table.append_only or keyed or uses_row_lineage(source)
@@ -155,7 +154,6 @@ def _build_definitions(config: PipelineConfig, check_tables: bool, rebuilt: Coll
     # The tables the assets write: derived from the source (replicas) or remembered from the last
     # batch that wrote them (changelog store, ingest targets): no catalog call either.
     sources = check_tables_exist(config) if check_tables else {}
-    from icecdc_dagster.assets import line_record, metadata_cache
 
     line_record.check_pipeline(config, sources, rebuilt)
 
@@ -199,7 +197,6 @@ def _build_definitions(config: PipelineConfig, check_tables: bool, rebuilt: Coll
         assets.append(build_maintenance_asset(table, tuple(entries_by_target.get(table.table_name, ()))))
         schedules.append(build_maintenance_schedule(table))
         sensors.append(build_snapshot_sensor(table, config.source, resources["catalog"]))
-    from icecdc_dagster.checks.sinks_agree import build_consistency_checks
 
     for table in config.tables:
         checks.extend(build_consistency_checks(table))
