@@ -270,7 +270,7 @@ def child_ours(n: int, kind: str) -> dict[str, Any]:
         sink.close()
         assert result.counts["failed"] == 0 and result.counts["indexed"] == result.counts["actions"] == n, \
             result.counts
-        count = OpenSearch(hosts=[server.url]).count(index="bench-ours")["count"]
+        count = OpenSearch(hosts=[server.url], timeout=120).count(index="bench-ours")["count"]
         assert count == n, (count, n)
         memory = driver_memory(spark, workers, server.pid)
         return {"n": n, "seconds": seconds, "dps": n / seconds, "partitions": result.details["partitions"], **memory,
