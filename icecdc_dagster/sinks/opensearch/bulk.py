@@ -1,14 +1,25 @@
 """Bulk writes from Spark executors, with retries, summarised per partition.
 
-Each Spark task streams its rows (id/action/version/JSON, via ``rdd.mapPartitions``:
-``mapInArrow`` would need pandas on the executors)
-into chunks and sends up to ``parallelism`` chunks at a time through
-``opensearchpy.helpers.streaming_bulk``. Whole requests that fail with a
-connection error, a timeout, 429 or 5xx, and items answered with 429/5xx,
-are retried with exponential backoff. Every other item failure is collected.
-Each task returns one summary row; the driver adds them up and decides.
+Each Spark task streams its rows (id/action/version/JSON) into chunks (at most ``chunk_size``
+actions and ``max_chunk_bytes`` bytes of NDJSON, rendered by :func:`actions.bulk_lines`: no
+per-document dict or JSON encoding in opensearch-py's helpers) and sends up to ``parallelism``
+chunks at a time, one bulk request each. Whole requests
+that fail with a connection error, a timeout, 429 or 5xx, and items answered with 429/5xx, are
+retried with exponential backoff. Every other item failure is counted (the first
+``max_reported_failures`` reasons kept).
+
+Rows reach the Python workers through ``mapInArrow`` (Arrow batches of
+``spark.sql.execution.arrow.maxRecordsPerBatch`` rows, 10,000 by default: lower it for documents
+of many KB), not ``rdd.mapPartitions``: the pickled-Row path converted every row to Java objects
+and pickled them in the driver JVM (local mode: its executors), garbage that made the JVM's heap,
+and so its peak RSS, grow with the batch's document count.
+
+Memory stays flat in the document count: each task keeps at most ``parallelism`` chunks in flight
+and returns ONE summary row (counts, a bounded list of reasons); the driver collects one row per
+partition and adds them up (:func:`partition_summaries`).
 """
 
+import json
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -23,7 +34,7 @@ from icecdc_dagster.sinks.opensearch import actions as a
 from icecdc_dagster.sinks.opensearch.documents import ACTION, ID, SOURCE, VERSION
 from icecdc_dagster.sinks.opensearch.settings import OpenSearchSinkSettings
 
-ACTION_OVERHEAD_BYTES = 128
+SUMMARY = "_os_summary"  # the one column of partition_summaries: a partition's WriteSummary as JSON
 
 
 class BulkRequestFailedError(SinkUnavailableError):
@@ -43,37 +54,39 @@ def backoff_s(settings: OpenSearchSinkSettings, attempt: int) -> float:
     return min(settings.max_backoff_s, settings.initial_backoff_s * (2 ** attempt))
 
 
-def send_chunk(client: Any, settings: OpenSearchSinkSettings, chunk: list[dict[str, Any]],
+Chunk = list[tuple[str, str]]  # (operation, NDJSON text) per action, see actions.bulk_lines
+
+
+def send_chunk(client: Any, settings: OpenSearchSinkSettings, chunk: Chunk,
                bulk_kwargs: dict[str, Any]) -> a.WriteSummary:
-    """Send one chunk until every item has an answer; retry what may succeed later."""
-    from opensearchpy import helpers
+    """Send one chunk (one bulk request) until every item has an answer; retry what may succeed later."""
     from opensearchpy.exceptions import TransportError
 
     summary = a.WriteSummary()
     limit = settings.max_reported_failures
     pending, attempt = chunk, 0
     while pending:
-        results: list[tuple[bool, dict[str, Any]]] = []
+        items: list[dict[str, Any]] = []
         error: Exception | None = None
         try:
-            for result in helpers.streaming_bulk(
-                    client, pending, chunk_size=len(pending), max_chunk_bytes=settings.max_chunk_bytes,
-                    raise_on_error=False, raise_on_exception=True, max_retries=0, yield_ok=True, **bulk_kwargs):
-                results.append(result)
+            items = client.bulk(body="".join(text for _, text in pending), **bulk_kwargs)["items"]
         except TransportError as exc:
             if not _retryable(exc):
                 raise BulkRequestFailedError(f"bulk request to index {settings.index} rejected: {exc}") from None
             error = exc
-        retry_items: list[tuple[dict[str, Any], dict[str, Any]]] = []
-        for act, (ok, item) in zip(pending, results, strict=False):
-            outcome, info = a.classify(ok, item)
+        retry_items: Chunk = []
+        for act, item in zip(pending, items, strict=False):
+            status = next(iter(item.values())).get("status", 500)
+            outcome, info = a.classify(200 <= status < 300, item)
             if outcome == a.RETRY:
-                retry_items.append((act, info))
+                retry_items.append(act)
+                if attempt >= settings.max_retries:
+                    summary.add_failure(a.failure_reason(act[0], info), limit)
             elif outcome == a.FAILED:
-                summary.add_failure(a.failure_reason(act["_op_type"], info), limit)
+                summary.add_failure(a.failure_reason(act[0], info), limit)
             else:
                 summary.counts[outcome] += 1
-        unanswered = pending[len(results):]
+        unanswered = pending[len(items):]
         if not retry_items and not unanswered:
             break
         if attempt >= settings.max_retries:
@@ -81,29 +94,30 @@ def send_chunk(client: Any, settings: OpenSearchSinkSettings, chunk: list[dict[s
                 raise BulkRequestFailedError(
                     f"bulk request to index {settings.index} failed after {attempt + 1} attempts "
                     f"({len(unanswered)} actions unanswered): {error}")
-            for act, info in retry_items:
-                summary.add_failure(a.failure_reason(act["_op_type"], info), limit)
             break
         time.sleep(backoff_s(settings, attempt))
         attempt += 1
-        pending = [act for act, _ in retry_items] + unanswered
+        pending = retry_items + unanswered
     return summary
 
 
-def _chunks(settings: OpenSearchSinkSettings, rows: Iterator[Any],
-            summary: a.WriteSummary) -> Iterator[list[dict[str, Any]]]:
-    chunk: list[dict[str, Any]] = []
+def _chunks(settings: OpenSearchSinkSettings, rows: Iterator[Any], summary: a.WriteSummary) -> Iterator[Chunk]:
+    chunk: Chunk = []
     size = 0
     for doc_id, action, version, source in rows:
         summary.actions += 1
         try:
-            act = a.bulk_action(settings.index, doc_id, action, version, source)
+            op, text = a.bulk_lines(settings.index, doc_id, action, version, source)
         except ValueError as exc:
             summary.add_failure(str(exc), settings.max_reported_failures)
             continue
-        chunk.append(act)
-        size += ACTION_OVERHEAD_BYTES + (len(source) if source else 0)
-        if len(chunk) >= settings.chunk_size or size >= settings.max_chunk_bytes:
+        length = len(text.encode()) if not text.isascii() else len(text)
+        if chunk and size + length > settings.max_chunk_bytes:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append((op, text))
+        size += length
+        if len(chunk) >= settings.chunk_size:
             yield chunk
             chunk, size = [], 0
     if chunk:
@@ -142,10 +156,30 @@ def write_partition(settings: OpenSearchSinkSettings, rows: Iterator[Any]) -> It
     yield summary
 
 
+def _arrow_rows(batches: Iterator[Any]) -> Iterator[tuple[Any, ...]]:
+    """(id, action, version, source) per row, one Arrow batch in memory at a time."""
+    for batch in batches:
+        yield from zip(*(column.to_pylist() for column in batch.columns), strict=True)
+
+
+def write_arrow_partition(settings: OpenSearchSinkSettings, batches: Iterator[Any]) -> Iterator[Any]:
+    """mapInArrow body: :func:`write_partition` over the Arrow batches, its summary as one JSON row."""
+    import pyarrow as pa
+
+    for summary in write_partition(settings, _arrow_rows(batches)):
+        yield pa.RecordBatch.from_pydict({SUMMARY: [json.dumps(summary.to_dict())]})
+
+
+def partition_summaries(settings: OpenSearchSinkSettings, rows: DataFrame) -> DataFrame:
+    """One row per partition of ``rows`` (lazy): computing it writes the partition's actions from the
+    executor and yields its :class:`WriteSummary` as JSON. All the driver ever receives of a batch."""
+    projected = rows.select(ID, ACTION, VERSION, SOURCE)
+    return projected.mapInArrow(partial(write_arrow_partition, settings), f"{SUMMARY} string")
+
+
 def write_bulk_rows(settings: OpenSearchSinkSettings, rows: DataFrame) -> a.WriteSummary:
     """Run the writes in the executors; only one small summary per partition comes back."""
     total = a.WriteSummary()
-    projected = rows.select(ID, ACTION, VERSION, SOURCE)
-    for summary in projected.rdd.mapPartitions(partial(write_partition, settings)).collect():
-        total.merge(summary, settings.max_reported_failures)
+    for row in partition_summaries(settings, rows).collect():
+        total.merge(a.WriteSummary.from_dict(json.loads(row[SUMMARY])), settings.max_reported_failures)
     return total
