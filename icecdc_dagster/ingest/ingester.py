@@ -1,7 +1,8 @@
 """Debezium landing files -> Iceberg tables: one batch per file (or bounded group), exactly once.
 
-Row work runs in executors: files are read as byte ranges, parsed and routed
-(:mod:`debezium`, :mod:`routing`), then coerced per target (:mod:`coercion`). The driver
+Row work runs in executors: files are read by Spark's text reader, each line named by its line number
+(:mod:`landing_lines`), parsed and routed (:mod:`debezium`, :mod:`routing`), then coerced per target
+(:mod:`coercion`; or typed natively, :mod:`native`). The driver
 only sees aggregates: the distinct (target, field, type) triples and counts.
 The ledger is the targets' own history: every commit records the batch id, the
 landing location and the full list of tables the batch writes.
@@ -19,7 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from icecdc_dagster.errors import TargetTableMissingError
-from icecdc_dagster.ingest import dead_letters, horizon, landing, native, routing, snapshot_epoch
+from icecdc_dagster.ingest import dead_letters, horizon, landing, landing_lines, native, routing, snapshot_epoch
 from icecdc_dagster.ingest.coercion import IGNORED_FIELDS, STRINGIFIED, CoercionError, coerce
 from icecdc_dagster.ingest.columns import NOTES, RAW, REASON, SOURCE_FILE, SOURCE_OFFSET, TOMBSTONE, WIDEN
 from icecdc_dagster.ingest.debezium import DELETE, INSERT, NANOS_TRUNCATED, EventError, loads, parse_line
@@ -224,18 +225,6 @@ def expired_files(spark: Any, catalog_name: str, settings: IngestSettings) -> li
     """Landing files past the ledger's horizon that were never ingested (the ledger vouches for it):
     neither ingested nor forgotten silently (``ingest.horizon``)."""
     return [f.uri for f in _unrecorded(spark, catalog_name, settings).expired]
-
-
-def _parse_partition(target: str, home: str) -> Callable[[Iterable[tuple[Any, ...]]], Iterator[tuple[Any, ...]]]:
-    """Executor function: byte ranges -> parsed rows (routed, with field types or a dead-letter reason)."""
-
-    parse = _line_parser(target, home)
-
-    def run(ranges: Iterable[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
-        for file_index, uri, start, end in ranges:
-            for offset, line in landing.read_lines(uri, start, end):
-                yield parse(file_index, uri, offset, line)
-    return run
 
 
 def _parse_records(target: str, home: str) -> Callable[[Iterable["Row"]], Iterator[tuple[Any, ...]]]:
@@ -478,14 +467,13 @@ def _ingest_new(spark: Any, catalog_name: str, settings: IngestSettings, describ
     if not templated and not settings.auto_create and not table_exists(spark, catalog_name, settings.target):
         raise TargetTableMissingError(f"ingest {settings.landing}: target table {settings.target} does not exist "
                                       "and auto_create is off")
+    lines = landing_lines.lines(spark, described)  # Spark's text reader: a line's position is its line number
     if _native_eligible(spark, catalog_name, settings, templated):
-        return _ingest_native(spark, catalog_name, settings, native.lines_frame(spark, described),
-                              native.sample_branches(described), bid, uris, stamp)
+        return _ingest_native(spark, catalog_name, settings, lines, native.sample_branches(described), bid, uris,
+                              stamp)
     home = _home_table(settings)
-    ranges = landing.chunks(described)
-    parsed_rdd = spark.sparkContext.parallelize(ranges, max(len(ranges), 1)).mapPartitions(
-        _parse_partition(settings.target, home))
-    parsed = spark.createDataFrame(parsed_rdd, PARSED_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
+    parsed = spark.createDataFrame(lines.rdd.mapPartitions(_parse_records(settings.target, home)),
+                                   PARSED_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         return _ingest_parsed(spark, catalog_name, settings, parsed, bid, uris, home, templated, stamp)
     finally:
