@@ -8,6 +8,7 @@ The ledger is the targets' own history: every commit records the batch id, the
 landing location and the full list of tables the batch writes.
 """
 
+import functools
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -467,7 +468,8 @@ def _ingest_new(spark: Any, catalog_name: str, settings: IngestSettings, describ
     if not templated and not settings.auto_create and not table_exists(spark, catalog_name, settings.target):
         raise TargetTableMissingError(f"ingest {settings.landing}: target table {settings.target} does not exist "
                                       "and auto_create is off")
-    lines = landing_lines.lines(spark, described)  # Spark's text reader: a line's position is its line number
+    lines = landing_lines.lines(spark, described)  # Spark's text reader; a line's position key orders its file
+    stamp = replace(stamp, line_numbers=functools.partial(landing_lines.line_numbers, spark, described))
     if _native_eligible(spark, catalog_name, settings, templated):
         return _ingest_native(spark, catalog_name, settings, lines, native.sample_branches(described), bid, uris,
                               stamp)
@@ -562,6 +564,8 @@ class _Stamp:
 
     retention: LedgerRetention | None = None
     file_time: str | None = None
+    # landing batches: the dead letters' reader positions -> line numbers (``landing_lines.line_numbers``)
+    line_numbers: Callable[[DataFrame], DataFrame] | None = None
 
 
 @dataclass(frozen=True)
@@ -640,7 +644,8 @@ def _commit_batch(spark: Any, catalog_name: str, settings: IngestSettings, bid: 
              TARGETS_PROPERTY: json.dumps(sorted([*(w.table for w in writes), *dead])), **stamped}
     for dl_table in sorted(dead):
         dead_letters.ensure_table(spark, catalog_name, dl_table)
-        frame = dead_letters.frame(dead[dl_table], bid).withColumn(OP_COLUMN, F.lit(OP_INSERT))
+        rows = stamp.line_numbers(dead[dl_table]) if stamp.line_numbers else dead[dl_table]
+        frame = dead_letters.frame(rows, bid).withColumn(OP_COLUMN, F.lit(OP_INSERT))
         write_batch(spark, f"{catalog_name}.{dl_table}", frame, (), bid, props, ledger=True,
                     retention=stamp.retention)
     out = dict(results)

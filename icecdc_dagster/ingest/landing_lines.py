@@ -1,25 +1,30 @@
-"""Landing files -> one row per line, read by Spark's own text reader, each named by its exact line number.
+"""Landing files -> one row per line, read by Spark's own text reader, each with an exact position in its file.
 
 Why not byte offsets read in Python workers (the former reader): a line's position is needed for three
-things only, and a line number gives each of them exactly, with no Python per line:
+things only, and none of them needs a byte offset:
 
-- the order of a file's events (the last image per key, snapshot-epoch markers): line order is file order;
-- a dead letter names its event: file + line number (``sed -n '<n>p' <file>`` shows it);
+- the order of a file's events (the last image per key, snapshot-epoch markers): :func:`lines` gives each
+  line a position key that orders the file's lines exactly, with no Python per line and no extra pass;
+- a dead letter names its event: file + line number (``sed -n '<n>p' <file>`` shows it),
+  :func:`line_numbers` turns the position keys of a batch's dead letters into line numbers (one counting
+  pass over the text, paid only by a batch with dead letters);
 - exactly once: the ledger records whole files (``<uri>#0-<size>``), never a position inside one, so a
   re-delivered or replayed file is skipped as before, whatever the positions are.
 
-How the number is exact: each file is its own scan (``file_index`` is a literal of it), so each of its
-splits is alone in its partition (Spark packs splits into partitions by size; a full-size split fills one,
-and a file has at most one smaller split), and the low bits of ``monotonically_increasing_id`` count a
-row inside its partition: the row's number inside its split. A split's first line number is the count of
-lines in the file's earlier splits, from one counting pass over the text (no JSON), skipped for a file
-read as one split; a split the counting pass did not see fails the read rather than misnumber a line.
+The position key: each file is its own scan (``file_index`` is a literal of it), so each of its splits is
+alone in its partition (Spark packs splits into partitions by size; a full-size split fills one, and a
+file has at most one smaller split), and the low bits of ``monotonically_increasing_id`` number a row
+inside its partition: its index ``i`` inside its split. A split starting at byte ``s`` holds the lines
+that start in ``(s, e]`` (``[0, e]`` for the first), at most ``e - s`` of them, so ``s + i`` (``s + i + 1``
+past the first split) is strictly increasing through the file and below the file's size, as a byte offset
+was (``ORDER_FILE_SHIFT`` still holds it).
 
 Same lines as the byte-range reader: split on ``\\n`` only (a ``\\r`` stays in its line, as before), an
 empty line is a line, the text after the last newline is a line. Bytes that are not UTF-8 are replaced
 (U+FFFD) as Python's ``errors="replace"`` does, so both readings of a line see the same text.
 """
 
+import itertools
 import re
 from collections.abc import Sequence
 from functools import reduce
@@ -41,15 +46,45 @@ _GLOB = re.compile(r"([\\{}\[\]*?])")  # Hadoop glob characters: a landing file'
 
 def lines(spark: "SparkSession", files: Sequence[landing.LandingFile]) -> DataFrame:
     """(file_index, source_file, source_offset, raw) per line of ``files``: ``source_offset`` is the line's
-    number in its file (from 1), ``file_index`` the file's index in ``files`` (so both order the batch)."""
-    frames = [_file_lines(spark, index, f) for index, f in enumerate(files)]
-    if not frames:
+    position key (module doc: orders the file's lines), ``file_index`` the file's index in ``files``."""
+    if not files:
         return spark.createDataFrame([], "file_index bigint, source_file string, source_offset bigint, raw string")
-    split = [index for index, frame in enumerate(frames) if frame.rdd.getNumPartitions() > 1]
-    firsts = _first_lines(frames, split)
-    numbered = [frame.select("file_index", "source_file", _line_number(index, firsts).alias("source_offset"), "raw")
-                for index, frame in enumerate(frames)]
-    return reduce(DataFrame.unionByName, numbered)
+    return reduce(DataFrame.unionByName, [_file_lines(spark, index, f).select(
+        "file_index", "source_file", _position_key().alias("source_offset"), "raw") for index, f in enumerate(files)])
+
+
+def line_numbers(spark: "SparkSession", files: Sequence[landing.LandingFile], rows: DataFrame) -> DataFrame:
+    """``rows`` (a few: a batch's dead letters) with ``source_offset`` turned from :func:`lines`' position key
+    into the line's number in its file (from 1), found by ``source_file``. One counting pass over the text of
+    ``files`` (no JSON): the lines of each split, so a split's first line number."""
+    counted = reduce(DataFrame.unionByName, [_file_lines(spark, index, f).select("file_index", _START)
+                                             for index, f in enumerate(files)])
+    splits: dict[int, list[tuple[int, int]]] = {}
+    for index, start, n in sorted(tuple(map(int, r)) for r in counted.groupBy("file_index", _START).count().collect()):
+        splits.setdefault(index, []).append((start, n))
+    key = F.col("source_offset")
+    number: Column = F.lit(None).cast("long")
+    for index, f in enumerate(files):
+        number = F.when(F.col("source_file") == F.lit(f.uri), _number_in_file(key, splits.get(index, []))
+                        ).otherwise(number)
+    return rows.withColumn("source_offset", F.when(key.isNotNull(), number))
+
+
+def _number_in_file(key: Column, splits: Sequence[tuple[int, int]]) -> Column:
+    """Line number of a position key, given the file's splits that hold lines ((start, lines), by start): a
+    split's keys are at most the next split's start (module doc), so the first split not past the key holds it."""
+    firsts = list(itertools.accumulate((n for _, n in splits), initial=1))
+    number: Column = F.lit(None).cast("long")
+    for k in reversed(range(len(splits))):
+        start = splits[k][0]
+        value = F.lit(firsts[k]) + key - F.lit(start + (1 if start > 0 else 0))
+        number = value if k == len(splits) - 1 else F.when(key <= F.lit(splits[k + 1][0]), value).otherwise(number)
+    return number
+
+
+def _position_key() -> Column:
+    row = F.col(_ROW)
+    return F.col(_START) + row + F.when(F.col(_START) > 0, F.lit(1)).otherwise(F.lit(0))
 
 
 def _file_lines(spark: "SparkSession", index: int, f: landing.LandingFile) -> DataFrame:
@@ -58,27 +93,3 @@ def _file_lines(spark: "SparkSession", index: int, f: landing.LandingFile) -> Da
     return text.select(F.lit(index).cast("long").alias("file_index"), F.lit(f.uri).alias("source_file"),
                        F.input_file_block_start().alias(_START), row.alias(_ROW),
                        F.decode(F.encode("value", "UTF-8"), "UTF-8").alias("raw"))
-
-
-def _first_lines(frames: Sequence[DataFrame], split: Sequence[int]) -> dict[tuple[int, int], int]:
-    """(file index, split start) -> the split's first line number minus one, for the files read as several splits."""
-    if not split:
-        return {}
-    counted = reduce(DataFrame.unionByName, [frames[i].select("file_index", _START) for i in split])
-    counts = sorted((int(r[0]), int(r[1]), int(r[2])) for r in counted.groupBy("file_index", _START).count().collect())
-    firsts: dict[tuple[int, int], int] = {}
-    before: dict[int, int] = {}
-    for index, start, n in counts:
-        firsts[(index, start)] = before.get(index, 0)
-        before[index] = before.get(index, 0) + n
-    return firsts
-
-
-def _line_number(index: int, firsts: dict[tuple[int, int], int]) -> Column:
-    row = F.col(_ROW) + F.lit(1)
-    starts = {start: first for (i, start), first in firsts.items() if i == index}
-    if not starts:
-        return row  # one split: its rows are the file's lines
-    first = F.create_map(*[F.lit(x) for start, n in sorted(starts.items()) for x in (start, n)])[F.col(_START)]
-    return F.when(first.isNull(), F.raise_error(F.lit(f"landing file {index}: a split the line count did not see"))
-                  ).otherwise(first + row)

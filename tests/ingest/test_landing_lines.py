@@ -1,5 +1,6 @@
-"""Spark's text reader (``landing_lines``) gives exactly the lines of the byte-range reader, numbered in file
-order, whatever the split size: the last image per key and a dead letter's line depend on it."""
+"""Spark's text reader (``landing_lines``) gives exactly the lines of the byte-range reader, whatever the split
+size: its position keys order each file's lines as the file does (the last image per key depends on it), and
+``line_numbers`` turns them into the lines' numbers (what a dead letter names)."""
 
 import uuid
 
@@ -36,7 +37,14 @@ def test_lines_and_numbers_equal_the_byte_range_reader(spark, tmp_path, contents
     prior = spark.conf.get("spark.sql.files.maxPartitionBytes")
     spark.conf.set("spark.sql.files.maxPartitionBytes", str(split_bytes))
     try:
-        got = [tuple(r) for r in landing_lines.lines(spark, described).collect()]
+        read = landing_lines.lines(spark, described)
+        keyed = [tuple(r) for r in read.collect()]
+        numbered = [tuple(r) for r in landing_lines.line_numbers(spark, described, read).collect()]
     finally:
         spark.conf.set("spark.sql.files.maxPartitionBytes", prior)
-    assert sorted(got) == _expected(described)
+    expected = _expected(described)
+    assert sorted(numbered) == expected
+    in_key_order = sorted(keyed)  # (file, key): each file's lines in the order its keys give
+    assert [(i, uri, raw) for i, uri, _, raw in in_key_order] == [(i, uri, raw) for i, uri, _, raw in expected]
+    assert len({(i, key) for i, _, key, _ in keyed}) == len(keyed)  # strictly increasing: no two lines tie
+    assert all(0 <= key <= f.size for i, _, key, _ in keyed for f in [described[i]])  # fits as an offset did
