@@ -707,8 +707,8 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, line
     marking = settings.snapshot_deletes
     extra = [snapshot_epoch.marker(F.col("raw")).alias(snapshot_epoch.MARKER_COLUMN)] if marking else []
     classified = native.coerce_lines(lines, native.columns_of(T.StructType(fields)), keys, known,
-                                     native.utc(spark), ORDER_FILE_SHIFT, branches, extra
-                                     ).persist(StorageLevel.MEMORY_AND_DISK)
+                                     native.utc(spark), ORDER_FILE_SHIFT, branches, extra)
+    classified = _checkpointed(classified)
     markers: dict[str, list[tuple[int, str]]] = {}
     if settings.snapshot_deletes:
         # every line: the native reason of a line left to the Python rules is not final
@@ -737,8 +737,23 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, line
         results = _commit_batch(spark, catalog_name, settings, bid, dead, [write], {
             target: TargetResult(target, False, None, counts, tuple(added_columns), ())}, stamp, markers)
     finally:
-        classified.unpersist()
+        _release(classified)
     return IngestResult(bid, uris, False, results, int(stats["tombstones"] or 0), int(stats["events_read"] or 0))
+
+
+def _checkpointed(frame: DataFrame) -> DataFrame:
+    """``frame`` computed once and cut from its plan (Spark's local checkpoint, in executors' memory and disk).
+
+    Why not ``persist``: every later plan (the stats, the dead letters, the MERGE and its count join) would carry
+    and re-analyse the whole JSON reading and typing again, and the landing reader's positions come from
+    nondeterministic expressions (``landing_lines``), which a copy-on-write MERGE refuses in its source. A lost
+    executor fails the batch instead of recomputing it: nothing is published, the next run ingests it again."""
+    return frame.localCheckpoint(eager=True)
+
+
+def _release(checkpointed: DataFrame) -> None:
+    """Drop the blocks of a :func:`_checkpointed` frame now (Spark would drop them only once it is garbage)."""
+    checkpointed._jdf.queryExecution().analyzed().rdd().unpersist(False)  # noqa: SLF001 - its LogicalRDD's blocks
 
 
 def ingest_records(spark: Any, catalog_name: str, settings: IngestSettings, bid: str,
