@@ -716,10 +716,14 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, line
             ORDER_COLUMN, snapshot_epoch.MARKER_COLUMN).collect()
         markers = snapshot_epoch.markers_by_target((target, r[0], r[1]) for r in found)
     fast, routed = native.split(classified.drop(snapshot_epoch.MARKER_COLUMN))
-    columns = [(f.name, f.dataType.json(), f.nullable) for f in fields]
-    slow = spark.createDataFrame(routed.rdd.mapPartitions(_python_partition(columns, keys, set(known), False)),
-                                 _rows_schema(fields))
-    rows = fast.unionByName(slow)
+    held = [classified]
+    rows = fast
+    if routed.count():  # no Python worker at all for a batch the native reading types whole (the common case)
+        columns = [(f.name, f.dataType.json(), f.nullable) for f in fields]
+        slow = _checkpointed(spark.createDataFrame(  # once: the stats, dead letters and the MERGE all read it
+            routed.rdd.mapPartitions(_python_partition(columns, keys, set(known), False)), _rows_schema(fields)))
+        held.append(slow)
+        rows = fast.unionByName(slow)
     try:
         rule_sums = [F.sum(F.coalesce(F.col(NOTES)[rule], F.lit(0))).alias(rule) for rule in RULE_COUNTS]
         stats = rows.agg(F.count(F.lit(1)).alias("events_read"),
@@ -737,7 +741,8 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, line
         results = _commit_batch(spark, catalog_name, settings, bid, dead, [write], {
             target: TargetResult(target, False, None, counts, tuple(added_columns), ())}, stamp, markers)
     finally:
-        _release(classified)
+        for frame in held:
+            _release(frame)
     return IngestResult(bid, uris, False, results, int(stats["tombstones"] or 0), int(stats["events_read"] or 0))
 
 
