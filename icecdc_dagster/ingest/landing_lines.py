@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from icecdc_dagster.errors import HiddenLandingFileError
 from icecdc_dagster.ingest import landing
 
 if TYPE_CHECKING:
@@ -46,7 +47,14 @@ _GLOB = re.compile(r"([\\{}\[\]*?])")  # Hadoop glob characters: a landing file'
 
 def lines(spark: "SparkSession", files: Sequence[landing.LandingFile]) -> DataFrame:
     """(file_index, source_file, source_offset, raw) per line of ``files``: ``source_offset`` is the line's
-    position key (module doc: orders the file's lines), ``file_index`` the file's index in ``files``."""
+    position key (module doc: orders the file's lines), ``file_index`` the file's index in ``files``.
+
+    Raises:
+        HiddenLandingFileError: a file's name starts with ``.`` or ``_`` (Spark's reader would skip it).
+    """
+    hidden = [f.uri for f in files if f.uri.rstrip("/").rsplit("/", 1)[-1].startswith((".", "_"))]
+    if hidden:  # Spark's reader skips these names: none of their lines would be read, and nothing would say so
+        raise HiddenLandingFileError(f"landing files named like writers in progress (. or _ first): {hidden}")
     if not files:
         return spark.createDataFrame([], "file_index bigint, source_file string, source_offset bigint, raw string")
     return reduce(DataFrame.unionByName, [_file_lines(spark, index, f).select(

@@ -4,9 +4,11 @@ size: its position keys order each file's lines as the file does (the last image
 
 import uuid
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from icecdc_dagster.errors import HiddenLandingFileError
 from icecdc_dagster.ingest import landing, landing_lines
 
 # Lines as landing files hold them: JSON, empty, a \r before the \n, bytes that are not UTF-8, long lines
@@ -48,3 +50,11 @@ def test_lines_and_numbers_equal_the_byte_range_reader(spark, tmp_path, contents
     assert [(i, uri, raw) for i, uri, _, raw in in_key_order] == [(i, uri, raw) for i, uri, _, raw in expected]
     assert len({(i, key) for i, _, key, _ in keyed}) == len(keyed)  # strictly increasing: no two lines tie
     assert all(0 <= key <= f.size for i, _, key, _ in keyed for f in [described[i]])  # fits as an offset did
+
+
+def test_a_file_named_like_a_writer_in_progress_is_refused_not_read_as_empty(spark, tmp_path):
+    for name in ("_partial.json", ".partial.json"):
+        path = tmp_path / name
+        path.write_text('{"op": "c", "after": {"id": 1}}\n')
+        with pytest.raises(HiddenLandingFileError, match=name):  # Spark's reader would skip it silently
+            landing_lines.lines(spark, landing.describe([str(path)]))
