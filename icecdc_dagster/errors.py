@@ -222,3 +222,11 @@ class EqualityDeleteTargetError(IcecdcError):
 
     transient = False
     recovery = CONFIG_COMMAND
+
+
+class HiddenLandingFileError(IngestError):
+    """A landing file named like a writer in progress (``.`` or ``_`` first) was passed to ingest explicitly:
+    Spark's file reader skips such names, so it would read no line of it. Listing never returns them; rename
+    the file when it is complete."""
+
+    transient = False

@@ -30,7 +30,7 @@ TERMINAL = {"IcecdcError", "ConfigError", "RuntimeSetupError", "SnapshotNotFound
             "SupersededPartitionError", "DefinitionChangedError", "DeleteWithoutDocumentIdError",
             "MissingDocumentIdError", "ClassFileError", "ConnectSchemaError", "EventError", "CoercionError",
             "SchemaChangeError", "ReindexError", "StreamInputError", "InstanceNotFoundError",
-            "SnapshotOrderLostError", "EqualityDeleteTargetError"}
+            "SnapshotOrderLostError", "EqualityDeleteTargetError", "HiddenLandingFileError"}
 RESYNC = {"SnapshotNotFoundError", "LineDivergedError", "TableRolledBackError", "SnapshotExpiredError",
           "TableRecreatedError", "CheckpointError", "DefinitionChangedError", "SchemaChangeError",
           "SnapshotOrderLostError"}

@@ -1,12 +1,14 @@
 """Debezium landing files -> Iceberg tables: one batch per file (or bounded group), exactly once.
 
-Row work runs in executors: files are read as byte ranges, parsed and routed
-(:mod:`debezium`, :mod:`routing`), then coerced per target (:mod:`coercion`). The driver
+Row work runs in executors: files are read by Spark's text reader, each line named by its line number
+(:mod:`landing_lines`), parsed and routed (:mod:`debezium`, :mod:`routing`), then coerced per target
+(:mod:`coercion`; or typed natively, :mod:`native`). The driver
 only sees aggregates: the distinct (target, field, type) triples and counts.
 The ledger is the targets' own history: every commit records the batch id, the
 landing location and the full list of tables the batch writes.
 """
 
+import functools
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -19,7 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from icecdc_dagster.errors import TargetTableMissingError
-from icecdc_dagster.ingest import dead_letters, horizon, landing, native, routing, snapshot_epoch
+from icecdc_dagster.ingest import dead_letters, horizon, landing, landing_lines, native, routing, snapshot_epoch
 from icecdc_dagster.ingest.coercion import IGNORED_FIELDS, STRINGIFIED, CoercionError, coerce
 from icecdc_dagster.ingest.columns import NOTES, RAW, REASON, SOURCE_FILE, SOURCE_OFFSET, TOMBSTONE, WIDEN
 from icecdc_dagster.ingest.debezium import DELETE, INSERT, NANOS_TRUNCATED, EventError, loads, parse_line
@@ -224,18 +226,6 @@ def expired_files(spark: Any, catalog_name: str, settings: IngestSettings) -> li
     """Landing files past the ledger's horizon that were never ingested (the ledger vouches for it):
     neither ingested nor forgotten silently (``ingest.horizon``)."""
     return [f.uri for f in _unrecorded(spark, catalog_name, settings).expired]
-
-
-def _parse_partition(target: str, home: str) -> Callable[[Iterable[tuple[Any, ...]]], Iterator[tuple[Any, ...]]]:
-    """Executor function: byte ranges -> parsed rows (routed, with field types or a dead-letter reason)."""
-
-    parse = _line_parser(target, home)
-
-    def run(ranges: Iterable[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
-        for file_index, uri, start, end in ranges:
-            for offset, line in landing.read_lines(uri, start, end):
-                yield parse(file_index, uri, offset, line)
-    return run
 
 
 def _parse_records(target: str, home: str) -> Callable[[Iterable["Row"]], Iterator[tuple[Any, ...]]]:
@@ -482,14 +472,14 @@ def _ingest_new(spark: Any, catalog_name: str, settings: IngestSettings, describ
     if not templated and not settings.auto_create and not table_exists(spark, catalog_name, settings.target):
         raise TargetTableMissingError(f"ingest {settings.landing}: target table {settings.target} does not exist "
                                       "and auto_create is off")
+    lines = landing_lines.lines(spark, described)  # Spark's text reader; a line's position key orders its file
+    stamp = replace(stamp, line_numbers=functools.partial(landing_lines.line_numbers, spark, described))
     if _native_eligible(spark, catalog_name, settings, templated):
-        return _ingest_native(spark, catalog_name, settings, native.lines_frame(spark, described),
-                              native.sample_branches(described), bid, uris, stamp)
+        return _ingest_native(spark, catalog_name, settings, lines, native.sample_branches(described), bid, uris,
+                              stamp)
     home = _home_table(settings)
-    ranges = landing.chunks(described)
-    parsed_rdd = spark.sparkContext.parallelize(ranges, max(len(ranges), 1)).mapPartitions(
-        _parse_partition(settings.target, home))
-    parsed = spark.createDataFrame(parsed_rdd, PARSED_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
+    parsed = spark.createDataFrame(lines.rdd.mapPartitions(_parse_records(settings.target, home)),
+                                   PARSED_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         return _ingest_parsed(spark, catalog_name, settings, parsed, bid, uris, home, templated, stamp)
     finally:
@@ -578,6 +568,8 @@ class _Stamp:
 
     retention: LedgerRetention | None = None
     file_time: str | None = None
+    # landing batches: the dead letters' reader positions -> line numbers (``landing_lines.line_numbers``)
+    line_numbers: Callable[[DataFrame], DataFrame] | None = None
 
 
 @dataclass(frozen=True)
@@ -656,7 +648,8 @@ def _commit_batch(spark: Any, catalog_name: str, settings: IngestSettings, bid: 
              TARGETS_PROPERTY: json.dumps(sorted([*(w.table for w in writes), *dead])), **stamped}
     for dl_table in sorted(dead):
         dead_letters.ensure_table(spark, catalog_name, dl_table)
-        frame = dead_letters.frame(dead[dl_table], bid).withColumn(OP_COLUMN, F.lit(OP_INSERT))
+        rows = stamp.line_numbers(dead[dl_table]) if stamp.line_numbers else dead[dl_table]
+        frame = dead_letters.frame(rows, bid).withColumn(OP_COLUMN, F.lit(OP_INSERT))
         write_batch(spark, f"{catalog_name}.{dl_table}", frame, (), bid, props, ledger=True,
                     retention=stamp.retention)
     out = dict(results)
@@ -718,8 +711,8 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, line
     marking = settings.snapshot_deletes
     extra = [snapshot_epoch.marker(F.col("raw")).alias(snapshot_epoch.MARKER_COLUMN)] if marking else []
     classified = native.coerce_lines(lines, native.columns_of(T.StructType(fields)), keys, known,
-                                     native.utc(spark), ORDER_FILE_SHIFT, branches, extra
-                                     ).persist(StorageLevel.MEMORY_AND_DISK)
+                                     native.utc(spark), ORDER_FILE_SHIFT, branches, extra)
+    classified = _checkpointed(classified)
     markers: dict[str, list[tuple[int, str]]] = {}
     if settings.snapshot_deletes:
         # every line: the native reason of a line left to the Python rules is not final
@@ -727,10 +720,14 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, line
             ORDER_COLUMN, snapshot_epoch.MARKER_COLUMN).collect()
         markers = snapshot_epoch.markers_by_target((target, r[0], r[1]) for r in found)
     fast, routed = native.split(classified.drop(snapshot_epoch.MARKER_COLUMN))
-    columns = [(f.name, f.dataType.json(), f.nullable) for f in fields]
-    slow = spark.createDataFrame(routed.rdd.mapPartitions(_python_partition(columns, keys, set(known), False)),
-                                 _rows_schema(fields))
-    rows = fast.unionByName(slow)
+    held = [classified]
+    rows = fast
+    if routed.count():  # no Python worker at all for a batch the native reading types whole (the common case)
+        columns = [(f.name, f.dataType.json(), f.nullable) for f in fields]
+        slow = _checkpointed(spark.createDataFrame(  # once: the stats, dead letters and the MERGE all read it
+            routed.rdd.mapPartitions(_python_partition(columns, keys, set(known), False)), _rows_schema(fields)))
+        held.append(slow)
+        rows = fast.unionByName(slow)
     try:
         rule_sums = [F.sum(F.coalesce(F.col(NOTES)[rule], F.lit(0))).alias(rule) for rule in RULE_COUNTS]
         stats = rows.agg(F.count(F.lit(1)).alias("events_read"),
@@ -748,8 +745,24 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, line
         results = _commit_batch(spark, catalog_name, settings, bid, dead, [write], {
             target: TargetResult(target, False, None, counts, tuple(added_columns), ())}, stamp, markers)
     finally:
-        classified.unpersist()
+        for frame in held:
+            _release(frame)
     return IngestResult(bid, uris, False, results, int(stats["tombstones"] or 0), int(stats["events_read"] or 0))
+
+
+def _checkpointed(frame: DataFrame) -> DataFrame:
+    """``frame`` computed once and cut from its plan (Spark's local checkpoint, in executors' memory and disk).
+
+    Why not ``persist``: every later plan (the stats, the dead letters, the MERGE and its count join) would carry
+    and re-analyse the whole JSON reading and typing again, and the landing reader's positions come from
+    nondeterministic expressions (``landing_lines``), which a copy-on-write MERGE refuses in its source. A lost
+    executor fails the batch instead of recomputing it: nothing is published, the next run ingests it again."""
+    return frame.localCheckpoint(eager=True)
+
+
+def _release(checkpointed: DataFrame) -> None:
+    """Drop the blocks of a :func:`_checkpointed` frame now (Spark would drop them only once it is garbage)."""
+    checkpointed._jdf.queryExecution().analyzed().rdd().unpersist(False)  # noqa: SLF001 - its LogicalRDD's blocks
 
 
 def ingest_records(spark: Any, catalog_name: str, settings: IngestSettings, bid: str,

@@ -23,6 +23,8 @@ def test_routing_template_creates_its_namespace(spark, catalog, catalog_settings
     assert ("lake",) in catalog.list_namespaces()
     assert {r.id: r.v for r in spark.table(f"{cat}.lake.inv_a").collect()} == {1: "x1"}
     assert {r.id: r.v for r in spark.table(f"{cat}.lake.inv_b").collect()} == {2: "x2"}
-    assert [r.raw for r in spark.table(f"{cat}.lake.unrouted__dead_letters").collect()] == ["{broken"]
+    # a dead letter names its file and line (the third)
+    assert [(r.raw, r.source_file, r.source_offset) for r in spark.table(f"{cat}.lake.unrouted__dead_letters").collect()
+            ] == [("{broken", files[0], 3)]
     assert committed_batches(spark, cat, settings) == {result.batch_id}
     assert pending_files(spark, cat, settings) == []

@@ -40,8 +40,9 @@ def test_declared_schema_and_no_evolution(spark, catalog, catalog_settings, tmp_
     assert table.properties["write.merge.mode"] == "copy-on-write"
     assert "surprise" not in spark.table(f"{cat}.db.t").columns
     assert {r.id: r.qty for r in spark.table(f"{cat}.db.t").collect()} == {i: i for i in range(6)}
-    reasons = sorted(r.reason for r in spark.table(f"{cat}.db.t__dead_letters").collect())
-    assert reasons[0].startswith("column ts") and reasons[1] == "required column ts is null or missing"
+    dead = sorted(spark.table(f"{cat}.db.t__dead_letters").collect(), key=lambda r: r.reason)
+    assert dead[0].reason.startswith("column ts") and dead[1].reason == "required column ts is null or missing"
+    assert [(r.source_file.rsplit("/", 1)[-1], r.source_offset) for r in dead] == [("a.json", 7), ("a.json", 8)]
 
 
 def test_keyless_append_dead_letters_deletes_and_records_empty_batches(spark, catalog, catalog_settings, tmp_path):
