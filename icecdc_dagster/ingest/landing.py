@@ -1,4 +1,4 @@
-"""Landing files: list in name order, cut into byte ranges read by executors, name batches.
+"""Landing files: list in name order, read a file's line bytes (schema sampling), name batches.
 
 A batch id is ``<file uri>#<start>-<end>`` per file (joined by ``;`` for a group);
 landing files are immutable, so a rewritten file (new size) is a new batch.
@@ -8,8 +8,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow.fs as pafs
-
-CHUNK_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -60,21 +58,6 @@ def describe(uris: Sequence[str]) -> list[LandingFile]:
 
 def batch_id(files: Sequence[LandingFile]) -> str:
     return ";".join(f.batch_part for f in files)
-
-
-def chunks(files: Sequence[LandingFile], chunk_bytes: int = CHUNK_BYTES) -> list[tuple[int, str, int, int]]:
-    """(file index, uri, start, end) byte ranges; each line belongs to the range holding its first byte."""
-    out = []
-    for index, f in enumerate(files):
-        for start in range(0, max(f.size, 1), chunk_bytes):
-            out.append((index, f.uri, start, min(start + chunk_bytes, f.size)))
-    return out
-
-
-def read_lines(uri: str, start: int, end: int) -> Iterator[tuple[int, str]]:
-    """(byte offset, line) for lines starting in [start, end). Runs in executors."""
-    for offset, raw in read_line_bytes(uri, start, end):
-        yield offset, raw.decode("utf-8", errors="replace")
 
 
 def read_line_bytes(uri: str, start: int, end: int) -> Iterator[tuple[int, bytes]]:

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from icecdc_dagster.ingest import debezium, landing, native
+from icecdc_dagster.ingest import debezium, landing, landing_lines, native
 from icecdc_dagster.ingest import schema_inference as si
 from icecdc_dagster.ingest.ingester import (
     NOTES,
@@ -125,7 +125,7 @@ def _compare(spark, tmp_path, raws: list[str], schema: T.StructType = SCHEMA,
     uri = str(path)
     if branches is None:  # every schema block of the lines becomes a branch (a batch samples a few lines per file)
         branches = list({b.prefix: b for b in map(native.schema_branch, raws) if b is not None}.values())
-    classified = native.coerce_lines(native.lines_frame(spark, landing.describe([uri])), native.columns_of(schema),
+    classified = native.coerce_lines(landing_lines.lines(spark, landing.describe([uri])), native.columns_of(schema),
                                      KEYS, schema.names, native.utc(spark), ORDER_FILE_SHIFT, branches).persist()
     try:
         fast, routed = native.split(classified)

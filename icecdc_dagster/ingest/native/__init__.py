@@ -25,7 +25,7 @@ flagged native or routed).
 """
 
 from icecdc_dagster.ingest.native.column_rules import TargetColumn, columns_of, utc
-from icecdc_dagster.ingest.native.line_frames import LINE_SCHEMA, lines_frame
+from icecdc_dagster.ingest.native.line_frames import LINE_SCHEMA
 from icecdc_dagster.ingest.native.line_typing import FAST, JSON_OPTIONS, coerce_lines, split
 from icecdc_dagster.ingest.native.schema_blocks import (
     MAX_BRANCHES,
@@ -40,5 +40,5 @@ from icecdc_dagster.ingest.native.schema_blocks import (
 )
 
 __all__ = ["FAST", "JSON_OPTIONS", "LINE_SCHEMA", "MAX_BRANCHES", "Decoding", "FieldDecoding", "SchemaBranch",
-           "TargetColumn", "coerce_lines", "columns_of", "field_decoding", "line_branches", "lines_frame",
+           "TargetColumn", "coerce_lines", "columns_of", "field_decoding", "line_branches",
            "sample_branches", "sample_records", "schema_branch", "split", "utc"]
