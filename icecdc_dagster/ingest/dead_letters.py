@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from icecdc_dagster.writer.auto_create import ensure_namespace
+from icecdc_dagster.writer import ensure_namespace
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema

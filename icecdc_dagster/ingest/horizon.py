@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from icecdc_dagster.ingest.landing import LandingFile
-from icecdc_dagster.writer.exactly_once import LedgerRetention, ledger_dropped_upto
+from icecdc_dagster.writer import LedgerRetention, ledger_dropped_upto
 
 FILE_TIME_PROPERTY = "icecdc.landing-file-time-ms"  # in a batch's summary and ledger entry
 DEFAULT_MAX_FILE_AGE_S = 7 * 86400

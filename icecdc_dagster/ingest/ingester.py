@@ -26,34 +26,32 @@ from icecdc_dagster.ingest.coercion import IGNORED_FIELDS, STRINGIFIED, Coercion
 from icecdc_dagster.ingest.columns import NOTES, RAW, REASON, SOURCE_FILE, SOURCE_OFFSET, TOMBSTONE, WIDEN
 from icecdc_dagster.ingest.debezium import DELETE, INSERT, NANOS_TRUNCATED, EventError, loads, parse_line
 from icecdc_dagster.ingest.schema_inference import merge_types, spark_type, widened
-from icecdc_dagster.writer.auto_create import (
-    add_columns,
-    create_table,
-    declared_columns,
-    ensure_namespace,
-    namespace_exists,
-    widen_columns,
-)
-from icecdc_dagster.writer.equality_deletes import EQUALITY_DELETES, MERGE, write_equality_delta
-from icecdc_dagster.writer.exactly_once import (
+from icecdc_dagster.writer import (
     BATCH_ID_PROPERTY,
-    LedgerRetention,
-    java_table,
-    recorded_summaries,
-    table_properties,
-)
-from icecdc_dagster.writer.merge import (
+    EQUALITY_DELETES,
+    MERGE,
     OP_COLUMN,
     OP_DELETE,
     OP_INSERT,
     OP_UPSERT,
     ORDER_COLUMN,
     KeyBounds,
+    LedgerRetention,
+    add_columns,
     bounds_aggregates,
     bounds_from,
+    create_table,
+    declared_columns,
+    ensure_namespace,
+    java_table,
+    namespace_exists,
+    recorded_summaries,
+    table_exists,
+    table_properties,
+    widen_columns,
     write_batch,
+    write_equality_delta,
 )
-from icecdc_dagster.writer.tables import table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import Row

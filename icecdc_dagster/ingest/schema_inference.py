@@ -16,7 +16,7 @@ from typing import Any
 from pyspark.sql import types as T
 
 from icecdc_dagster.errors import SchemaDeclarationError
-from icecdc_dagster.writer.type_ddl import split_top
+from icecdc_dagster.writer import split_top
 
 MAX_DECIMAL_PRECISION = 38
 DECIMAL = "org.apache.kafka.connect.data.Decimal"

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from icecdc_dagster.writer.exactly_once import (
+from icecdc_dagster.writer import (
     BATCH_ID_PROPERTY,
     LAST_BATCH_PROPERTY,
     java_table,

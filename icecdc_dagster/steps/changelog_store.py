@@ -28,8 +28,7 @@ from icecdc_dagster.changelog import to_events
 from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import ChangelogError
 from icecdc_dagster.steps.observed import observe_change_counts
-from icecdc_dagster.writer.exactly_once import java_table
-from icecdc_dagster.writer.field_ids import (
+from icecdc_dagster.writer import (
     FIELD_MAP_PROPERTY,
     SourceSchemas,
     align_by_name,
@@ -37,6 +36,7 @@ from icecdc_dagster.writer.field_ids import (
     follow,
     index,
     infer_mapping,
+    java_table,
     load_mapping,
     projection,
     resync_command,

@@ -23,7 +23,7 @@ from typing import Any
 
 from icecdc_dagster.runtime.equality_writer import equality_delta_writer
 from icecdc_dagster.steps.changelog_store import BATCH_SNAPSHOT_ID, changelog_table_name
-from icecdc_dagster.writer.exactly_once import java_table
+from icecdc_dagster.writer import java_table
 
 DEFAULT_DELETE_FILES_THRESHOLD = 50
 DEFAULT_RETENTION_S = 7 * 24 * 3600.0

@@ -13,7 +13,7 @@ from icecdc_dagster.ingest.columns import NOTES, RAW, REASON, SOURCE_FILE, SOURC
 from icecdc_dagster.ingest.debezium import DELETE, INSERT, OPS
 from icecdc_dagster.ingest.native.column_rules import TargetColumn, decimal_is_exact, decoded_value
 from icecdc_dagster.ingest.native.schema_blocks import PAYLOAD_KEY, Decoding, FieldDecoding, SchemaBranch
-from icecdc_dagster.writer.merge import OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN
+from icecdc_dagster.writer import OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN
 
 # Spark's JSON reader, as strict as Python's json where it can be.
 JSON_OPTIONS = {"allowSingleQuotes": "false", "allowNumericLeadingZeros": "false",

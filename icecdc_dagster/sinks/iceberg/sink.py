@@ -44,21 +44,32 @@ from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import SchemaChangeError, SinkWriteError
 from icecdc_dagster.runtime.java import java_map
 from icecdc_dagster.sinks.base import ApplyResult
-from icecdc_dagster.writer.exactly_once import TARGET_SNAPSHOT_KEY, java_table, last_batch, main_ancestors
-from icecdc_dagster.writer.field_ids import (
+from icecdc_dagster.writer import (
     FIELD_MAP_PROPERTY,
+    OP_COLUMN,
+    OP_DELETE,
+    OP_INSERT,
+    OP_UPSERT,
+    ORDER_COLUMN,
+    TARGET_SNAPSHOT_KEY,
     Evolution,
     SourceSchemas,
     align_by_name,
+    copy_table,
+    drop_table,
     encode_mapping,
     follow,
     infer_mapping,
+    java_table,
+    last_batch,
     load_mapping,
+    main_ancestors,
     resync_command,
     schema_of,
+    set_identifier_fields,
+    table_exists,
+    write_batch,
 )
-from icecdc_dagster.writer.merge import OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN, write_batch
-from icecdc_dagster.writer.tables import copy_table, drop_table, set_identifier_fields, table_exists
 
 SOURCE_SNAPSHOT_PROPERTY = "icecdc.source-snapshot-id"
 SOURCE_SEQUENCE_PROPERTY = "icecdc.source-sequence-number"
