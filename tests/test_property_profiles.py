@@ -5,7 +5,7 @@ import os
 
 from hypothesis import settings
 
-from tests.ingest import test_native_rules as native_rules   # the module: its tests are not collected here
+from tests.ingest import test_native_rules as native_rules  # the module: its tests are not collected here
 
 
 def test_the_default_run_is_reproducible_and_explore_draws_new_examples():

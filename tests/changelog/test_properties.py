@@ -111,7 +111,7 @@ def _values(dtype: T.DataType) -> st.SearchStrategy:
     if isinstance(dtype, T.DateType):
         return st.dates(TIME_MIN.date(), TIME_MAX.date())
     if isinstance(dtype, T.TimestampType):
-        return st.datetimes(TIME_MIN, TIME_MAX, timezones=st.just(dt.timezone.utc))
+        return st.datetimes(TIME_MIN, TIME_MAX, timezones=st.just(dt.UTC))
     if isinstance(dtype, T.TimestampNTZType):
         return st.datetimes(TIME_MIN, TIME_MAX)
     if isinstance(dtype, T.BinaryType):

@@ -113,7 +113,7 @@ def test_to_events_document_ids_and_actions(spark):
     fields = [T.StructField("k", T.StringType()), T.StructField("d", T.DecimalType(12, 4)),
               T.StructField("ts", T.TimestampType()), T.StructField("day", T.DateType()),
               T.StructField("b", T.BinaryType()), T.StructField("flag", T.BooleanType())]
-    ts = dt.datetime(2024, 3, 1, 12, 30, 0, 5, tzinfo=dt.timezone.utc)
+    ts = dt.datetime(2024, 3, 1, 12, 30, 0, 5, tzinfo=dt.UTC)
     base = ("a", decimal.Decimal("0.0000001").quantize(decimal.Decimal("0.0001")), ts, dt.date(2024, 3, 1),
             bytearray(b"\xff"), True)
     rows = [(*base, UPDATE_BEFORE, 5, 1, 0), (*base, UPDATE_AFTER, 5, 1, 0),

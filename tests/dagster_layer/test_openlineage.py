@@ -6,9 +6,9 @@ every event and facet validated against the OpenLineage spec's JSON schemas, for
 import copy
 import json
 import re
+import threading
 import uuid
 from datetime import datetime
-import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from urllib.parse import urlparse

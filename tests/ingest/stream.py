@@ -7,7 +7,7 @@ import uuid
 from decimal import Decimal
 
 EPOCH = dt.datetime(1970, 1, 1)
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def _f(name, type_, optional=True, logical=None, params=None, **extra):

@@ -18,7 +18,7 @@ from icecdc_dagster.ingest import schema_inference as si
 from icecdc_dagster.ingest.coercion import coerce
 from icecdc_dagster.ingest.debezium import EventError, parse_line
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def _b64(n: int) -> str:

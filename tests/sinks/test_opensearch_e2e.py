@@ -19,7 +19,7 @@ from icecdc_dagster.errors import SinkWriteError
 from icecdc_dagster.sinks.opensearch import OpenSearchSink, OpenSearchSinkSettings, write_events
 from tests.sinks.test_opensearch_support import CuttableProxy, all_documents, live_mappings
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 TABLE = "db.products"
 KEY = ("id",)
 

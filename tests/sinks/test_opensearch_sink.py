@@ -28,7 +28,7 @@ from tests.sinks.test_opensearch_support import (
     live_mappings,
 )
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 TYPES_DDL = ("id long, name string, price decimal(12,4), qty int, ratio double, active boolean, born date, "
              "updated_at timestamp, local_ts timestamp_ntz, payload binary, tags array<string>, "
              "attrs struct<color:string,size:int,weight:decimal(6,2)>, props map<string,double>")
