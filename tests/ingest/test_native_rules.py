@@ -105,17 +105,14 @@ def _by_python_rules(raws: list[str], uri: str, schema: T.StructType) -> Iterato
 
 
 def _offsets(raws: list[str]) -> list[int]:
-    out, at = [], 0
-    for raw in raws:
-        out.append(at)
-        at += len(raw.encode()) + 1
-    return out
+    """The text reader's position keys (``landing_lines``): a test file is one split, so each line's index."""
+    return list(range(len(raws)))
 
 
 class Routing(NamedTuple):
     fast: int                   # lines typed by the native reader
     routed: int                 # lines left to the Python rules
-    native_offsets: set[int]    # byte offsets of the native lines (to name which line went where)
+    native_offsets: set[int]    # position keys of the native lines (to name which line went where)
 
 
 def _compare(spark, tmp_path, raws: list[str], schema: T.StructType = SCHEMA,
@@ -157,7 +154,7 @@ PLAIN = json.dumps({"op": "u", "before": None, "after": {
 
 
 def _with_plain_line(raws: list[str], at: int, plain: str = PLAIN) -> tuple[list[str], int]:
-    """``raws`` with ``plain`` inserted at ``at``, and the byte offset where that line starts."""
+    """``raws`` with ``plain`` inserted at ``at``, and that line's position key."""
     at = min(at, len(raws))
     raws = [*raws[:at], plain, *raws[at:]]
     return raws, _offsets(raws)[at]
