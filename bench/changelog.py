@@ -233,13 +233,14 @@ def main() -> None:
     parser.add_argument("--view-only", action="store_true",
                         help="only the comparisons with the view (v2, v3): no scale or file-count case")
     parser.add_argument("--stock-daemon", action="store_true",
-                        help="PySpark's own worker daemon (each new worker imports pyiceberg itself)")
+                        help="PySpark's own worker daemon (~0.14 CPU-s of set-up per Python task; each new worker "
+                        "imports pyiceberg itself)")
     args = parser.parse_args()
     os.environ.setdefault("ICECDC_CACHE_DIR", os.path.expanduser("~/.cache/icecdc"))
     os.environ["ICECDC_CARRY_OVER_PROFILE"] = PROFILE  # Python workers inherit it through the JVM
     conf = {"spark.ui.enabled": "false", "spark.driver.memory": "4g"}
-    if not args.stock_daemon:  # workers forked with pyiceberg's Arrow reader imported (docs/carry-over.md)
-        conf["spark.python.daemon.module"] = "icecdc_dagster.changelog.worker_daemon"
+    if args.stock_daemon:  # not our default daemon (icecdc_dagster/runtime/worker_daemon.py)
+        conf["spark.python.daemon.module"] = "pyspark.daemon"
     spark = build_spark_session(SparkSettings(master="local[2]", app_name="bench-changelog", conf=conf))
     work = tempfile.mkdtemp(prefix="bench-changelog-")
     try:
