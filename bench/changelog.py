@@ -24,6 +24,7 @@ import os
 import shutil
 import tempfile
 import time
+from typing import Any
 
 from icecdc_dagster import changelog
 from icecdc_dagster.changelog.read import read_files, touched_files
@@ -69,9 +70,9 @@ def _children() -> dict[int, list[int]]:
     return tree
 
 
-def tree_cpu(spark) -> dict[str, float]:
+def tree_cpu(spark) -> dict[str, Any]:
     """CPU seconds so far of this process (driver), the driver JVM (local executors are its threads) and
-    every process under the JVM (Python daemon and workers; a reaped worker's CPU is in its daemon's)."""
+    each process under the JVM (Python daemon and workers, by pid: see :func:`cpu_delta`)."""
     jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
     tree = _children()
     pids: set[int] = set()
@@ -82,7 +83,15 @@ def tree_cpu(spark) -> dict[str, float]:
             pids.add(pid)
             stack += tree.get(pid, [])
     return {"driver": _process_cpu(os.getpid()), "jvm": _process_cpu(jvm_pid),
-            "workers": sum(_process_cpu(pid) for pid in pids)}
+            "workers": {pid: _process_cpu(pid) for pid in pids}}
+
+
+def cpu_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
+    """CPU seconds between two :func:`tree_cpu` readings. A worker that exited in between (Spark stops
+    idle ones; the daemon ignores SIGCHLD, so no parent collects their CPU) counts 0 from then on, not
+    minus its whole life."""
+    workers = sum(cpu - before["workers"].get(pid, 0.0) for pid, cpu in after["workers"].items())
+    return {"driver": after["driver"] - before["driver"], "jvm": after["jvm"] - before["jvm"], "workers": workers}
 
 
 SPLIT: dict[str, list[dict[str, float]]] = {}
@@ -94,7 +103,7 @@ def timed(spark, run, label: str = "") -> tuple[float, int, float]:
     cpu, started = tree_cpu(spark), time.monotonic()
     result = run()
     wall, after = time.monotonic() - started, tree_cpu(spark)
-    split = {k: after[k] - cpu[k] for k in cpu}
+    split = cpu_delta(cpu, after)
     SPLIT.setdefault(label, []).append(split)
     return wall, result, sum(split.values())
 

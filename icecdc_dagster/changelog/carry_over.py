@@ -36,6 +36,8 @@ from icecdc_dagster.batch import (
     INSERT,
     LAST_UPDATED_SEQUENCE_NUMBER,
     ROW_ID,
+    UPDATE_AFTER,
+    UPDATE_BEFORE,
 )
 from icecdc_dagster.changelog.plan import ChangedFile, SnapshotPlan
 
@@ -52,6 +54,9 @@ ROW_ID_FIELD_ID = 2147483540  # Iceberg's reserved field ids of the v3 row linea
 LAST_UPDATED_FIELD_ID = 2147483539
 OCCURRENCE = "__icecdc_occurrence"
 DEFAULT_MAX_GROUP_BYTES = 256 * 1024 * 1024  # data file bytes one task reads into memory (Arrow: ~3-5x)
+# Data file bytes of a keyed batch whose change rows are finished in the driver: even if every row read
+# changed, its change rows (Arrow: ~3-5x the Parquet bytes) fit a driver's memory.
+DEFAULT_MAX_LOCAL_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -148,15 +153,76 @@ def read_context(table: "Table", value_schema: "StructType", output_schema: "Str
                        lineage=int(table.metadata.format_version) >= 3)
 
 
-def matched_rows(spark: "SparkSession", context: ReadContext, descriptors: list[str],
+def pack(sizes: Sequence[int], slots: int) -> list[list[int]]:
+    """Group indexes in at most ``slots`` bins of near-equal bytes (largest first, each to the lightest
+    bin): one Python task per bin, not per group, since a task's fixed cost in Spark (scheduling, Arrow
+    IPC set-up, the JVM side of a Python runner) is paid per task."""
+    bins: list[list[int]] = [[] for _ in range(max(1, min(slots, len(sizes))))]
+    load = [0] * len(bins)
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        lightest = load.index(min(load))
+        bins[lightest].append(i)
+        load[lightest] += sizes[i]
+    return [b for b in bins if b]
+
+
+def matched_rows(spark: "SparkSession", context: ReadContext, descriptors: list[str], sizes: Sequence[int],
                  output_schema: "StructType") -> "DataFrame":
-    """The rows of every group left after carry-over removal, computed by one task per group.
+    """The rows of every group left after carry-over removal, computed by at most one task per core,
+    each holding several groups (:func:`pack`, by data file bytes).
 
     The tasks come from a range of one id per partition (no rows pickled in the driver, no shuffle); each
-    task picks its group by that id from the descriptors shipped with the function.
+    task picks its groups by that id from the descriptors shipped with the function.
     """
-    groups = spark.range(0, len(descriptors), 1, len(descriptors))
-    return groups.mapInArrow(functools.partial(match_descriptors, context, tuple(descriptors)), output_schema)
+    bins = pack(sizes, spark.sparkContext.defaultParallelism)
+    tasks = spark.range(0, len(bins), 1, len(bins))
+    return tasks.mapInArrow(functools.partial(match_descriptors, context, tuple(descriptors),
+                                              tuple(tuple(b) for b in bins)), output_schema)
+
+
+def keyed_updates(rows: pa.Table, keys: Sequence[str]) -> tuple[pa.Table, dict[str, Any] | None]:
+    """Update detection on change rows without carry-over, in Arrow (exactly what the Spark path's window
+    by key computes): per snapshot and key, one DELETE and one INSERT become UPDATE_BEFORE and
+    UPDATE_AFTER. Also the first (snapshot, key) that breaks the key rule (a null key, or more than one
+    INSERT or DELETE), as ``{snapshot, keys..., "inserts", "deletes"}``, or None.
+    """
+    import polars as pl
+
+    df = pl.from_arrow(rows)
+    assert isinstance(df, pl.DataFrame)
+    by = [COMMIT_SNAPSHOT_ID, *keys]
+    is_insert = (pl.col(CHANGE_TYPE) == INSERT).cast(pl.Int64)
+    counted = df.with_columns(is_insert.sum().over(by).alias("__icecdc_ins"),
+                              (1 - is_insert).sum().over(by).alias("__icecdc_del"))
+    ins, dels = pl.col("__icecdc_ins"), pl.col("__icecdc_del")
+    null_key = pl.any_horizontal([pl.col(k).is_null() for k in keys])
+    bad = counted.filter((ins > 1) | (dels > 1) | null_key)
+    offender = None
+    if bad.height:
+        first = bad.sort(by, nulls_last=False).row(0, named=True)
+        offender = {**{c: first[c] for c in by}, "inserts": first["__icecdc_ins"], "deletes": first["__icecdc_del"]}
+    both = (ins == 1) & (dels == 1)
+    change_type = (pl.when(both & (pl.col(CHANGE_TYPE) == INSERT)).then(pl.lit(UPDATE_AFTER))
+                   .when(both & (pl.col(CHANGE_TYPE) == DELETE)).then(pl.lit(UPDATE_BEFORE))
+                   .otherwise(pl.col(CHANGE_TYPE)))
+    updated = counted.with_columns(change_type.alias(CHANGE_TYPE)).select(rows.column_names).to_arrow()
+    return updated.cast(rows.schema), offender
+
+
+def arrow_dataframe(spark: "SparkSession", rows: pa.Table, schema: "StructType") -> "DataFrame":
+    """A DataFrame over Arrow data held by the driver, as ``createDataFrame`` builds one from pandas with
+    Arrow (up to ``spark.sql.execution.arrow.localRelationThreshold``, 48 MiB by default, a local relation:
+    no Spark job to read it), without the detour through pandas."""
+    from pyspark.sql import DataFrame
+    from pyspark.sql.pandas.serializers import ArrowStreamSerializer
+
+    batches = rows.to_batches() or [pa.RecordBatch.from_pylist([], schema=rows.schema)]
+    jvm = spark._jvm
+    assert jvm is not None
+    jiter = spark.sparkContext._serialize_to_jvm(
+        batches, ArrowStreamSerializer(), jvm.PythonSQLUtils.readArrowStreamFromFile,
+        jvm.ArrowIteratorServer)
+    return DataFrame(jvm.PythonSQLUtils.toDataFrame(jiter, schema.json(), spark._jsparkSession), spark)
 
 
 # --- executor side --------------------------------------------------------------------------------
@@ -187,12 +253,13 @@ def _nullable(schema: pa.Schema) -> pa.Schema:
     return pa.schema([f.with_nullable(True) for f in schema])
 
 
-def match_descriptors(context: ReadContext, descriptors: Sequence[str],
+def match_descriptors(context: ReadContext, descriptors: Sequence[str], bins: Sequence[Sequence[int]],
                       batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: for each group id of the input, the group's rows left after carry-over removal."""
+    """mapInArrow body: for each bin id of the input, its groups' rows left after carry-over removal."""
     for batch in batches:
-        for group_id in batch.column(0).to_pylist():
-            yield from _match_group(context, json.loads(descriptors[group_id]))
+        for bin_id in batch.column(0).to_pylist():
+            for group_id in bins[bin_id]:
+                yield from _match_group(context, json.loads(descriptors[group_id]))
 
 
 def _match_group(context: ReadContext, group: dict[str, Any]) -> Iterator[pa.RecordBatch]:

@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from icecdc_dagster.batch import (
     CHANGE_COLUMNS,
@@ -35,10 +37,13 @@ from icecdc_dagster.batch import (
 )
 from icecdc_dagster.changelog.carry_over import (
     DEFAULT_MAX_GROUP_BYTES,
+    DEFAULT_MAX_LOCAL_BYTES,
     FileGroup,
+    arrow_dataframe,
     arrow_supported,
     descriptor,
     group_files,
+    keyed_updates,
     matched_rows,
     read_context,
     uses_lineage,
@@ -434,9 +439,13 @@ class _PlanRows:
     where the Arrow path is taken, the same rows split by who removes their carry-over."""
 
     as_read: list[DataFrame] = field(default_factory=list)
-    descriptors: list[str] = field(default_factory=list)  # groups matched in Arrow, one task each
+    descriptors: list[str] = field(default_factory=list)  # groups matched in Arrow
+    sizes: list[int] = field(default_factory=list)  # their data file bytes
     lineage_groups: int = 0  # of which matched by v3 row lineage (no value compared)
     clean: list[DataFrame] = field(default_factory=list)  # groups with one side only: nothing to cancel
+    clean_descriptors: list[str] = field(default_factory=list)  # the same groups, to read them in Arrow
+    clean_sizes: list[int] = field(default_factory=list)
+    clean_lineage_groups: int = 0
     to_match: list[DataFrame] = field(default_factory=list)  # groups too large for a task: Spark cancels
     files_read: int = 0
     two_sided: bool = False
@@ -481,10 +490,14 @@ def _plan_rows(spark: "SparkSession", catalog_name: str, table: "Table", plan: S
         sides = [({f.path for f in g}, kind) for g, kind in ((group.deleted, DELETE), (group.added, INSERT)) if g]
         if group.one_sided:
             result.clean += [read(paths, kind) for paths, kind in sides]
+            result.clean_descriptors.append(descriptor(group, plan, ordinal, lineage))
+            result.clean_sizes.append(group.size)
+            result.clean_lineage_groups += int(lineage and uses_lineage(group))
         elif group.size > max_group_bytes:
             result.to_match += [read(paths, kind) for paths, kind in sides]
         else:
             result.descriptors.append(descriptor(group, plan, ordinal, lineage))
+            result.sizes.append(group.size)
             result.lineage_groups += int(lineage and uses_lineage(group))
     return result
 
@@ -493,16 +506,49 @@ def _union(parts: Sequence[DataFrame]) -> DataFrame:
     return reduce(DataFrame.unionByName, parts)
 
 
+def _arrow_rows(spark: "SparkSession", table: "Table", read: list[_PlanRows], descriptors: list[str],
+                sizes: list[int]) -> DataFrame:
+    """The groups' rows after carry-over removal, from Arrow tasks (:func:`matched_rows`)."""
+    template = next(p.as_read[0] for p in read if p.split)
+    values = T.StructType(template.schema.fields[:len(output_columns(table))])
+    context = read_context(table, values, template.schema)
+    return matched_rows(spark, context, descriptors, sizes, template.schema)
+
+
+def _all_in_arrow(read: list[_PlanRows], max_local_bytes: int) -> bool:
+    """Whether every row of the batch can be read by Arrow tasks (every snapshot split into groups, none
+    too large for a task) and the groups' files add up to at most ``max_local_bytes``: then even with
+    every row changed, the change rows fit the driver."""
+    return (all(p.split and not p.to_match for p in read)
+            and sum(sum(p.sizes) + sum(p.clean_sizes) for p in read) <= max_local_bytes)
+
+
+def _local_keyed_rows(spark: "SparkSession", table: "Table", read: list[_PlanRows], keys: Sequence[str],
+                      name: str) -> DataFrame:
+    """Change rows of a batch small enough for the driver (:func:`_all_in_arrow`) in one Spark job: the
+    Arrow tasks' rows (carry-over removed, one-sided groups read as they are) collected, updates and the
+    key rule computed in Arrow over all of them (:func:`keyed_updates`: exact, as the window by key), and
+    handed back as a local relation. No shuffle, no cache, no second pass; a broken key raises before
+    any sink sees a row."""
+    template = next(p.as_read[0] for p in read if p.split)
+    descriptors = [d for p in read for d in (*p.descriptors, *p.clean_descriptors)]
+    sizes = [n for p in read for n in (*p.sizes, *p.clean_sizes)]
+    arrow_schema = pa.schema([f.with_nullable(True) for f in to_arrow_schema(template.schema)])
+    batches = _collect_rows(_arrow_rows(spark, table, read, descriptors, sizes))
+    rows = pa.Table.from_batches(batches).cast(arrow_schema) if batches else arrow_schema.empty_table()
+    updated, offender = keyed_updates(rows, keys)
+    if offender is not None:
+        _raise_key_error(offender, keys, name, False, "inserts", "deletes")  # type: ignore[arg-type]
+    return arrow_dataframe(spark, updated, template.schema)
+
+
 def _split_rows(spark: "SparkSession", table: "Table", read: list[_PlanRows]) -> tuple[list[DataFrame], bool]:
     """Rows of the Arrow path: carry-over already removed (Arrow groups, one-sided groups, plans with one
     side), and whether some rows (groups too large for a task, plans not split) still need Spark's removal."""
-    template = next(p.as_read[0] for p in read if p.split)
-    values = T.StructType(template.schema.fields[:len(output_columns(table))])
     parts: list[DataFrame] = []
     descriptors = [d for p in read for d in p.descriptors]
     if descriptors:
-        context = read_context(table, values, template.schema)
-        parts.append(matched_rows(spark, context, descriptors, template.schema))
+        parts.append(_arrow_rows(spark, table, read, descriptors, [n for p in read for n in p.sizes]))
     to_match: list[DataFrame] = []
     for p in read:
         if p.split:
@@ -517,7 +563,8 @@ def _split_rows(spark: "SparkSession", table: "Table", read: list[_PlanRows]) ->
 
 def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_id: "SnapshotSelector",
             identifier_columns: Sequence[str] = (), net: bool = False, carry_over: str = "spark",
-            max_group_bytes: int = DEFAULT_MAX_GROUP_BYTES, anchor: OrdinalAnchor | None = None) -> ChangeSet:
+            max_group_bytes: int = DEFAULT_MAX_GROUP_BYTES, anchor: OrdinalAnchor | None = None,
+            max_local_bytes: int = DEFAULT_MAX_LOCAL_BYTES) -> ChangeSet:
     """Change rows of one snapshot, or of ``(start_exclusive, end_inclusive)`` along the ancestry.
 
     ``carry_over``: "spark" (the default: measured cheaper today, docs/carry-over.md) shuffles and sorts
@@ -528,6 +575,10 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
 
     ``anchor``: where a format v1 line counts its snapshots from (:mod:`.ordinals`; ignored on v2+): the
     rows' ``_commit_sequence_number`` is then the snapshot's ordinal in the line.
+
+    ``max_local_bytes``: on the Arrow path, a keyed batch whose groups' data files add up to at most this
+    many bytes is finished in the driver (:func:`_local_keyed_rows`: one Spark job, the change rows a
+    local relation); larger ones detect updates with a window by key over the Arrow tasks' rows, cached.
     """
     if carry_over not in ("arrow", "spark"):
         raise ValueError(f"carry_over must be 'arrow' or 'spark', not {carry_over!r}")
@@ -557,6 +608,7 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
     # reads both sides (appends, whole-file deletes), the plan proves there is none to remove.
     one_sided = not any(p.two_sided for p in read)
     split = any(p.split for p in read)
+    local = split and bool(row_keys) and not keyless_net and _all_in_arrow(read, max_local_bytes)
     cached = None
     if keyless_net:
         # Like Iceberg, keyless net changes start from the rows as read: carry-over decides attribution.
@@ -569,6 +621,10 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
     elif one_sided:
         check_keys(raw, row_keys, name)  # an aggregate over the keys only
         rows = net_changes(raw, row_keys) if net and len(plans) > 1 else raw
+    elif local:
+        rows = _local_keyed_rows(spark, table, read, row_keys, name)
+        if net and len(plans) > 1:
+            rows = net_changes(rows, row_keys)
     else:
         # One shuffle and one sort; the duplicate/null key check runs before any sink sees the batch, so
         # keep what it computed (change rows after carry-over removal, small next to the rows read).
@@ -589,8 +645,9 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
             rows = net_changes(rows, row_keys)
     stats = {"snapshots": len(plans), "files_read": sum(p.files_read for p in read),
              "delete_files_added": sum(len(p.added_delete_files) for p in plans),
-             "carry_over_groups_in_arrow": sum(len(p.descriptors) for p in read),
-             "carry_over_groups_by_lineage": sum(p.lineage_groups for p in read)}
+             "carry_over_groups_in_arrow": sum(len(p.descriptors) + local * len(p.clean_descriptors) for p in read),
+             "carry_over_groups_by_lineage": sum(p.lineage_groups + local * p.clean_lineage_groups for p in read),
+             "carry_over_local": local}
     change_set = ChangeSet(rows=rows, plans=plans, stats=stats, raw_rows=raw)
     if cached is not None:
         weakref.finalize(change_set, cached.unpersist)
@@ -621,3 +678,7 @@ def export(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_id
     if keys:
         check_keys(rows, keys, table_name(table), export=True)
     return ChangeSet(rows=rows, plans=[plan], stats={"snapshots": 1, "export": True})
+
+
+def _collect_rows(rows: DataFrame) -> list[pa.RecordBatch]:
+    return rows._collect_as_arrow()
