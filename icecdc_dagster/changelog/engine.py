@@ -7,9 +7,10 @@ Column names come from the table and may hold dots, spaces, backticks or any uni
 to one goes through :func:`column` (a quoted reference), never a bare string that Spark would parse.
 """
 
+import functools
 import operator
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import TYPE_CHECKING, Any
@@ -84,7 +85,15 @@ class ChangeSet:
     rows: DataFrame
     plans: list[SnapshotPlan]
     stats: dict[str, Any] = field(default_factory=dict)
-    raw_rows: DataFrame | None = None
+    raw: "DataFrame | Callable[[], DataFrame] | None" = None  # the rows as read, or how to plan them
+
+    @property
+    def raw_rows(self) -> DataFrame | None:
+        """The rows as read, before carry-over removal (planned on first use when the change rows did
+        not need them)."""
+        if self.raw is not None and not isinstance(self.raw, DataFrame):
+            self.raw = self.raw()
+        return self.raw
 
     def compute_stats(self) -> dict[str, Any]:
         counts = {r[CHANGE_TYPE]: r["count"] for r in self.rows.groupBy(column(CHANGE_TYPE)).count().collect()}
@@ -438,18 +447,34 @@ class _PlanRows:
     """How one snapshot's rows are read: every row as read (statistics, and the Spark path's input), and
     where the Arrow path is taken, the same rows split by who removes their carry-over."""
 
-    as_read: list[DataFrame] = field(default_factory=list)
+    reader: "Callable[[set[str], str], DataFrame]"  # Spark's read of some files as DELETE or INSERT rows
+    sides: list[tuple[set[str], str]] = field(default_factory=list)  # every file read, by change type
     descriptors: list[str] = field(default_factory=list)  # groups matched in Arrow
     sizes: list[int] = field(default_factory=list)  # their data file bytes
     lineage_groups: int = 0  # of which matched by v3 row lineage (no value compared)
-    clean: list[DataFrame] = field(default_factory=list)  # groups with one side only: nothing to cancel
+    clean_sides: list[tuple[set[str], str]] = field(default_factory=list)  # groups with one side only
     clean_descriptors: list[str] = field(default_factory=list)  # the same groups, to read them in Arrow
     clean_sizes: list[int] = field(default_factory=list)
     clean_lineage_groups: int = 0
-    to_match: list[DataFrame] = field(default_factory=list)  # groups too large for a task: Spark cancels
+    to_match_sides: list[tuple[set[str], str]] = field(default_factory=list)  # groups too large for a task
     files_read: int = 0
     two_sided: bool = False
     split: bool = False  # the Arrow path was taken
+
+    # Spark's reads are planned only when used (a batch finished in the driver reads none of them).
+    @functools.cached_property
+    def as_read(self) -> list[DataFrame]:
+        return [self.reader(paths, kind) for paths, kind in self.sides]
+
+    @functools.cached_property
+    def clean(self) -> list[DataFrame]:
+        """Groups with one side only: nothing to cancel."""
+        return [self.reader(paths, kind) for paths, kind in self.clean_sides]
+
+    @functools.cached_property
+    def to_match(self) -> list[DataFrame]:
+        """Groups too large for a task: Spark cancels their carry-over."""
+        return [self.reader(paths, kind) for paths, kind in self.to_match_sides]
 
 
 def _arrow_groups(spark: "SparkSession", jtable: "JavaObject", plan: SnapshotPlan, before: set[str],
@@ -468,7 +493,6 @@ def _arrow_groups(spark: "SparkSession", jtable: "JavaObject", plan: SnapshotPla
 def _plan_rows(spark: "SparkSession", catalog_name: str, table: "Table", plan: SnapshotPlan, ordinal: int,
                jtable: "JavaObject", arrow: bool, max_group_bytes: int) -> _PlanRows:
     before, after = touched_files(table, plan)
-    result = _PlanRows(files_read=len(before) + len(after), two_sided=bool(before and after))
     # Without delete files the touched files are exactly the ones the snapshot removed and added:
     # their scan tasks come from the snapshot's own manifests, not from planning the table.
     changed_by = None if plan.needs_diff else plan.snapshot_id
@@ -480,7 +504,8 @@ def _plan_rows(spark: "SparkSession", catalog_name: str, table: "Table", plan: S
         return _with_change_columns(read_files(spark, catalog_name, table, at, paths, changed_by, jtable),
                                     columns, change_type, plan, ordinal)
 
-    result.as_read = [read(paths, kind) for paths, kind in ((before, DELETE), (after, INSERT)) if paths]
+    result = _PlanRows(reader=read, files_read=len(before) + len(after), two_sided=bool(before and after),
+                       sides=[(paths, kind) for paths, kind in ((before, DELETE), (after, INSERT)) if paths])
     groups = _arrow_groups(spark, jtable, plan, before, after) if arrow and result.two_sided else None
     if groups is None:
         return result
@@ -489,12 +514,12 @@ def _plan_rows(spark: "SparkSession", catalog_name: str, table: "Table", plan: S
     for group in groups:
         sides = [({f.path for f in g}, kind) for g, kind in ((group.deleted, DELETE), (group.added, INSERT)) if g]
         if group.one_sided:
-            result.clean += [read(paths, kind) for paths, kind in sides]
+            result.clean_sides += sides
             result.clean_descriptors.append(descriptor(group, plan, ordinal, lineage))
             result.clean_sizes.append(group.size)
             result.clean_lineage_groups += int(lineage and uses_lineage(group))
         elif group.size > max_group_bytes:
-            result.to_match += [read(paths, kind) for paths, kind in sides]
+            result.to_match_sides += sides
         else:
             result.descriptors.append(descriptor(group, plan, ordinal, lineage))
             result.sizes.append(group.size)
@@ -506,40 +531,38 @@ def _union(parts: Sequence[DataFrame]) -> DataFrame:
     return reduce(DataFrame.unionByName, parts)
 
 
-def _arrow_rows(spark: "SparkSession", table: "Table", read: list[_PlanRows], descriptors: list[str],
+def _arrow_rows(spark: "SparkSession", table: "Table", schema: T.StructType, descriptors: list[str],
                 sizes: list[int]) -> DataFrame:
-    """The groups' rows after carry-over removal, from Arrow tasks (:func:`matched_rows`)."""
-    template = next(p.as_read[0] for p in read if p.split)
-    values = T.StructType(template.schema.fields[:len(output_columns(table))])
-    context = read_context(table, values, template.schema)
-    return matched_rows(spark, context, descriptors, sizes, template.schema)
+    """The groups' rows after carry-over removal, from Arrow tasks (:func:`matched_rows`); ``schema``:
+    the change rows' (Spark's read of the table plus the change columns)."""
+    values = T.StructType(schema.fields[:len(output_columns(table))])
+    return matched_rows(spark, read_context(table, values, schema), descriptors, sizes, schema)
 
 
 def _all_in_arrow(read: list[_PlanRows], max_local_bytes: int) -> bool:
     """Whether every row of the batch can be read by Arrow tasks (every snapshot split into groups, none
     too large for a task) and the groups' files add up to at most ``max_local_bytes``: then even with
     every row changed, the change rows fit the driver."""
-    return (all(p.split and not p.to_match for p in read)
+    return (all(p.split and not p.to_match_sides for p in read)
             and sum(sum(p.sizes) + sum(p.clean_sizes) for p in read) <= max_local_bytes)
 
 
-def _local_keyed_rows(spark: "SparkSession", table: "Table", read: list[_PlanRows], keys: Sequence[str],
-                      name: str) -> DataFrame:
+def _local_keyed_rows(spark: "SparkSession", table: "Table", read: list[_PlanRows], schema: T.StructType,
+                      keys: Sequence[str], name: str) -> DataFrame:
     """Change rows of a batch small enough for the driver (:func:`_all_in_arrow`) in one Spark job: the
     Arrow tasks' rows (carry-over removed, one-sided groups read as they are) collected, updates and the
     key rule computed in Arrow over all of them (:func:`keyed_updates`: exact, as the window by key), and
     handed back as a local relation. No shuffle, no cache, no second pass; a broken key raises before
     any sink sees a row."""
-    template = next(p.as_read[0] for p in read if p.split)
     descriptors = [d for p in read for d in (*p.descriptors, *p.clean_descriptors)]
     sizes = [n for p in read for n in (*p.sizes, *p.clean_sizes)]
-    arrow_schema = pa.schema([f.with_nullable(True) for f in to_arrow_schema(template.schema)])
-    batches = _collect_rows(_arrow_rows(spark, table, read, descriptors, sizes))
+    arrow_schema = pa.schema([f.with_nullable(True) for f in to_arrow_schema(schema)])
+    batches = _collect_rows(_arrow_rows(spark, table, schema, descriptors, sizes))
     rows = pa.Table.from_batches(batches).cast(arrow_schema) if batches else arrow_schema.empty_table()
     updated, offender = keyed_updates(rows, keys)
     if offender is not None:
         _raise_key_error(offender, keys, name, False, "inserts", "deletes")  # type: ignore[arg-type]
-    return arrow_dataframe(spark, updated, template.schema)
+    return arrow_dataframe(spark, updated, schema)
 
 
 def _split_rows(spark: "SparkSession", table: "Table", read: list[_PlanRows]) -> tuple[list[DataFrame], bool]:
@@ -548,7 +571,8 @@ def _split_rows(spark: "SparkSession", table: "Table", read: list[_PlanRows]) ->
     parts: list[DataFrame] = []
     descriptors = [d for p in read for d in p.descriptors]
     if descriptors:
-        parts.append(_arrow_rows(spark, table, read, descriptors, [n for p in read for n in p.sizes]))
+        schema = next(p.as_read[0] for p in read if p.split).schema
+        parts.append(_arrow_rows(spark, table, schema, descriptors, [n for p in read for n in p.sizes]))
     to_match: list[DataFrame] = []
     for p in read:
         if p.split:
@@ -590,27 +614,33 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
     jvm_changes = java_data_file_changes(spark, jtable)
     plans = ordered_plans(table, [plan_snapshot(table, sid, jvm_changes) for sid in _resolve_range(table, snapshot_id)],
                           anchor)
-    columns = output_columns(table)
     row_keys = list(keys) or ([ROW_ID] if uses_row_lineage(table) else [])
     keyless_net = net and len(plans) > 1 and not row_keys
     arrow = carry_over == "arrow" and not keyless_net and arrow_supported(table)
     read = [_plan_rows(spark, catalog_name, table, plan, ordinal, jtable, arrow, max_group_bytes)
             for ordinal, plan in enumerate(plans)]
-    parts = [part for p in read for part in p.as_read]
-    if not parts:
-        empty_plan = plans[-1] if plans else None
-        current = table.metadata.current_snapshot()
-        assert current is not None, "check_supported refuses a table without snapshots"
-        source = read_files(spark, catalog_name, table, current.snapshot_id, set())
-        parts.append(_with_change_columns(source, columns, INSERT, empty_plan or _NO_PLAN, 0))
-    raw = _union(parts)
+
+    def rows_as_read() -> DataFrame:
+        parts = [part for p in read for part in p.as_read]
+        if not parts:
+            parts.append(_empty_rows(spark, catalog_name, table, plans[-1] if plans else _NO_PLAN))
+        return _union(parts)
+
     # Carry-over (and so an update) needs a DELETE and an INSERT in one snapshot: when no snapshot
     # reads both sides (appends, whole-file deletes), the plan proves there is none to remove.
     one_sided = not any(p.two_sided for p in read)
     split = any(p.split for p in read)
     local = split and bool(row_keys) and not keyless_net and _all_in_arrow(read, max_local_bytes)
     cached = None
-    if keyless_net:
+    raw: DataFrame | Callable[[], DataFrame] = rows_as_read if local else rows_as_read()
+    if local:
+        schema = _empty_rows(spark, catalog_name, table, plans[-1]).schema
+        rows = _local_keyed_rows(spark, table, read, schema, row_keys, name)
+        if net and len(plans) > 1:
+            rows = net_changes(rows, row_keys)
+    elif not isinstance(raw, DataFrame):
+        raise AssertionError("the rows as read are planned unless the batch is finished in the driver")
+    elif keyless_net:
         # Like Iceberg, keyless net changes start from the rows as read: carry-over decides attribution.
         rows = net_changes_without_keys(raw)
     elif split and not row_keys:
@@ -621,10 +651,6 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
     elif one_sided:
         check_keys(raw, row_keys, name)  # an aggregate over the keys only
         rows = net_changes(raw, row_keys) if net and len(plans) > 1 else raw
-    elif local:
-        rows = _local_keyed_rows(spark, table, read, row_keys, name)
-        if net and len(plans) > 1:
-            rows = net_changes(rows, row_keys)
     else:
         # One shuffle and one sort; the duplicate/null key check runs before any sink sees the batch, so
         # keep what it computed (change rows after carry-over removal, small next to the rows read).
@@ -648,10 +674,19 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
              "carry_over_groups_in_arrow": sum(len(p.descriptors) + local * len(p.clean_descriptors) for p in read),
              "carry_over_groups_by_lineage": sum(p.lineage_groups + local * p.clean_lineage_groups for p in read),
              "carry_over_local": local}
-    change_set = ChangeSet(rows=rows, plans=plans, stats=stats, raw_rows=raw)
+    change_set = ChangeSet(rows=rows, plans=plans, stats=stats, raw=raw)
     if cached is not None:
         weakref.finalize(change_set, cached.unpersist)
     return change_set
+
+
+def _empty_rows(spark: "SparkSession", catalog_name: str, table: "Table", plan: SnapshotPlan) -> DataFrame:
+    """No row, with the columns (and their types) of the change rows: a relation of the current schema,
+    planned without reading a file."""
+    current = table.metadata.current_snapshot()
+    assert current is not None, "check_supported refuses a table without snapshots"
+    source = read_files(spark, catalog_name, table, current.snapshot_id, set())
+    return _with_change_columns(source, output_columns(table), INSERT, plan, 0)
 
 
 _NO_PLAN = SnapshotPlan(table_name="", snapshot_id=0, parent_id=None, sequence_number=0, operation="append",
