@@ -458,6 +458,7 @@ class _PlanRows:
     clean_lineage_groups: int = 0
     to_match_sides: list[tuple[set[str], str]] = field(default_factory=list)  # groups too large for a task
     files_read: int = 0
+    records: int = 0  # rows in the files read, from metadata (known when split: no delete file)
     two_sided: bool = False
     split: bool = False  # the Arrow path was taken
 
@@ -510,6 +511,7 @@ def _plan_rows(spark: "SparkSession", catalog_name: str, table: "Table", plan: S
     if groups is None:
         return result
     result.split = True
+    result.records = sum(f.record_count for g in groups for f in (*g.deleted, *g.added))
     lineage = uses_row_lineage(table)
     for group in groups:
         sides = [({f.path for f in g}, kind) for g, kind in ((group.deleted, DELETE), (group.added, INSERT)) if g]
@@ -562,7 +564,12 @@ def _local_keyed_rows(spark: "SparkSession", table: "Table", read: list[_PlanRow
     updated, offender = keyed_updates(rows, keys)
     if offender is not None:
         _raise_key_error(offender, keys, name, False, "inserts", "deletes")  # type: ignore[arg-type]
-    return arrow_dataframe(spark, updated, schema)
+    # Few partitions (one per 16 MiB of rows): a consumer's count or aggregate by change type then needs
+    # no exchange (one partition satisfies any distribution), and a sink writes a few tasks, not many.
+    return arrow_dataframe(spark, updated, schema).coalesce(max(1, -(-updated.nbytes // _LOCAL_PARTITION_BYTES)))
+
+
+_LOCAL_PARTITION_BYTES = 16 * 1024 * 1024
 
 
 def _split_rows(spark: "SparkSession", table: "Table", read: list[_PlanRows]) -> tuple[list[DataFrame], bool]:
@@ -674,6 +681,8 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
              "carry_over_groups_in_arrow": sum(len(p.descriptors) + local * len(p.clean_descriptors) for p in read),
              "carry_over_groups_by_lineage": sum(p.lineage_groups + local * p.clean_lineage_groups for p in read),
              "carry_over_local": local}
+    if local:  # every file was read whole in Arrow: the rows read are the files' record counts
+        stats["rows_read"] = sum(p.records for p in read)
     change_set = ChangeSet(rows=rows, plans=plans, stats=stats, raw=raw)
     if cached is not None:
         weakref.finalize(change_set, cached.unpersist)
