@@ -333,8 +333,10 @@ def _inherit_lineage(rows: pa.Table, f: dict[str, Any]) -> pa.Table:
     ``_last_updated_sequence_number`` the file's data sequence number (no delete file: position = index)."""
     if f["first_row_id"] is None:
         return rows
-    positions = pa.array(range(rows.num_rows), pa.int64())
-    row_id = pc.coalesce(rows[ROW_ID], pc.add(positions, pa.scalar(int(f["first_row_id"]), pa.int64())))
+    import numpy as np
+
+    first = int(f["first_row_id"])
+    row_id = pc.coalesce(rows[ROW_ID], pa.array(np.arange(first, first + rows.num_rows, dtype=np.int64)))
     updated = pc.coalesce(rows[LAST_UPDATED_SEQUENCE_NUMBER],
                           pa.scalar(int(f["data_sequence_number"]), pa.int64()))
     rows = rows.set_column(rows.schema.get_field_index(ROW_ID), ROW_ID, row_id)
