@@ -593,16 +593,17 @@ def _split_rows(spark: "SparkSession", table: "Table", read: list[_PlanRows]) ->
 
 
 def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_id: "SnapshotSelector",
-            identifier_columns: Sequence[str] = (), net: bool = False, carry_over: str = "spark",
+            identifier_columns: Sequence[str] = (), net: bool = False, carry_over: str = "arrow",
             max_group_bytes: int = DEFAULT_MAX_GROUP_BYTES, anchor: OrdinalAnchor | None = None,
             max_local_bytes: int = DEFAULT_MAX_LOCAL_BYTES) -> ChangeSet:
     """Change rows of one snapshot, or of ``(start_exclusive, end_inclusive)`` along the ancestry.
 
-    ``carry_over``: "spark" (the default: measured cheaper today, docs/carry-over.md) shuffles and sorts
-    every row read; "arrow" cancels the carry-over of copy-on-write rewrites inside Spark tasks, group
-    by group (:mod:`icecdc_dagster.changelog.carry_over`), for groups of at most ``max_group_bytes`` of
-    data files; "spark" shuffles and sorts every row read (the reference path, always used for
-    merge-on-read snapshots, larger groups and keyless net changes).
+    ``carry_over``: "arrow" (the default: a third of the Spark path's CPU on the changelog bench,
+    docs/carry-over.md) cancels the carry-over of copy-on-write rewrites inside Spark tasks, group by
+    group (:mod:`icecdc_dagster.changelog.carry_over`), for groups of at most ``max_group_bytes`` of data
+    files; "spark" shuffles and sorts every row read (the reference path, always used for merge-on-read
+    snapshots, larger groups, column types the Arrow reader does not hand over unchanged, and keyless net
+    changes).
 
     ``anchor``: where a format v1 line counts its snapshots from (:mod:`.ordinals`; ignored on v2+): the
     rows' ``_commit_sequence_number`` is then the snapshot's ordinal in the line.
