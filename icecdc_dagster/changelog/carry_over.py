@@ -36,8 +36,6 @@ from icecdc_dagster.batch import (
     INSERT,
     LAST_UPDATED_SEQUENCE_NUMBER,
     ROW_ID,
-    UPDATE_AFTER,
-    UPDATE_BEFORE,
 )
 from icecdc_dagster.changelog.plan import ChangedFile, SnapshotPlan
 
@@ -54,9 +52,6 @@ ROW_ID_FIELD_ID = 2147483540  # Iceberg's reserved field ids of the v3 row linea
 LAST_UPDATED_FIELD_ID = 2147483539
 OCCURRENCE = "__icecdc_occurrence"
 DEFAULT_MAX_GROUP_BYTES = 256 * 1024 * 1024  # data file bytes one task reads into memory (Arrow: ~3-5x)
-# Data file bytes of a keyed batch whose change rows are finished in the driver: even if every row read
-# changed, its change rows (Arrow: ~3-5x the Parquet bytes) fit a driver's memory.
-DEFAULT_MAX_LOCAL_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -178,51 +173,6 @@ def matched_rows(spark: "SparkSession", context: ReadContext, descriptors: list[
     tasks = spark.range(0, len(bins), 1, len(bins))
     return tasks.mapInArrow(functools.partial(match_descriptors, context, tuple(descriptors),
                                               tuple(tuple(b) for b in bins)), output_schema)
-
-
-def keyed_updates(rows: pa.Table, keys: Sequence[str]) -> tuple[pa.Table, dict[str, Any] | None]:
-    """Update detection on change rows without carry-over, in Arrow (exactly what the Spark path's window
-    by key computes): per snapshot and key, one DELETE and one INSERT become UPDATE_BEFORE and
-    UPDATE_AFTER. Also the first (snapshot, key) that breaks the key rule (a null key, or more than one
-    INSERT or DELETE), as ``{snapshot, keys..., "inserts", "deletes"}``, or None.
-    """
-    import polars as pl
-
-    df = pl.from_arrow(rows)
-    assert isinstance(df, pl.DataFrame)
-    by = [COMMIT_SNAPSHOT_ID, *keys]
-    is_insert = (pl.col(CHANGE_TYPE) == INSERT).cast(pl.Int64)
-    counted = df.with_columns(is_insert.sum().over(by).alias("__icecdc_ins"),
-                              (1 - is_insert).sum().over(by).alias("__icecdc_del"))
-    ins, dels = pl.col("__icecdc_ins"), pl.col("__icecdc_del")
-    null_key = pl.any_horizontal([pl.col(k).is_null() for k in keys])
-    bad = counted.filter((ins > 1) | (dels > 1) | null_key)
-    offender = None
-    if bad.height:
-        first = bad.sort(by, nulls_last=False).row(0, named=True)
-        offender = {**{c: first[c] for c in by}, "inserts": first["__icecdc_ins"], "deletes": first["__icecdc_del"]}
-    both = (ins == 1) & (dels == 1)
-    change_type = (pl.when(both & (pl.col(CHANGE_TYPE) == INSERT)).then(pl.lit(UPDATE_AFTER))
-                   .when(both & (pl.col(CHANGE_TYPE) == DELETE)).then(pl.lit(UPDATE_BEFORE))
-                   .otherwise(pl.col(CHANGE_TYPE)))
-    updated = counted.with_columns(change_type.alias(CHANGE_TYPE)).select(rows.column_names).to_arrow()
-    return updated.cast(rows.schema), offender
-
-
-def arrow_dataframe(spark: "SparkSession", rows: pa.Table, schema: "StructType") -> "DataFrame":
-    """A DataFrame over Arrow data held by the driver, as ``createDataFrame`` builds one from pandas with
-    Arrow (up to ``spark.sql.execution.arrow.localRelationThreshold``, 48 MiB by default, a local relation:
-    no Spark job to read it), without the detour through pandas."""
-    from pyspark.sql import DataFrame
-    from pyspark.sql.pandas.serializers import ArrowStreamSerializer
-
-    batches = rows.to_batches() or [pa.RecordBatch.from_pylist([], schema=rows.schema)]
-    jvm = spark._jvm
-    assert jvm is not None
-    jiter = spark.sparkContext._serialize_to_jvm(
-        batches, ArrowStreamSerializer(), jvm.PythonSQLUtils.readArrowStreamFromFile,
-        jvm.ArrowIteratorServer)
-    return DataFrame(jvm.PythonSQLUtils.toDataFrame(jiter, schema.json(), spark._jsparkSession), spark)
 
 
 # --- executor side --------------------------------------------------------------------------------

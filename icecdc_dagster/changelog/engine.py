@@ -15,12 +15,10 @@ from dataclasses import dataclass, field
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from icecdc_dagster.batch import (
     CHANGE_COLUMNS,
@@ -38,13 +36,10 @@ from icecdc_dagster.batch import (
 )
 from icecdc_dagster.changelog.carry_over import (
     DEFAULT_MAX_GROUP_BYTES,
-    DEFAULT_MAX_LOCAL_BYTES,
     FileGroup,
-    arrow_dataframe,
     arrow_supported,
     descriptor,
     group_files,
-    keyed_updates,
     matched_rows,
     read_context,
     uses_lineage,
@@ -100,7 +95,9 @@ class ChangeSet:
         result = dict(self.stats)
         result.update({f"{t.lower()}_rows": int(counts.get(t, 0)) for t in (INSERT, DELETE, UPDATE_BEFORE,
                                                                            UPDATE_AFTER)})
-        if self.raw_rows is not None:
+        if "rows_read" in self.stats:  # from the files' record counts (:func:`changes`): no count job
+            result["carry_over_removed"] = int(self.stats["rows_read"]) - int(sum(counts.values()))
+        elif self.raw_rows is not None:
             raw = {r[CHANGE_TYPE]: r["count"]
                    for r in self.raw_rows.groupBy(column(CHANGE_TYPE)).count().collect()}
             result["rows_read"] = int(sum(raw.values()))
@@ -453,16 +450,14 @@ class _PlanRows:
     sizes: list[int] = field(default_factory=list)  # their data file bytes
     lineage_groups: int = 0  # of which matched by v3 row lineage (no value compared)
     clean_sides: list[tuple[set[str], str]] = field(default_factory=list)  # groups with one side only
-    clean_descriptors: list[str] = field(default_factory=list)  # the same groups, to read them in Arrow
-    clean_sizes: list[int] = field(default_factory=list)
-    clean_lineage_groups: int = 0
     to_match_sides: list[tuple[set[str], str]] = field(default_factory=list)  # groups too large for a task
     files_read: int = 0
     records: int = 0  # rows in the files read, from metadata (known when split: no delete file)
     two_sided: bool = False
     split: bool = False  # the Arrow path was taken
 
-    # Spark's reads are planned only when used (a batch finished in the driver reads none of them).
+    # Spark's reads are planned only when used (the Arrow path of a snapshot reads only its one-sided
+    # and too-large groups with Spark).
     @functools.cached_property
     def as_read(self) -> list[DataFrame]:
         return [self.reader(paths, kind) for paths, kind in self.sides]
@@ -517,9 +512,6 @@ def _plan_rows(spark: "SparkSession", catalog_name: str, table: "Table", plan: S
         sides = [({f.path for f in g}, kind) for g, kind in ((group.deleted, DELETE), (group.added, INSERT)) if g]
         if group.one_sided:
             result.clean_sides += sides
-            result.clean_descriptors.append(descriptor(group, plan, ordinal, lineage))
-            result.clean_sizes.append(group.size)
-            result.clean_lineage_groups += int(lineage and uses_lineage(group))
         elif group.size > max_group_bytes:
             result.to_match_sides += sides
         else:
@@ -539,37 +531,6 @@ def _arrow_rows(spark: "SparkSession", table: "Table", schema: T.StructType, des
     the change rows' (Spark's read of the table plus the change columns)."""
     values = T.StructType(schema.fields[:len(output_columns(table))])
     return matched_rows(spark, read_context(table, values, schema), descriptors, sizes, schema)
-
-
-def _all_in_arrow(read: list[_PlanRows], max_local_bytes: int) -> bool:
-    """Whether every row of the batch can be read by Arrow tasks (every snapshot split into groups, none
-    too large for a task) and the groups' files add up to at most ``max_local_bytes``: then even with
-    every row changed, the change rows fit the driver."""
-    return (all(p.split and not p.to_match_sides for p in read)
-            and sum(sum(p.sizes) + sum(p.clean_sizes) for p in read) <= max_local_bytes)
-
-
-def _local_keyed_rows(spark: "SparkSession", table: "Table", read: list[_PlanRows], schema: T.StructType,
-                      keys: Sequence[str], name: str) -> DataFrame:
-    """Change rows of a batch small enough for the driver (:func:`_all_in_arrow`) in one Spark job: the
-    Arrow tasks' rows (carry-over removed, one-sided groups read as they are) collected, updates and the
-    key rule computed in Arrow over all of them (:func:`keyed_updates`: exact, as the window by key), and
-    handed back as a local relation. No shuffle, no cache, no second pass; a broken key raises before
-    any sink sees a row."""
-    descriptors = [d for p in read for d in (*p.descriptors, *p.clean_descriptors)]
-    sizes = [n for p in read for n in (*p.sizes, *p.clean_sizes)]
-    arrow_schema = pa.schema([f.with_nullable(True) for f in to_arrow_schema(schema)])
-    batches = _collect_rows(_arrow_rows(spark, table, schema, descriptors, sizes))
-    rows = pa.Table.from_batches(batches).cast(arrow_schema) if batches else arrow_schema.empty_table()
-    updated, offender = keyed_updates(rows, keys)
-    if offender is not None:
-        _raise_key_error(offender, keys, name, False, "inserts", "deletes")  # type: ignore[arg-type]
-    # Few partitions (one per 16 MiB of rows): a consumer's count or aggregate by change type then needs
-    # no exchange (one partition satisfies any distribution), and a sink writes a few tasks, not many.
-    return arrow_dataframe(spark, updated, schema).coalesce(max(1, -(-updated.nbytes // _LOCAL_PARTITION_BYTES)))
-
-
-_LOCAL_PARTITION_BYTES = 16 * 1024 * 1024
 
 
 def _split_rows(spark: "SparkSession", table: "Table", read: list[_PlanRows]) -> tuple[list[DataFrame], bool]:
@@ -594,8 +555,7 @@ def _split_rows(spark: "SparkSession", table: "Table", read: list[_PlanRows]) ->
 
 def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_id: "SnapshotSelector",
             identifier_columns: Sequence[str] = (), net: bool = False, carry_over: str = "arrow",
-            max_group_bytes: int = DEFAULT_MAX_GROUP_BYTES, anchor: OrdinalAnchor | None = None,
-            max_local_bytes: int = DEFAULT_MAX_LOCAL_BYTES) -> ChangeSet:
+            max_group_bytes: int = DEFAULT_MAX_GROUP_BYTES, anchor: OrdinalAnchor | None = None) -> ChangeSet:
     """Change rows of one snapshot, or of ``(start_exclusive, end_inclusive)`` along the ancestry.
 
     ``carry_over``: "arrow" (the default: a third of the Spark path's CPU on the changelog bench,
@@ -608,9 +568,7 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
     ``anchor``: where a format v1 line counts its snapshots from (:mod:`.ordinals`; ignored on v2+): the
     rows' ``_commit_sequence_number`` is then the snapshot's ordinal in the line.
 
-    ``max_local_bytes``: on the Arrow path, a keyed batch whose groups' data files add up to at most this
-    many bytes is finished in the driver (:func:`_local_keyed_rows`: one Spark job, the change rows a
-    local relation); larger ones detect updates with a window by key over the Arrow tasks' rows, cached.
+    No change row comes to the driver: every path ends in a DataFrame computed by the executors.
     """
     if carry_over not in ("arrow", "spark"):
         raise ValueError(f"carry_over must be 'arrow' or 'spark', not {carry_over!r}")
@@ -628,63 +586,61 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
     read = [_plan_rows(spark, catalog_name, table, plan, ordinal, jtable, arrow, max_group_bytes)
             for ordinal, plan in enumerate(plans)]
 
+    planned: list[DataFrame] = []
+
     def rows_as_read() -> DataFrame:
-        parts = [part for p in read for part in p.as_read]
-        if not parts:
-            parts.append(_empty_rows(spark, catalog_name, table, plans[-1] if plans else _NO_PLAN))
-        return _union(parts)
+        """Every row as read, planned once and only when used (the Arrow path does not need them)."""
+        if not planned:
+            parts = [part for p in read for part in p.as_read]
+            if not parts:
+                parts.append(_empty_rows(spark, catalog_name, table, plans[-1] if plans else _NO_PLAN))
+            planned.append(_union(parts))
+        return planned[0]
 
     # Carry-over (and so an update) needs a DELETE and an INSERT in one snapshot: when no snapshot
     # reads both sides (appends, whole-file deletes), the plan proves there is none to remove.
     one_sided = not any(p.two_sided for p in read)
     split = any(p.split for p in read)
-    local = split and bool(row_keys) and not keyless_net and _all_in_arrow(read, max_local_bytes)
     cached = None
-    raw: DataFrame | Callable[[], DataFrame] = rows_as_read if local else rows_as_read()
-    if local:
-        schema = _empty_rows(spark, catalog_name, table, plans[-1]).schema
-        rows = _local_keyed_rows(spark, table, read, schema, row_keys, name)
-        if net and len(plans) > 1:
-            rows = net_changes(rows, row_keys)
-    elif not isinstance(raw, DataFrame):
-        raise AssertionError("the rows as read are planned unless the batch is finished in the driver")
-    elif keyless_net:
+    if keyless_net:
         # Like Iceberg, keyless net changes start from the rows as read: carry-over decides attribution.
-        rows = net_changes_without_keys(raw)
+        rows = net_changes_without_keys(rows_as_read())
     elif split and not row_keys:
         split_parts, needs_removal = _split_rows(spark, table, read)
         rows = remove_carry_over(_union(split_parts)) if needs_removal else _union(split_parts)
     elif not row_keys:
-        rows = raw if one_sided else remove_carry_over(raw)
+        rows = rows_as_read() if one_sided else remove_carry_over(rows_as_read())
     elif one_sided:
-        check_keys(raw, row_keys, name)  # an aggregate over the keys only
-        rows = net_changes(raw, row_keys) if net and len(plans) > 1 else raw
+        check_keys(rows_as_read(), row_keys, name)  # an aggregate over the keys only
+        rows = net_changes(rows_as_read(), row_keys) if net and len(plans) > 1 else rows_as_read()
     else:
         # One shuffle and one sort; the duplicate/null key check runs before any sink sees the batch, so
         # keep what it computed (change rows after carry-over removal, small next to the rows read).
         if split:
             split_parts, needs_removal = _split_rows(spark, table, read)
-            keyed = (_keyed_changes(_union(split_parts), row_keys) if needs_removal
-                     else _keyed_updates(_union(split_parts), row_keys))
+            unioned = _union(split_parts)
+            keyed = _keyed_changes(unioned, row_keys) if needs_removal else _keyed_updates(unioned, row_keys)
         else:
-            keyed = _keyed_changes(raw, row_keys)
+            unioned = rows_as_read()
+            keyed = _keyed_changes(unioned, row_keys)
         cached = keyed.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             _raise_on_bad_key(cached, row_keys, name)
         except Exception:
             cached.unpersist()
             raise
-        rows = cached.select(*_cols(raw.columns))
+        rows = cached.select(*_cols(unioned.columns))
         if net and len(plans) > 1:
             rows = net_changes(rows, row_keys)
     stats = {"snapshots": len(plans), "files_read": sum(p.files_read for p in read),
              "delete_files_added": sum(len(p.added_delete_files) for p in plans),
-             "carry_over_groups_in_arrow": sum(len(p.descriptors) + local * len(p.clean_descriptors) for p in read),
-             "carry_over_groups_by_lineage": sum(p.lineage_groups + local * p.clean_lineage_groups for p in read),
-             "carry_over_local": local}
-    if local:  # every file was read whole in Arrow: the rows read are the files' record counts
+             "carry_over_groups_in_arrow": sum(len(p.descriptors) for p in read),
+             "carry_over_groups_by_lineage": sum(p.lineage_groups for p in read)}
+    if split and all(p.split or not p.files_read for p in read):
+        # No delete file in any snapshot read: every row read is a row of a file read whole, so the rows
+        # read are the files' record counts (no count job over the rows as read).
         stats["rows_read"] = sum(p.records for p in read)
-    change_set = ChangeSet(rows=rows, plans=plans, stats=stats, raw=raw)
+    change_set = ChangeSet(rows=rows, plans=plans, stats=stats, raw=planned[0] if planned else rows_as_read)
     if cached is not None:
         weakref.finalize(change_set, cached.unpersist)
     return change_set
@@ -724,6 +680,3 @@ def export(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_id
         check_keys(rows, keys, table_name(table), export=True)
     return ChangeSet(rows=rows, plans=[plan], stats={"snapshots": 1, "export": True})
 
-
-def _collect_rows(rows: DataFrame) -> list[pa.RecordBatch]:
-    return rows._collect_as_arrow()

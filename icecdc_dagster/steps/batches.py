@@ -177,7 +177,7 @@ def row_stats(computed: ComputedBatch, counts: dict[str, int]) -> dict[str, Any]
     elif computed.raw_rows is not None:
         read = int(computed.raw_rows.count())
         stats["rows_read"], stats["carry_over_removed"] = read, read - written
-    elif "rows_read" in stats:  # known from metadata (changelog.changes: a batch finished in the driver)
+    elif "rows_read" in stats:  # known from metadata (changelog.changes: every snapshot split, no delete file)
         stats["carry_over_removed"] = int(stats["rows_read"]) - written
     return stats
 
