@@ -24,6 +24,7 @@ import os
 import shutil
 import tempfile
 import time
+from typing import Any
 
 from icecdc_dagster import changelog
 from icecdc_dagster.changelog.read import read_files, touched_files
@@ -69,9 +70,9 @@ def _children() -> dict[int, list[int]]:
     return tree
 
 
-def tree_cpu(spark) -> dict[str, float]:
+def tree_cpu(spark) -> dict[str, Any]:
     """CPU seconds so far of this process (driver), the driver JVM (local executors are its threads) and
-    every process under the JVM (Python daemon and workers; a reaped worker's CPU is in its daemon's)."""
+    each process under the JVM (Python daemon and workers, by pid: see :func:`cpu_delta`)."""
     jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
     tree = _children()
     pids: set[int] = set()
@@ -82,7 +83,15 @@ def tree_cpu(spark) -> dict[str, float]:
             pids.add(pid)
             stack += tree.get(pid, [])
     return {"driver": _process_cpu(os.getpid()), "jvm": _process_cpu(jvm_pid),
-            "workers": sum(_process_cpu(pid) for pid in pids)}
+            "workers": {pid: _process_cpu(pid) for pid in pids}}
+
+
+def cpu_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
+    """CPU seconds between two :func:`tree_cpu` readings. A worker that exited in between (Spark stops
+    idle ones; the daemon ignores SIGCHLD, so no parent collects their CPU) counts 0 from then on, not
+    minus its whole life."""
+    workers = sum(cpu - before["workers"].get(pid, 0.0) for pid, cpu in after["workers"].items())
+    return {"driver": after["driver"] - before["driver"], "jvm": after["jvm"] - before["jvm"], "workers": workers}
 
 
 SPLIT: dict[str, list[dict[str, float]]] = {}
@@ -94,7 +103,7 @@ def timed(spark, run, label: str = "") -> tuple[float, int, float]:
     cpu, started = tree_cpu(spark), time.monotonic()
     result = run()
     wall, after = time.monotonic() - started, tree_cpu(spark)
-    split = {k: after[k] - cpu[k] for k in cpu}
+    split = cpu_delta(cpu, after)
     SPLIT.setdefault(label, []).append(split)
     return wall, result, sum(split.values())
 
@@ -233,13 +242,14 @@ def main() -> None:
     parser.add_argument("--view-only", action="store_true",
                         help="only the comparisons with the view (v2, v3): no scale or file-count case")
     parser.add_argument("--stock-daemon", action="store_true",
-                        help="PySpark's own worker daemon (each new worker imports pyiceberg itself)")
+                        help="PySpark's own worker daemon (~0.14 CPU-s of set-up per Python task; each new worker "
+                        "imports pyiceberg itself)")
     args = parser.parse_args()
     os.environ.setdefault("ICECDC_CACHE_DIR", os.path.expanduser("~/.cache/icecdc"))
     os.environ["ICECDC_CARRY_OVER_PROFILE"] = PROFILE  # Python workers inherit it through the JVM
     conf = {"spark.ui.enabled": "false", "spark.driver.memory": "4g"}
-    if not args.stock_daemon:  # workers forked with pyiceberg's Arrow reader imported (docs/carry-over.md)
-        conf["spark.python.daemon.module"] = "icecdc_dagster.changelog.worker_daemon"
+    if args.stock_daemon:  # not our default daemon (icecdc_dagster/runtime/worker_daemon.py)
+        conf["spark.python.daemon.module"] = "pyspark.daemon"
     spark = build_spark_session(SparkSettings(master="local[2]", app_name="bench-changelog", conf=conf))
     work = tempfile.mkdtemp(prefix="bench-changelog-")
     try:

@@ -148,15 +148,31 @@ def read_context(table: "Table", value_schema: "StructType", output_schema: "Str
                        lineage=int(table.metadata.format_version) >= 3)
 
 
-def matched_rows(spark: "SparkSession", context: ReadContext, descriptors: list[str],
+def pack(sizes: Sequence[int], slots: int) -> list[list[int]]:
+    """Group indexes in at most ``slots`` bins of near-equal bytes (largest first, each to the lightest
+    bin): one Python task per bin, not per group, since a task's fixed cost in Spark (scheduling, Arrow
+    IPC set-up, the JVM side of a Python runner) is paid per task."""
+    bins: list[list[int]] = [[] for _ in range(max(1, min(slots, len(sizes))))]
+    load = [0] * len(bins)
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        lightest = load.index(min(load))
+        bins[lightest].append(i)
+        load[lightest] += sizes[i]
+    return [b for b in bins if b]
+
+
+def matched_rows(spark: "SparkSession", context: ReadContext, descriptors: list[str], sizes: Sequence[int],
                  output_schema: "StructType") -> "DataFrame":
-    """The rows of every group left after carry-over removal, computed by one task per group.
+    """The rows of every group left after carry-over removal, computed by at most one task per core,
+    each holding several groups (:func:`pack`, by data file bytes).
 
     The tasks come from a range of one id per partition (no rows pickled in the driver, no shuffle); each
-    task picks its group by that id from the descriptors shipped with the function.
+    task picks its groups by that id from the descriptors shipped with the function.
     """
-    groups = spark.range(0, len(descriptors), 1, len(descriptors))
-    return groups.mapInArrow(functools.partial(match_descriptors, context, tuple(descriptors)), output_schema)
+    bins = pack(sizes, spark.sparkContext.defaultParallelism)
+    tasks = spark.range(0, len(bins), 1, len(bins))
+    return tasks.mapInArrow(functools.partial(match_descriptors, context, tuple(descriptors),
+                                              tuple(tuple(b) for b in bins)), output_schema)
 
 
 # --- executor side --------------------------------------------------------------------------------
@@ -187,12 +203,13 @@ def _nullable(schema: pa.Schema) -> pa.Schema:
     return pa.schema([f.with_nullable(True) for f in schema])
 
 
-def match_descriptors(context: ReadContext, descriptors: Sequence[str],
+def match_descriptors(context: ReadContext, descriptors: Sequence[str], bins: Sequence[Sequence[int]],
                       batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: for each group id of the input, the group's rows left after carry-over removal."""
+    """mapInArrow body: for each bin id of the input, its groups' rows left after carry-over removal."""
     for batch in batches:
-        for group_id in batch.column(0).to_pylist():
-            yield from _match_group(context, json.loads(descriptors[group_id]))
+        for bin_id in batch.column(0).to_pylist():
+            for group_id in bins[bin_id]:
+                yield from _match_group(context, json.loads(descriptors[group_id]))
 
 
 def _match_group(context: ReadContext, group: dict[str, Any]) -> Iterator[pa.RecordBatch]:
@@ -266,8 +283,10 @@ def _inherit_lineage(rows: pa.Table, f: dict[str, Any]) -> pa.Table:
     ``_last_updated_sequence_number`` the file's data sequence number (no delete file: position = index)."""
     if f["first_row_id"] is None:
         return rows
-    positions = pa.array(range(rows.num_rows), pa.int64())
-    row_id = pc.coalesce(rows[ROW_ID], pc.add(positions, pa.scalar(int(f["first_row_id"]), pa.int64())))
+    import numpy as np
+
+    first = int(f["first_row_id"])
+    row_id = pc.coalesce(rows[ROW_ID], pa.array(np.arange(first, first + rows.num_rows, dtype=np.int64)))
     updated = pc.coalesce(rows[LAST_UPDATED_SEQUENCE_NUMBER],
                           pa.scalar(int(f["data_sequence_number"]), pa.int64()))
     rows = rows.set_column(rows.schema.get_field_index(ROW_ID), ROW_ID, row_id)

@@ -7,9 +7,10 @@ Column names come from the table and may hold dots, spaces, backticks or any uni
 to one goes through :func:`column` (a quoted reference), never a bare string that Spark would parse.
 """
 
+import functools
 import operator
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import TYPE_CHECKING, Any
@@ -79,14 +80,24 @@ class ChangeSet:
     rows: DataFrame
     plans: list[SnapshotPlan]
     stats: dict[str, Any] = field(default_factory=dict)
-    raw_rows: DataFrame | None = None
+    raw: "DataFrame | Callable[[], DataFrame] | None" = None  # the rows as read, or how to plan them
+
+    @property
+    def raw_rows(self) -> DataFrame | None:
+        """The rows as read, before carry-over removal (planned on first use when the change rows did
+        not need them)."""
+        if self.raw is not None and not isinstance(self.raw, DataFrame):
+            self.raw = self.raw()
+        return self.raw
 
     def compute_stats(self) -> dict[str, Any]:
         counts = {r[CHANGE_TYPE]: r["count"] for r in self.rows.groupBy(column(CHANGE_TYPE)).count().collect()}
         result = dict(self.stats)
         result.update({f"{t.lower()}_rows": int(counts.get(t, 0)) for t in (INSERT, DELETE, UPDATE_BEFORE,
                                                                            UPDATE_AFTER)})
-        if self.raw_rows is not None:
+        if "rows_read" in self.stats:  # from the files' record counts (:func:`changes`): no count job
+            result["carry_over_removed"] = int(self.stats["rows_read"]) - int(sum(counts.values()))
+        elif self.raw_rows is not None:
             raw = {r[CHANGE_TYPE]: r["count"]
                    for r in self.raw_rows.groupBy(column(CHANGE_TYPE)).count().collect()}
             result["rows_read"] = int(sum(raw.values()))
@@ -433,14 +444,33 @@ class _PlanRows:
     """How one snapshot's rows are read: every row as read (statistics, and the Spark path's input), and
     where the Arrow path is taken, the same rows split by who removes their carry-over."""
 
-    as_read: list[DataFrame] = field(default_factory=list)
-    descriptors: list[str] = field(default_factory=list)  # groups matched in Arrow, one task each
+    reader: "Callable[[set[str], str], DataFrame]"  # Spark's read of some files as DELETE or INSERT rows
+    sides: list[tuple[set[str], str]] = field(default_factory=list)  # every file read, by change type
+    descriptors: list[str] = field(default_factory=list)  # groups matched in Arrow
+    sizes: list[int] = field(default_factory=list)  # their data file bytes
     lineage_groups: int = 0  # of which matched by v3 row lineage (no value compared)
-    clean: list[DataFrame] = field(default_factory=list)  # groups with one side only: nothing to cancel
-    to_match: list[DataFrame] = field(default_factory=list)  # groups too large for a task: Spark cancels
+    clean_sides: list[tuple[set[str], str]] = field(default_factory=list)  # groups with one side only
+    to_match_sides: list[tuple[set[str], str]] = field(default_factory=list)  # groups too large for a task
     files_read: int = 0
+    records: int = 0  # rows in the files read, from metadata (known when split: no delete file)
     two_sided: bool = False
     split: bool = False  # the Arrow path was taken
+
+    # Spark's reads are planned only when used (the Arrow path of a snapshot reads only its one-sided
+    # and too-large groups with Spark).
+    @functools.cached_property
+    def as_read(self) -> list[DataFrame]:
+        return [self.reader(paths, kind) for paths, kind in self.sides]
+
+    @functools.cached_property
+    def clean(self) -> list[DataFrame]:
+        """Groups with one side only: nothing to cancel."""
+        return [self.reader(paths, kind) for paths, kind in self.clean_sides]
+
+    @functools.cached_property
+    def to_match(self) -> list[DataFrame]:
+        """Groups too large for a task: Spark cancels their carry-over."""
+        return [self.reader(paths, kind) for paths, kind in self.to_match_sides]
 
 
 def _arrow_groups(spark: "SparkSession", jtable: "JavaObject", plan: SnapshotPlan, before: set[str],
@@ -459,7 +489,6 @@ def _arrow_groups(spark: "SparkSession", jtable: "JavaObject", plan: SnapshotPla
 def _plan_rows(spark: "SparkSession", catalog_name: str, table: "Table", plan: SnapshotPlan, ordinal: int,
                jtable: "JavaObject", arrow: bool, max_group_bytes: int) -> _PlanRows:
     before, after = touched_files(table, plan)
-    result = _PlanRows(files_read=len(before) + len(after), two_sided=bool(before and after))
     # Without delete files the touched files are exactly the ones the snapshot removed and added:
     # their scan tasks come from the snapshot's own manifests, not from planning the table.
     changed_by = None if plan.needs_diff else plan.snapshot_id
@@ -471,20 +500,23 @@ def _plan_rows(spark: "SparkSession", catalog_name: str, table: "Table", plan: S
         return _with_change_columns(read_files(spark, catalog_name, table, at, paths, changed_by, jtable),
                                     columns, change_type, plan, ordinal)
 
-    result.as_read = [read(paths, kind) for paths, kind in ((before, DELETE), (after, INSERT)) if paths]
+    result = _PlanRows(reader=read, files_read=len(before) + len(after), two_sided=bool(before and after),
+                       sides=[(paths, kind) for paths, kind in ((before, DELETE), (after, INSERT)) if paths])
     groups = _arrow_groups(spark, jtable, plan, before, after) if arrow and result.two_sided else None
     if groups is None:
         return result
     result.split = True
+    result.records = sum(f.record_count for g in groups for f in (*g.deleted, *g.added))
     lineage = uses_row_lineage(table)
     for group in groups:
         sides = [({f.path for f in g}, kind) for g, kind in ((group.deleted, DELETE), (group.added, INSERT)) if g]
         if group.one_sided:
-            result.clean += [read(paths, kind) for paths, kind in sides]
+            result.clean_sides += sides
         elif group.size > max_group_bytes:
-            result.to_match += [read(paths, kind) for paths, kind in sides]
+            result.to_match_sides += sides
         else:
             result.descriptors.append(descriptor(group, plan, ordinal, lineage))
+            result.sizes.append(group.size)
             result.lineage_groups += int(lineage and uses_lineage(group))
     return result
 
@@ -493,16 +525,22 @@ def _union(parts: Sequence[DataFrame]) -> DataFrame:
     return reduce(DataFrame.unionByName, parts)
 
 
+def _arrow_rows(spark: "SparkSession", table: "Table", schema: T.StructType, descriptors: list[str],
+                sizes: list[int]) -> DataFrame:
+    """The groups' rows after carry-over removal, from Arrow tasks (:func:`matched_rows`); ``schema``:
+    the change rows' (Spark's read of the table plus the change columns)."""
+    values = T.StructType(schema.fields[:len(output_columns(table))])
+    return matched_rows(spark, read_context(table, values, schema), descriptors, sizes, schema)
+
+
 def _split_rows(spark: "SparkSession", table: "Table", read: list[_PlanRows]) -> tuple[list[DataFrame], bool]:
     """Rows of the Arrow path: carry-over already removed (Arrow groups, one-sided groups, plans with one
     side), and whether some rows (groups too large for a task, plans not split) still need Spark's removal."""
-    template = next(p.as_read[0] for p in read if p.split)
-    values = T.StructType(template.schema.fields[:len(output_columns(table))])
     parts: list[DataFrame] = []
     descriptors = [d for p in read for d in p.descriptors]
     if descriptors:
-        context = read_context(table, values, template.schema)
-        parts.append(matched_rows(spark, context, descriptors, template.schema))
+        schema = next(p.as_read[0] for p in read if p.split).schema
+        parts.append(_arrow_rows(spark, table, schema, descriptors, [n for p in read for n in p.sizes]))
     to_match: list[DataFrame] = []
     for p in read:
         if p.split:
@@ -516,18 +554,21 @@ def _split_rows(spark: "SparkSession", table: "Table", read: list[_PlanRows]) ->
 
 
 def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_id: "SnapshotSelector",
-            identifier_columns: Sequence[str] = (), net: bool = False, carry_over: str = "spark",
+            identifier_columns: Sequence[str] = (), net: bool = False, carry_over: str = "arrow",
             max_group_bytes: int = DEFAULT_MAX_GROUP_BYTES, anchor: OrdinalAnchor | None = None) -> ChangeSet:
     """Change rows of one snapshot, or of ``(start_exclusive, end_inclusive)`` along the ancestry.
 
-    ``carry_over``: "spark" (the default: measured cheaper today, docs/carry-over.md) shuffles and sorts
-    every row read; "arrow" cancels the carry-over of copy-on-write rewrites inside Spark tasks, group
-    by group (:mod:`icecdc_dagster.changelog.carry_over`), for groups of at most ``max_group_bytes`` of
-    data files; "spark" shuffles and sorts every row read (the reference path, always used for
-    merge-on-read snapshots, larger groups and keyless net changes).
+    ``carry_over``: "arrow" (the default: a third of the Spark path's CPU on the changelog bench,
+    docs/carry-over.md) cancels the carry-over of copy-on-write rewrites inside Spark tasks, group by
+    group (:mod:`icecdc_dagster.changelog.carry_over`), for groups of at most ``max_group_bytes`` of data
+    files; "spark" shuffles and sorts every row read (the reference path, always used for merge-on-read
+    snapshots, larger groups, column types the Arrow reader does not hand over unchanged, and keyless net
+    changes).
 
     ``anchor``: where a format v1 line counts its snapshots from (:mod:`.ordinals`; ignored on v2+): the
     rows' ``_commit_sequence_number`` is then the snapshot's ordinal in the line.
+
+    No change row comes to the driver: every path ends in a DataFrame computed by the executors.
     """
     if carry_over not in ("arrow", "spark"):
         raise ValueError(f"carry_over must be 'arrow' or 'spark', not {carry_over!r}")
@@ -539,20 +580,23 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
     jvm_changes = java_data_file_changes(spark, jtable)
     plans = ordered_plans(table, [plan_snapshot(table, sid, jvm_changes) for sid in _resolve_range(table, snapshot_id)],
                           anchor)
-    columns = output_columns(table)
     row_keys = list(keys) or ([ROW_ID] if uses_row_lineage(table) else [])
     keyless_net = net and len(plans) > 1 and not row_keys
     arrow = carry_over == "arrow" and not keyless_net and arrow_supported(table)
     read = [_plan_rows(spark, catalog_name, table, plan, ordinal, jtable, arrow, max_group_bytes)
             for ordinal, plan in enumerate(plans)]
-    parts = [part for p in read for part in p.as_read]
-    if not parts:
-        empty_plan = plans[-1] if plans else None
-        current = table.metadata.current_snapshot()
-        assert current is not None, "check_supported refuses a table without snapshots"
-        source = read_files(spark, catalog_name, table, current.snapshot_id, set())
-        parts.append(_with_change_columns(source, columns, INSERT, empty_plan or _NO_PLAN, 0))
-    raw = _union(parts)
+
+    planned: list[DataFrame] = []
+
+    def rows_as_read() -> DataFrame:
+        """Every row as read, planned once and only when used (the Arrow path does not need them)."""
+        if not planned:
+            parts = [part for p in read for part in p.as_read]
+            if not parts:
+                parts.append(_empty_rows(spark, catalog_name, table, plans[-1] if plans else _NO_PLAN))
+            planned.append(_union(parts))
+        return planned[0]
+
     # Carry-over (and so an update) needs a DELETE and an INSERT in one snapshot: when no snapshot
     # reads both sides (appends, whole-file deletes), the plan proves there is none to remove.
     one_sided = not any(p.two_sided for p in read)
@@ -560,41 +604,55 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
     cached = None
     if keyless_net:
         # Like Iceberg, keyless net changes start from the rows as read: carry-over decides attribution.
-        rows = net_changes_without_keys(raw)
+        rows = net_changes_without_keys(rows_as_read())
     elif split and not row_keys:
         split_parts, needs_removal = _split_rows(spark, table, read)
         rows = remove_carry_over(_union(split_parts)) if needs_removal else _union(split_parts)
     elif not row_keys:
-        rows = raw if one_sided else remove_carry_over(raw)
+        rows = rows_as_read() if one_sided else remove_carry_over(rows_as_read())
     elif one_sided:
-        check_keys(raw, row_keys, name)  # an aggregate over the keys only
-        rows = net_changes(raw, row_keys) if net and len(plans) > 1 else raw
+        check_keys(rows_as_read(), row_keys, name)  # an aggregate over the keys only
+        rows = net_changes(rows_as_read(), row_keys) if net and len(plans) > 1 else rows_as_read()
     else:
         # One shuffle and one sort; the duplicate/null key check runs before any sink sees the batch, so
         # keep what it computed (change rows after carry-over removal, small next to the rows read).
         if split:
             split_parts, needs_removal = _split_rows(spark, table, read)
-            keyed = (_keyed_changes(_union(split_parts), row_keys) if needs_removal
-                     else _keyed_updates(_union(split_parts), row_keys))
+            unioned = _union(split_parts)
+            keyed = _keyed_changes(unioned, row_keys) if needs_removal else _keyed_updates(unioned, row_keys)
         else:
-            keyed = _keyed_changes(raw, row_keys)
+            unioned = rows_as_read()
+            keyed = _keyed_changes(unioned, row_keys)
         cached = keyed.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             _raise_on_bad_key(cached, row_keys, name)
         except Exception:
             cached.unpersist()
             raise
-        rows = cached.select(*_cols(raw.columns))
+        rows = cached.select(*_cols(unioned.columns))
         if net and len(plans) > 1:
             rows = net_changes(rows, row_keys)
     stats = {"snapshots": len(plans), "files_read": sum(p.files_read for p in read),
              "delete_files_added": sum(len(p.added_delete_files) for p in plans),
              "carry_over_groups_in_arrow": sum(len(p.descriptors) for p in read),
              "carry_over_groups_by_lineage": sum(p.lineage_groups for p in read)}
-    change_set = ChangeSet(rows=rows, plans=plans, stats=stats, raw_rows=raw)
+    if split and all(p.split or not p.files_read for p in read):
+        # No delete file in any snapshot read: every row read is a row of a file read whole, so the rows
+        # read are the files' record counts (no count job over the rows as read).
+        stats["rows_read"] = sum(p.records for p in read)
+    change_set = ChangeSet(rows=rows, plans=plans, stats=stats, raw=planned[0] if planned else rows_as_read)
     if cached is not None:
         weakref.finalize(change_set, cached.unpersist)
     return change_set
+
+
+def _empty_rows(spark: "SparkSession", catalog_name: str, table: "Table", plan: SnapshotPlan) -> DataFrame:
+    """No row, with the columns (and their types) of the change rows: a relation of the current schema,
+    planned without reading a file."""
+    current = table.metadata.current_snapshot()
+    assert current is not None, "check_supported refuses a table without snapshots"
+    source = read_files(spark, catalog_name, table, current.snapshot_id, set())
+    return _with_change_columns(source, output_columns(table), INSERT, plan, 0)
 
 
 _NO_PLAN = SnapshotPlan(table_name="", snapshot_id=0, parent_id=None, sequence_number=0, operation="append",
@@ -621,3 +679,4 @@ def export(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_id
     if keys:
         check_keys(rows, keys, table_name(table), export=True)
     return ChangeSet(rows=rows, plans=[plan], stats={"snapshots": 1, "export": True})
+

@@ -61,6 +61,9 @@ def spark_builder_conf(settings: SparkSettings, catalogs: list[CatalogSettings])
         # Spark's default redaction plus "credential": a REST catalog's OAuth2 client secret is a
         # catalog setting (spark.sql.catalog.<name>.credential), shown in the UI's environment page.
         "spark.redaction.regex": "(?i)secret|password|token|access[.]?key|credential",
+        # Python tasks (mapInArrow: carry-over groups, landing-file lines) without ~0.14 CPU-s of per-task
+        # set-up each, and workers that start with pyiceberg imported (runtime/worker_daemon.py).
+        "spark.python.daemon.module": "icecdc_dagster.runtime.worker_daemon",
     }
     if settings.master.startswith("local"):
         conf["spark.sql.shuffle.partitions"] = "8"

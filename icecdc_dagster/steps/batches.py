@@ -140,7 +140,8 @@ def compute_batch(spark: "SparkSession", catalog_name: str, table: "Table", requ
     stats["plan_s"] = round(time.monotonic() - started, 3)
     # An export's rows are the whole table: the stored batch's counts say all there is to say.
     return ComputedBatch(info=info, rows=rows, stats=stats, kind=kind,
-                         raw_rows=change_set.raw_rows if change_set is not None and kind != "export" else None,
+                         raw_rows=(change_set.raw_rows if change_set is not None and kind != "export"
+                                   and "rows_read" not in change_set.stats else None),
                          counted=change_set is not None and kind != "export")
 
 
@@ -176,6 +177,8 @@ def row_stats(computed: ComputedBatch, counts: dict[str, int]) -> dict[str, Any]
     elif computed.raw_rows is not None:
         read = int(computed.raw_rows.count())
         stats["rows_read"], stats["carry_over_removed"] = read, read - written
+    elif "rows_read" in stats:  # known from metadata (changelog.changes: every snapshot split, no delete file)
+        stats["carry_over_removed"] = int(stats["rows_read"]) - written
     return stats
 
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from icecdc_dagster import changelog
 from icecdc_dagster.batch import CHANGE_TYPE, COMMIT_SNAPSHOT_ID, DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
-from icecdc_dagster.changelog.carry_over import schema_supported, unmatched, unmatched_by_lineage
+from icecdc_dagster.changelog.carry_over import pack, schema_supported, unmatched, unmatched_by_lineage
 from icecdc_dagster.column_names import quote
 from tests.changelog.test_properties import COMMON, Workload, as_counter, compared_columns, programs, tables, view_rows
 from tests.changelog.workload import apply_changes, mode_properties, rows_at
@@ -81,6 +81,12 @@ def test_lineage_cancels_by_sequence_number_and_row_id_only():
     assert kept_added["_row_id"].to_pylist() == [1, 9]
 
 
+def test_pack_balances_bytes_over_at_most_one_bin_per_slot():
+    assert pack([5, 1, 4, 2, 3], 2) == [[0, 3, 1], [2, 4]]
+    assert pack([7], 4) == [[0]]
+    assert sorted(i for b in pack(list(range(20)), 3) for i in b) == list(range(20))
+
+
 def test_types_pyiceberg_reads_wrong_take_the_spark_path():
     """pyiceberg 0.12 reads a null list of structs or a null map of struct values as an empty one."""
     from pyiceberg.schema import Schema
@@ -115,6 +121,8 @@ def compare_paths(spark, catalog, catalog_name: str, name: str, keys: tuple, col
         assert reference.stats["carry_over_groups_in_arrow"] == 0
         got = change_counter(arrow, columns)
         assert got == change_counter(reference, columns), where
+        if "rows_read" in arrow.stats:  # from the files' record counts: the count of the rows as read
+            assert arrow.stats["rows_read"] == reference.raw_rows.count(), where
         groups += arrow.stats["carry_over_groups_in_arrow"]
         lineage = arrow.stats["carry_over_groups_by_lineage"]
         assert lineage == (arrow.stats["carry_over_groups_in_arrow"] if plan.format_version >= 3 else 0), where
