@@ -66,6 +66,9 @@ def test_sigkill_at_seeded_moments_then_a_plain_sync_recovers(spark, catalog_set
     assert results[0].killed and results[0].run_id   # the export is always interrupted mid-run
 
 
+KILLS = 4   # max_retries (3) + 1: a burst that would spend every retry if a dead worker counted as a failure
+
+
 @pytest.mark.slow
 def test_sigkill_at_nine_moments_over_a_100k_export(spark, catalog_settings, catalog, opensearch_url, tmp_path):
     lake = Lake(spark, catalog, catalog_settings, tmp_path, opensearch_url, big_rows=100_000, small_rows=2_000,
@@ -97,10 +100,10 @@ def kill_when_a_run_starts(lake: Lake, instance, known: set[str], delay_s: float
 
 
 def test_a_burst_of_kills_never_spends_the_batchs_retries(spark, catalog_settings, catalog, opensearch_url, tmp_path):
-    """``icecdc sync`` SIGKILLed in its export run six times in a row (each kill followed by a new
-    commit, no recovery in between; ``max_retries: 3``), then ONE plain sync: it fails over the last
-    dead run and converges. A dead worker is not a failed batch: the export's failure count stays 0
-    although its key has six failed-over runs."""
+    """``icecdc sync`` SIGKILLed in its export run KILLS times in a row, one more than ``max_retries: 3``
+    (each kill followed by a new commit, no recovery in between), then ONE plain sync: it fails over the
+    last dead run and converges. A dead worker is not a failed batch: the export's failure count stays 0
+    although its key has more failed-over runs than the line allows retries."""
     import random
 
     from dagster import DagsterRunStatus, RunsFilter
@@ -117,7 +120,7 @@ def test_a_burst_of_kills_never_spends_the_batchs_retries(spark, catalog_setting
     rng = random.Random(SEED)
     try:
         killed: list[str] = []
-        for round_no in range(6):
+        for round_no in range(KILLS):
             if round_no:                                      # a new commit after each kill
                 spark.sql(f"INSERT INTO {lake.name}.{BIG} VALUES ({10_000 + round_no}, 'k{round_no}', {round_no})")
             known = {run.run_id for run in instance.get_runs()}
@@ -137,6 +140,6 @@ def test_a_burst_of_kills_never_spends_the_batchs_retries(spark, catalog_setting
         assert lines.failures_of(instance, line, key) == 0   # the batch's failure count is untouched
         failed = instance.get_runs(RunsFilter(tags={"icecdc/table": BIG, "icecdc/first_snapshot": key},
                                               statuses=[DagsterRunStatus.FAILURE]))
-        assert len(failed) == 6 and all(run.tags.get(FAILED_OVER_TAG) for run in failed)
+        assert len(failed) == KILLS and all(run.tags.get(FAILED_OVER_TAG) for run in failed)
     finally:
         instance.dispose()
