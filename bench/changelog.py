@@ -26,6 +26,8 @@ import tempfile
 import time
 from typing import Any
 
+from proc_cpu import cpu_s
+
 from icecdc_dagster import changelog
 from icecdc_dagster.changelog.read import read_files, touched_files
 from icecdc_dagster.runtime.catalog import CatalogSettings
@@ -42,19 +44,6 @@ def create(spark, name: str, rows: int, version: int = 2) -> None:
     (spark.range(0, rows).selectExpr("id", f"cast(id div {ROWS_PER_PARTITION} as int) day",
                                      "concat('value-', id) v", "id * 0.5 amount")
      .repartition("day").sortWithinPartitions("id").writeTo(f"{CAT}.db.{name}").append())
-
-
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _process_cpu(pid: int) -> float:
-    """CPU seconds of a process and of its children that have exited (reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return sum(int(v) for v in fields[11:15]) / _CLOCK_TICKS  # utime, stime, cutime, cstime
 
 
 def _children() -> dict[int, list[int]]:
@@ -82,8 +71,8 @@ def tree_cpu(spark) -> dict[str, Any]:
         if pid not in pids:
             pids.add(pid)
             stack += tree.get(pid, [])
-    return {"driver": _process_cpu(os.getpid()), "jvm": _process_cpu(jvm_pid),
-            "workers": {pid: _process_cpu(pid) for pid in pids}}
+    return {"driver": cpu_s(os.getpid()), "jvm": cpu_s(jvm_pid),
+            "workers": {pid: cpu_s(pid) for pid in pids}}
 
 
 def cpu_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:

@@ -46,6 +46,8 @@ import threading
 import time
 from typing import Any
 
+from proc_cpu import cpu_s
+
 TABLE = "db.products"
 CAT = "bench_os"
 SPARK_CONF = {"spark.ui.enabled": "false", "spark.driver.memory": "2g"}
@@ -155,19 +157,6 @@ class WorkerPeak:
         self._stop.set()
         self._thread.join()
         return self.peak_kb / 1024
-
-
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid: int) -> float:
-    """CPU seconds of a process and of its reaped children."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return sum(int(v) for v in fields[11:15]) / _TICKS
 
 
 def cpu_split(jvm: int | None, server_pid: int | None) -> dict[str, float]:
