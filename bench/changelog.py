@@ -26,7 +26,7 @@ import tempfile
 import time
 from typing import Any
 
-from proc_cpu import cpu_s
+from proc_cpu import children, cpu_s
 
 from icecdc_dagster import changelog
 from icecdc_dagster.changelog.read import read_files, touched_files
@@ -46,24 +46,11 @@ def create(spark, name: str, rows: int, version: int = 2) -> None:
      .repartition("day").sortWithinPartitions("id").writeTo(f"{CAT}.db.{name}").append())
 
 
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            tree.setdefault(parent, []).append(int(entry))
-    return tree
-
-
 def tree_cpu(spark) -> dict[str, Any]:
     """CPU seconds so far of this process (driver), the driver JVM (local executors are its threads) and
     each process under the JVM (Python daemon and workers, by pid: see :func:`cpu_delta`)."""
     jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
-    tree = _children()
+    tree = children()
     pids: set[int] = set()
     stack = list(tree.get(jvm_pid, []))
     while stack:

@@ -46,7 +46,7 @@ import threading
 import time
 from typing import Any
 
-from proc_cpu import cpu_s
+from proc_cpu import cpu_s, descendants
 
 TABLE = "db.products"
 CAT = "bench_os"
@@ -121,24 +121,6 @@ def status_kb(pid: int, key: str) -> int:
     except OSError:
         pass
     return 0
-
-
-def descendants(root: int) -> list[int]:
-    tree: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            tree.setdefault(parent, []).append(int(entry))
-    found, stack = [], list(tree.get(root, []))
-    while stack:
-        pid = stack.pop()
-        found.append(pid)
-        stack += tree.get(pid, [])
-    return found
 
 
 class WorkerPeak:

@@ -14,3 +14,28 @@ def cpu_s(pid: int) -> float:
     except OSError:
         return 0.0
     return sum(int(v) for v in fields[11:15]) / _CLOCK_TICKS  # utime, stime, cutime, cstime
+
+
+def children() -> dict[int, list[int]]:
+    """Parent pid -> its child pids, from /proc (processes that vanish while read are skipped)."""
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            tree.setdefault(parent, []).append(int(entry))
+    return tree
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below ``root`` (children, grandchildren, ...)."""
+    tree = children()
+    found, stack = [], list(tree.get(root, []))
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack += tree.get(pid, [])
+    return found
