@@ -7,9 +7,12 @@ second. Nothing is downloaded: its class path is the Iceberg runtime, the reloca
 client (its endpoint constants name HTTP methods), Debian's SQLite JDBC driver and PySpark's Hadoop jars.
 """
 
+import ctypes
 import os
 import select
+import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,8 +109,20 @@ def start_rest_server(options: RestServerOptions, log: Path | None = None) -> Re
         command.append(f"-Djava.library.path={native_dir}")
     command += ["-cp", classpath, MAIN_CLASS, *options.arguments()]
     with log.open("ab") as log_file:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log_file, env=options.environment())
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log_file, env=options.environment(),
+                                   preexec_fn=_die_with_parent)
     return RestCatalogServer(_wait_for_url(process, log), process, log)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before ``exec``: on Linux, ask the kernel to stop the server when the process that
+    started it ends, even by ``SIGKILL`` or a test worker that exits without tearing its fixtures down, so
+    no catalog JVM outlives its owner. Elsewhere :meth:`RestCatalogServer.close` is the only stop."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _wait_for_url(process: subprocess.Popen[bytes], log: Path) -> str:

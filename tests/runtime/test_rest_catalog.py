@@ -6,6 +6,9 @@ import os
 import re
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 import zipfile
 
 import pyarrow as pa
@@ -123,9 +126,26 @@ def test_rest_server_command_serves_a_catalog_for_trials(tmp_path, tmp_path_fact
         catalog.create_table("trial.t", schema=pa.schema([("id", pa.int64())]))
         assert catalog.list_tables("trial") == [("trial", "t")]
         assert (tmp_path / "catalog.db").is_file() and (tmp_path / "warehouse" / "trial" / "t").is_dir()
-    finally:
-        process.terminate()
+        # Its owner killed outright (no clean-up runs): the kernel stops the server JVM with it.
+        process.kill()
         process.wait(timeout=30)
+        assert _stops_answering(url), "the REST catalog JVM outlived the process that started it"
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+
+
+def _stops_answering(url: str, within_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"{url}/v1/config", timeout=2).close()
+        except urllib.error.HTTPError:
+            pass  # still up, answering
+        except OSError:
+            return True
+        time.sleep(0.2)
+    return False
 
 
 def test_spark_gets_the_http_client_jar_and_a_users_spark_jars_come_after_the_bundled_ones(tmp_path, monkeypatch):

@@ -108,10 +108,13 @@ class NatsJetStreamInput(StreamInput):
         return split_batch(self.source, fetched, view, self.position_key)
 
     def acknowledge(self, batch: StreamBatch) -> None:
+        """Acknowledge and wait for JetStream to confirm each ack (double ack), so the lag read right after
+        is the consumer's real state, not one that still counts the acks in flight. An ack that is not
+        confirmed is harmless: JetStream delivers the message again and the ledger skips it."""
         async def ack_all() -> None:
-            for m in (*batch.already_committed, *batch.messages):
-                await m.handle.ack()
-            await self._nc.flush()
+            await asyncio.gather(*(m.handle.ack_sync(timeout=5.0) for m in (*batch.already_committed,
+                                                                             *batch.messages)),
+                                 return_exceptions=True)
 
         if batch.messages or batch.already_committed:
             self._run(ack_all())
