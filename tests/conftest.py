@@ -12,6 +12,7 @@ from hypothesis import settings
 from icecdc_dagster.runtime.catalog import CatalogSettings
 from icecdc_dagster.runtime.rest_server import RestServerOptions, start_rest_server
 from icecdc_dagster.runtime.spark import SparkSettings, attach_catalog, build_spark_session
+from tests.helpers import TEST_JAVA_OPTIONS
 
 # Property tests: the default run draws the same examples every time (a red CI run is reproducible);
 # ICECDC_HYPOTHESIS_PROFILE=explore draws new ones on each run and prints how to replay a failure.
@@ -27,6 +28,7 @@ TEST_SPARK_CONF = {
     "spark.sql.shuffle.partitions": "4",
     "spark.default.parallelism": "4",
     "spark.driver.memory": "3g",
+    "spark.driver.extraJavaOptions": TEST_JAVA_OPTIONS,
 }
 
 

@@ -51,3 +51,14 @@ def test_a_users_pyspark_resource_is_taken_unchanged():
         assert expected.items() <= settings.conf.items()
     assert SparkResource.from_pyspark(LazyPySparkResource(spark_config={"spark.master": "local[1]"})).settings(
     ).master == "local[1]"
+
+
+def test_a_users_java_options_come_after_ours_never_instead():
+    """A user's GC or JIT flags must not drop our log4j configuration or SQLite's native-library path."""
+    from icecdc_dagster.runtime.spark import SparkSettings, spark_builder_conf
+
+    theirs = "-XX:+UseG1GC -XX:TieredStopAtLevel=1"
+    plain = spark_builder_conf(SparkSettings(), [])
+    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+        conf = spark_builder_conf(SparkSettings(conf={key: theirs}), [])
+        assert conf[key] == f"{plain[key]} {theirs}" and "-Dlog4j.configurationFile=file:" in conf[key]

@@ -71,10 +71,14 @@ def spark_builder_conf(settings: SparkSettings, catalogs: list[CatalogSettings])
     for catalog in catalogs:
         conf.update(catalog.spark_conf())
     conf.update(settings.conf)
-    if settings.conf.get("spark.jars"):
-        # Jars the user adds (object storage: iceberg-aws-bundle, iceberg-gcp-bundle, iceberg-azure-bundle)
-        # come after the Iceberg runtime and its relocated jars, never instead of them.
-        conf["spark.jars"] = ",".join([*jar_paths, settings.conf["spark.jars"]])
+    # What the user adds to these comes after ours, never instead of them: jars (object storage:
+    # iceberg-aws-bundle, iceberg-gcp-bundle, iceberg-azure-bundle) after the Iceberg runtime and its
+    # relocated jars; JVM options (GC, JIT, heap dumps) after our logging and native-library paths.
+    for key, separator, ours in (("spark.jars", ",", ",".join(jar_paths)),
+                                 ("spark.driver.extraJavaOptions", " ", " ".join(java_options)),
+                                 ("spark.executor.extraJavaOptions", " ", " ".join(java_options))):
+        if settings.conf.get(key):
+            conf[key] = f"{ours}{separator}{settings.conf[key]}"
     return conf
 
 
