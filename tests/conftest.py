@@ -145,3 +145,10 @@ def no_stale_defs_state_storage():
 
     _current_storage.set(None)
     yield
+
+
+def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ARG001
+    """Tests marked ``long`` run first. pytest-xdist's worksteal hands each worker a contiguous half of this
+    order and lets an idle worker take from the end of the other's: long tests at the front finish while
+    short ones still fill both workers, instead of one worker ending the run alone on a long test."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)

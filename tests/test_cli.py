@@ -18,6 +18,7 @@ def _status(capsys, config, home) -> str:
     return capsys.readouterr().out
 
 
+@pytest.mark.long
 def test_demo_then_status_then_sync(spark, tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     directory = tmp_path / "demo"
@@ -212,6 +213,7 @@ def _run_on_terminal(argv, env):
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
+@pytest.mark.long
 def test_sync_shows_every_line_from_the_start_with_batches_records_and_elapsed(spark, catalog_settings, catalog,
                                                                                 tmp_path):
     """Elsewhere than a terminal (a pipe, a CI log): plain lines, every configured line's plan before any

@@ -134,6 +134,7 @@ def compare_paths(spark, catalog, catalog_name: str, name: str, keys: tuple, col
     return groups
 
 
+@pytest.mark.long
 def test_duplicates_nested_nulls_and_partitions_match_spark_and_the_view(spark, catalog, catalog_settings):
     """Keyless CoW v2, partitioned: identical duplicate rows (multiset), nulls and a struct of lists,
     an update of one of two identical rows, a partition move, a delete of every copy."""

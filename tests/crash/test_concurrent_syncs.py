@@ -72,6 +72,7 @@ def run_pairs(lake: Lake, pairs: int, wait_every: int) -> list[tuple[int, int]]:
     return codes
 
 
+@pytest.mark.long
 def test_two_syncs_started_together_never_both_apply(spark, catalog_settings, catalog, opensearch_url, tmp_path):
     lake = Lake(spark, catalog, catalog_settings, tmp_path, opensearch_url, big_rows=2_000, small_rows=100)
     lake.create()

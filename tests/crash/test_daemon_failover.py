@@ -75,6 +75,7 @@ def _stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
+@pytest.mark.long
 def test_the_daemon_fails_a_dead_workers_run_and_retries_the_batch(spark, catalog_settings, catalog, tmp_path):
     t = f"{catalog_settings.name}.db.items"
     spark.sql(f"CREATE TABLE {t} (id BIGINT NOT NULL, v STRING) USING iceberg TBLPROPERTIES ('format-version'='2')")

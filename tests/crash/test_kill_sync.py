@@ -57,6 +57,7 @@ def run_kill_rounds(lake: Lake, points) -> list[KillResult]:  # noqa: ANN001
     return results
 
 
+@pytest.mark.long
 def test_sigkill_at_seeded_moments_then_a_plain_sync_recovers(spark, catalog_settings, catalog, opensearch_url,
                                                                tmp_path):
     lake = Lake(spark, catalog, catalog_settings, tmp_path, opensearch_url, big_rows=3_000, small_rows=200)
@@ -99,6 +100,7 @@ def kill_when_a_run_starts(lake: Lake, instance, known: set[str], delay_s: float
     return run_id
 
 
+@pytest.mark.long
 def test_a_burst_of_kills_never_spends_the_batchs_retries(spark, catalog_settings, catalog, opensearch_url, tmp_path):
     """``icecdc sync`` SIGKILLed in its export run KILLS times in a row, one more than ``max_retries: 3``
     (each kill followed by a new commit, no recovery in between), then ONE plain sync: it fails over the

@@ -38,6 +38,7 @@ class PostgresLake(Lake):
             instance.dispose()
 
 
+@pytest.mark.long
 def test_two_syncs_at_once_on_a_postgres_instance(spark, catalog_settings, catalog, opensearch_url, tmp_path,
                                                  postgres_url, monkeypatch):
     from icecdc_dagster.lease.dagster_yaml import ensure_dagster_yaml

@@ -6,6 +6,7 @@ import re
 import signal
 import time
 
+import pytest
 from dagster import DagsterRunStatus
 
 from tests.crash.scenario import BIG, SMALL, Lake, assert_nothing_in_flight, observe
@@ -25,6 +26,7 @@ def _stop_during(lake: Lake, instance, phase: str, signum: int) -> tuple[int, st
     return code, log.read_text(), run.run_id
 
 
+@pytest.mark.long
 def test_sigterm_and_ctrl_c_cancel_the_batch_and_the_next_sync_continues(spark, catalog_settings, catalog,
                                                                          opensearch_url, tmp_path):
     lake = Lake(spark, catalog, catalog_settings, tmp_path, opensearch_url, big_rows=3_000, small_rows=200)

@@ -5,6 +5,7 @@ snapshot that wrote it) only grows. Old snapshots expired under the running line
 the line goes on, its next batch numbered one past the last."""
 
 import pyarrow as pa
+import pytest
 from opensearchpy import OpenSearch
 from pyiceberg.schema import Schema
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
@@ -45,6 +46,7 @@ def _depth(catalog) -> int:
     return len(ancestry_ids(catalog.load_table("db.items"), None))
 
 
+@pytest.mark.long
 def test_v1_source_syncs_into_replica_and_opensearch_through_pyiceberg_and_spark_commits_and_expiry(
         spark, catalog_settings, catalog, instance, tmp_path, opensearch_url):
     cat = catalog_settings.name

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from pyspark.sql import functions as F
 
 from icecdc_dagster.ingest import IngestSettings, ingest_files, pending_files
@@ -94,6 +95,7 @@ def test_generated_stream_end_to_end(spark, catalog, catalog_settings, tmp_path)
             r[key] for r in spark.table(f"{cat}.{table}").select(key).collect())
 
 
+@pytest.mark.long
 def test_kill_between_write_and_commit_then_rerun(spark, catalog, catalog_settings, tmp_path):
     cat = catalog_settings.name
     stream = Stream()

@@ -321,6 +321,7 @@ PLAIN_WITH_SCHEMA = json.dumps({"schema": {"type": "struct", "name": "srv.db.t.E
 
 
 # As above: as many blocks and lines as 15 small batches, in 5 (each block is its own branch).
+@pytest.mark.long
 @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
 @given(schema_batches(max_blocks=6, max_lines=120), st.integers(0, 120))
 def test_schema_block_lines_equal_the_python_rules(spark, tmp_path, raws, at):
