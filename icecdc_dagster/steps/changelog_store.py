@@ -32,13 +32,13 @@ from icecdc_dagster.writer import (
     FIELD_MAP_PROPERTY,
     SourceSchemas,
     align_by_name,
+    columns_by_field_id,
     encode_mapping,
-    follow,
-    index,
+    fields_by_id,
+    follow_source_schema,
     infer_mapping,
     java_table,
     load_mapping,
-    projection,
     resync_command,
     schema_of,
 )
@@ -90,7 +90,7 @@ class ChangelogStore:
         if recorded is not None:
             return recorded
         data = [f.field_id for f in stored.fields if f.name not in OWN_COLUMNS]
-        nested = [tid for tid, loc in index(stored).items() if loc.path[0] not in OWN_COLUMNS]
+        nested = [tid for tid, loc in fields_by_id(stored).items() if loc.path[0] not in OWN_COLUMNS]
         return infer_mapping(stored, [wanted, *self._source().history], only=set(data) | set(nested)).mapping
 
     def _exists(self) -> bool:
@@ -154,12 +154,13 @@ class ChangelogStore:
             return (f"changelog {self.table_name} cannot follow {batch.table_name} at snapshot {batch.snapshot_id}: "
                     f"{cause}; recover with {resync_command(batch.table_name)}")
 
-        evolution = follow(self.spark, jtable, read_with, mapping, recorded, drop=False, describe=describe)
+        evolution = follow_source_schema(self.spark, jtable, read_with, mapping, recorded, drop=False,
+                                         describe=describe)
         jtable.refresh()
         stored = schema_of(self.spark, jtable.schema())
         read_ids = {f.field_id for f in read_with.fields}
         data = [f for f in stored.fields if evolution.mapping.get(f.field_id) in read_ids]
-        columns = projection(data, read_with, evolution.mapping, missing_as_null=False)
+        columns = columns_by_field_id(data, read_with, evolution.mapping, missing_as_null=False)
         source_names = {f.name for f in read_with.fields}
         return rows.select(*columns, *[column(c) for c in rows.columns if c not in source_names])
 
@@ -191,7 +192,7 @@ class ChangelogStore:
         store_of = {sid: tid for tid, sid in mapping.items()}
         rows = self._stored(batch)
         own = [column(c) for c in rows.columns if c in OWN_COLUMNS and c not in BATCH_COLUMNS]
-        rows = rows.select(*projection(want.fields, stored, store_of), *own)
+        rows = rows.select(*columns_by_field_id(want.fields, stored, store_of), *own)
         for engine_name, stored_name in STORED_LINEAGE.items():
             if stored_name in rows.columns:
                 rows = rows.withColumnRenamed(stored_name, engine_name)

@@ -29,12 +29,12 @@ from icecdc_dagster.writer.field_ids import (
                                          Evolution,
                                          SourceSchemas,
                                          align_by_name,
+                                         columns_by_field_id,
                                          encode_mapping,
-                                         follow,
-                                         index,
+                                         fields_by_id,
+                                         follow_source_schema,
                                          infer_mapping,
                                          load_mapping,
-                                         projection,
                                          resync_command,
                                          schema_of,
 )
@@ -54,13 +54,13 @@ from icecdc_dagster.writer.tables import copy_table, drop_table, set_identifier_
 from icecdc_dagster.writer.type_ddl import split_top
 
 __all__ = [
-    "BATCH_ID_PROPERTY", "EQUALITY_DELETES", "Evolution", "FIELD_MAP_PROPERTY", "KeyBounds",
-    "LAST_BATCH_PROPERTY", "LedgerRetention", "MERGE", "OP_COLUMN", "OP_DELETE", "OP_INSERT", "OP_UPSERT",
-    "ORDER_COLUMN", "SourceSchemas", "TARGET_SNAPSHOT_KEY", "WriteOutcome", "add_columns", "align_by_name",
-    "bounds_aggregates", "bounds_from", "committed_batch_ids", "committed_summaries", "copy_table",
-    "create_table", "declared_columns", "drop_table", "encode_mapping", "ensure_namespace", "follow", "index",
+    "BATCH_ID_PROPERTY", "EQUALITY_DELETES", "Evolution", "FIELD_MAP_PROPERTY", "KeyBounds", "LAST_BATCH_PROPERTY",
+    "LedgerRetention", "MERGE", "OP_COLUMN", "OP_DELETE", "OP_INSERT", "OP_UPSERT", "ORDER_COLUMN", "SourceSchemas",
+    "TARGET_SNAPSHOT_KEY", "WriteOutcome", "add_columns", "align_by_name", "bounds_aggregates", "bounds_from",
+    "columns_by_field_id", "committed_batch_ids", "committed_summaries", "copy_table", "create_table",
+    "declared_columns", "drop_table", "encode_mapping", "ensure_namespace", "fields_by_id", "follow_source_schema",
     "infer_mapping", "java_table", "last_batch", "ledger_dropped_upto", "ledger_entries", "load_mapping",
-    "main_ancestors", "namespace_exists", "projection", "recorded_summaries", "resync_command", "schema_of",
+    "main_ancestors", "namespace_exists", "recorded_summaries", "resync_command", "schema_of",
     "set_identifier_fields", "split_top", "table_exists", "table_properties", "widen_columns", "write_batch",
     "write_equality_delta",
 ]

@@ -77,7 +77,7 @@ def children(field_type: IcebergType) -> list[NestedField]:
     return []
 
 
-def index(schema: Schema | StructType) -> dict[int, Located]:
+def fields_by_id(schema: Schema | StructType) -> dict[int, Located]:
     """Every field by id (depth first, parents before children, in schema order)."""
     found: dict[int, Located] = {}
 
@@ -154,11 +154,11 @@ def infer_mapping(target: Schema, schemas: Sequence[Schema], only: Iterable[int]
     claims is a conflict (a rename followed by name, leaving a stale column next to the new one)."""
     by_path: dict[tuple[str, ...], int] = {}
     for schema in schemas:
-        for sid, loc in index(schema).items():
+        for sid, loc in fields_by_id(schema).items():
             by_path.setdefault(loc.path, sid)
-    current = {loc.path for loc in index(schemas[0]).values()} if schemas else set()
+    current = {loc.path for loc in fields_by_id(schemas[0]).values()} if schemas else set()
     allowed = set(only) if only is not None else None
-    located = [loc for tid, loc in index(target).items() if allowed is None or tid in allowed]
+    located = [loc for tid, loc in fields_by_id(target).items() if allowed is None or tid in allowed]
     located.sort(key=lambda loc: (loc.path not in current, len(loc.path)))
     result = Inferred({})
     owner: dict[int, str] = {}
@@ -176,8 +176,8 @@ def infer_mapping(target: Schema, schemas: Sequence[Schema], only: Iterable[int]
 
 def align_by_name(target: Schema | StructType, source: Schema | StructType) -> dict[int, int]:
     """Target id -> source id for fields at the same name path (a table just created from ``source``)."""
-    by_path = {loc.path: sid for sid, loc in index(source).items()}
-    return {tid: by_path[loc.path] for tid, loc in index(target).items() if loc.path in by_path}
+    by_path = {loc.path: sid for sid, loc in fields_by_id(source).items()}
+    return {tid: by_path[loc.path] for tid, loc in fields_by_id(target).items() if loc.path in by_path}
 
 
 @dataclass
@@ -194,14 +194,14 @@ class _Follower:
                  describe: Callable[[str], str]) -> None:
         self.spark, self.source, self.drop, self.describe = spark, source, drop, describe
         self.tx = jtable.newTransaction()
-        self.sindex = index(source)
+        self.sindex = fields_by_id(source)
         self.evolution = Evolution(dict(mapping))
         self.dirty = False
         self._refresh()
 
     def _refresh(self) -> None:
         self.target = schema_of(self.spark, self.tx.table().schema())
-        self.tindex = index(self.target)
+        self.tindex = fields_by_id(self.target)
         self.evolution.mapping = {t: s for t, s in self.evolution.mapping.items() if t in self.tindex}
         self.inverse = {s: t for t, s in self.evolution.mapping.items()}
 
@@ -329,8 +329,8 @@ class _Follower:
         return self.evolution
 
 
-def follow(spark: Any, jtable: Any, source: Schema, mapping: dict[int, int], recorded: dict[int, int] | None,
-           drop: bool, describe: Callable[[str], str]) -> Evolution:
+def follow_source_schema(spark: Any, jtable: Any, source: Schema, mapping: dict[int, int],
+                         recorded: dict[int, int] | None, drop: bool, describe: Callable[[str], str]) -> Evolution:
     """Make ``jtable`` follow ``source`` by field id in one Iceberg transaction (schema + recorded mapping).
 
     ``mapping``: target id -> source id to start from; ``recorded``: what the table records (None: nothing,
@@ -410,7 +410,7 @@ def convert(value: "Column", want: IcebergType, have: IcebergType, have_of: dict
     return F.when(value.isNull(), F.lit(None).cast(spark_type(want))).otherwise(F.struct(*parts))
 
 
-def projection(want: Sequence[NestedField], have: Schema, have_of: dict[int, int],
+def columns_by_field_id(want: Sequence[NestedField], have: Schema, have_of: dict[int, int],
                missing_as_null: bool = True) -> list["Column"]:
     """Top-level columns of ``have``-shaped rows presented as the fields ``want``, matched by field id
     (``have_of``: want id -> have id). A field ``have`` lacks is null, or left out (``missing_as_null``)."""

@@ -4,7 +4,7 @@ through the source's schema history; two columns for one source field are a conf
 from pyiceberg.schema import Schema
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType, StructType
 
-from icecdc_dagster.writer.field_ids import align_by_name, index, infer_mapping
+from icecdc_dagster.writer.field_ids import align_by_name, fields_by_id, infer_mapping
 
 
 def _schema(schema_id, *fields):
@@ -36,4 +36,4 @@ def test_align_by_name_maps_nested_fields_and_index_names_them():
     created = _schema(0, NestedField(21, "id", LongType(), required=True), NestedField(22, "full_name", StringType()),
                       NestedField(23, "info", StructType(NestedField(24, "alpha", IntegerType()))))
     assert align_by_name(created, RENAMED) == {21: 1, 22: 2, 23: 3, 24: 4}
-    assert index(RENAMED)[4].dotted == "info.alpha" and index(RENAMED)[4].parent_id == 3
+    assert fields_by_id(RENAMED)[4].dotted == "info.alpha" and fields_by_id(RENAMED)[4].parent_id == 3

@@ -58,7 +58,7 @@ from icecdc_dagster.writer import (
     copy_table,
     drop_table,
     encode_mapping,
-    follow,
+    follow_source_schema,
     infer_mapping,
     java_table,
     last_batch,
@@ -252,7 +252,7 @@ class IcebergReplicaSink:
                     f"followed by name: {stale} holds stale values)"))
             mapping = inferred.mapping
         self._check_identifier(jtarget, schema, source.current, mapping, by_row_id, describe)
-        return follow(self.spark, jtarget, schema, mapping, recorded, drop=True, describe=describe)
+        return follow_source_schema(self.spark, jtarget, schema, mapping, recorded, drop=True, describe=describe)
 
     def _check_identifier(self, jtarget: Any, schema: Any, current_schema: Any, mapping: dict[int, int],
                           by_row_id: bool, describe: Any) -> None:
