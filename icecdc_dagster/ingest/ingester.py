@@ -773,14 +773,7 @@ def ingest_records(spark: Any, catalog_name: str, settings: IngestSettings, bid:
     with its commit time, and the ledger's entries older than ``max_file_age`` before it are dropped.
 
     Raises:
-        TargetTableMissingError: a target table does not exist and the entry does not create it.
-        SchemaDeclarationError: the entry's declared schema cannot create a missing table.
-        EqualityDeleteTargetError: ``write_mode: equality_deletes`` names a target that cannot take it
-            (format version 1, a non-Parquet write format, an unsupported partition transform).
-        StagingBranchLostError: a target's staging branch vanished mid-batch (``write_batch``); the
-            tables committed before it record the batch, so running it again skips them.
-        pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: Spark or Iceberg refused a read or
-            a write; what was committed records the batch, the rest is written when it runs again.
+        The errors of :func:`ingest_files`, for the same reasons and with the same recovery.
     """
     ledger = read_ledger(spark, catalog_name, settings)
     if ledger.batches.get(bid):
