@@ -475,6 +475,14 @@ def _ingest_new(spark: Any, catalog_name: str, settings: IngestSettings, describ
     if _native_eligible(spark, catalog_name, settings, templated):
         return _ingest_native(spark, catalog_name, settings, lines, native.sample_branches(described), bid, uris,
                               stamp)
+    return _ingest_python(spark, catalog_name, settings, lines, bid, uris, templated, stamp)
+
+
+def _ingest_python(spark: Any, catalog_name: str, settings: IngestSettings, lines: DataFrame, bid: str,
+                   uris: tuple[str, ...], templated: bool, stamp: "_Stamp") -> IngestResult:
+    """Lines the native reader cannot take (templated targets, evolving schemas, targets not known before
+    reading): parsed by the Python rules, kept while the batch is written (read per target and for dead
+    letters)."""
     home = _home_table(settings)
     parsed = spark.createDataFrame(lines.rdd.mapPartitions(_parse_records(settings.target, home)),
                                    PARSED_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
@@ -793,10 +801,4 @@ def ingest_records(spark: Any, catalog_name: str, settings: IngestSettings, bid:
     uris = (settings.landing,)
     if _native_eligible(spark, catalog_name, settings, templated):
         return _ingest_native(spark, catalog_name, settings, lines, native.sample_records(texts), bid, uris, stamp)
-    home = _home_table(settings)
-    parsed = spark.createDataFrame(lines.rdd.mapPartitions(_parse_records(settings.target, home)),
-                                   PARSED_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        return _ingest_parsed(spark, catalog_name, settings, parsed, bid, uris, home, templated, stamp)
-    finally:
-        parsed.unpersist()
+    return _ingest_python(spark, catalog_name, settings, lines, bid, uris, templated, stamp)
