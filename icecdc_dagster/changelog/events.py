@@ -102,12 +102,15 @@ def document_id(rows: DataFrame, identifier_columns: Sequence[str], use_row_id: 
 
 
 def to_events(rows: DataFrame, table_name: str, identifier_columns: Sequence[str], operation: str | None,
-              snapshot_id: int, use_row_id: bool) -> DataFrame:
+              snapshot_id: int, use_row_id: bool, unique_ids: bool = False) -> DataFrame:
     """Change rows -> CDC events. UPDATE_BEFORE rows are dropped (the after image replaces the
     document); at most one event per document id: the latest (sequence, ordinal, after image) wins.
 
     ``operation``: the snapshot operation of the batch (``iceberg_snapshot_operation``);
     ``snapshot_id``: the batch's snapshot, for rows that carry no ``_commit_snapshot_id``.
+    ``unique_ids``: the rows hold each document id once already (an export whose keys
+    :func:`~icecdc_dagster.changelog.engine.export` checked, or ``_row_id``s): no ranking, whose shuffle
+    and per-key sort of every row would be the largest cost, and memory, of an export's events.
     """
     op = operation if isinstance(operation, Column) else F.lit(operation)
     events = (rows.where(F.col(CHANGE_TYPE) != UPDATE_BEFORE)
@@ -120,7 +123,7 @@ def to_events(rows: DataFrame, table_name: str, identifier_columns: Sequence[str
               .withColumn(DOCUMENT_ID, document_id(rows, tuple(identifier_columns), use_row_id))
               .withColumn(BULK_ACTION, F.when(F.col(CHANGE_TYPE).isin(INSERT, UPDATE_AFTER), F.lit(INDEX_ACTION))
                           .when(F.col(CHANGE_TYPE) == DELETE, F.lit(DELETE_ACTION))))
-    if not identifier_columns and not use_row_id:
+    if unique_ids or (not identifier_columns and not use_row_id):
         return events
     phase = F.when(F.col(CHANGE_TYPE) == DELETE, 0).otherwise(1)
     latest = Window.partitionBy(DOCUMENT_ID).orderBy(F.col(COMMIT_SEQUENCE_NUMBER).desc(),

@@ -155,7 +155,7 @@ def join_export(spark: "SparkSession", catalog_name: str, table: "Table", reques
     info = batch_info(table, replace(request, snapshot_ids=(last,), starts_line=True, disable_export=False))
     rows = changelog.export(spark, catalog_name, table, last, request.identifier_columns, anchor=request.anchor).rows
     events = changelog.to_events(rows, request.table_name, request.identifier_columns, info.operation, last,
-                                 use_row_id=use_row_id)
+                                 use_row_id=use_row_id, unique_ids=True)  # the export checked its keys
     return info, events
 
 

@@ -207,8 +207,9 @@ class ChangelogStore:
         want = source.of(batch.schema_id)
         keys = _names_in(source.current, want, batch.identifier_columns) if batch.schema_id is not None \
             else batch.identifier_columns
+        # An export's keys were checked when it was computed (one row per key): no ranking.
         return to_events(self._read_as(batch, want), batch.table_name, keys, batch.operation,
-                         batch.snapshot_id, use_row_id=use_row_id)
+                         batch.snapshot_id, use_row_id=use_row_id, unique_ids=batch.is_export)
 
     def counts(self, batch: BatchInfo) -> dict[str, int]:
         """Rows per change type of one batch (an aggregate, read back from the stored batch)."""

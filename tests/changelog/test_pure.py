@@ -137,3 +137,14 @@ def test_to_events_keeps_last_image_per_document(spark):
     events = changelog.to_events(frame(spark, fields, rows), "db.t", ["id"], "append", 2, use_row_id=False)
     assert sorted((e["document_id"], e["v"], e["bulk_action"]) for e in events.collect()) == [
         ("1", "new", "INDEX"), ("2", "x", "DELETE")]
+
+
+def test_events_of_rows_with_unique_ids_are_not_ranked(spark):
+    """An export (keys checked, one row each): the same events without the ranking window's shuffle."""
+    fields = [T.StructField("id", T.IntegerType()), T.StructField("v", T.StringType())]
+    rows = frame(spark, fields, [(i, f"v{i}", INSERT, 1, 1, 0) for i in range(20)])
+    ranked = changelog.to_events(rows, "db.t", ["id"], "append", 1, use_row_id=False)
+    plain = changelog.to_events(rows, "db.t", ["id"], "append", 1, use_row_id=False, unique_ids=True)
+    assert sorted(map(tuple, plain.collect())) == sorted(map(tuple, ranked.collect()))
+    plans = [frame_._jdf.queryExecution().executedPlan().toString() for frame_ in (ranked, plain)]
+    assert "Window" in plans[0] and "Window" not in plans[1] and "Exchange" not in plans[1]

@@ -28,6 +28,6 @@ def source_export(context: SinkContext) -> SourceExport:
         with changelog.staged_scans(spark):
             rows = changelog.export(spark, context.catalog_name, source, snapshot_id, identifier_columns).rows
             yield changelog.to_events(rows, context.table_name, identifier_columns, "append", snapshot_id,
-                                      use_row_id=use_row_id)
+                                      use_row_id=use_row_id, unique_ids=True)  # the export checked its keys
 
     return export
