@@ -33,8 +33,16 @@ on the PostgreSQL server at 127.0.0.1:5432 (trust auth; ``--pg-server``), named 
 scenario in the same order), so machine load hits both alike; the RESULT line then has ``sqlite_*`` and
 ``pg_*`` keys and ``pg_ratio`` (PostgreSQL / SQLite single-table p50) and ``pg_multi_ratio`` (20-table p95).
 
+Layouts (many tables, SQLite instance): ``--sensors both`` also measures one sensor for every table
+(``bench/variant_defs.py``) against the shipped sensor per table, ``--line-checks both`` the two line checks
+as two steps against the shipped one step; ``--tables 20,50`` each count. Per layout and count: p50/p95,
+the control plane's CPU per sensor loop at rest (``idle_loop_cpu_s``: every process of ``dagster dev``),
+CPU-seconds per batch by process (``batch_cpu_s``), steps and Spark jobs per run; a variant's
+``*_ratio`` keys are against the shipped layout at the same count, in the same run.
+
 Usage: python bench/freshness.py [--commits 20] [--interval 5] [--modes warm,default]
-                                 [--tables 20 --warm-rounds 4 --rounds 3 --workers 3]
+                                 [--tables 20[,50] --warm-rounds 4 --rounds 3 --workers 3]
+                                 [--sensors per-table|one|both] [--line-checks one|two|both]
                                  [--instance sqlite|postgres|both]
 """
 
@@ -60,6 +68,7 @@ PROFILE_ENV = "ICECDC_RUN_PROFILE"  # icecdc_dagster.launcher.PROFILE_ENV (not i
 
 TABLE = "db.events"
 IDLE_MEASURE_S = 20.0
+SENSOR_LOOP_S = 5.0  # Dagster's sensor daemon looks at every sensor once per loop
 SINK_KEY = ["replica", "replica", "replica_events"]
 PG_SERVER = "postgresql://postgres@127.0.0.1:5432"
 PG_URL_ENV = "ICECDC_BENCH_PG_URL"  # the instance's database URL, read by every process of the scenario
@@ -227,17 +236,24 @@ def wait_run_finished(instance, partition: str, timeout: float):  # noqa: ANN001
     raise TimeoutError(f"the run of snapshot {partition} did not finish within {timeout}s")
 
 
-def start_dagster(root: Path, home: Path, config_path: Path):  # noqa: ANN201 - (process, instance)
+VARIANT_DEFS = Path(__file__).with_name("variant_defs.py")
+
+
+def start_dagster(root: Path, home: Path, config_path: Path,  # noqa: ANN201 - (process, instance)
+                  variant: dict[str, str] | None = None):
+    """``variant``: environment of ``bench/variant_defs.py`` (a layout the product does not ship); None or
+    empty: the shipped definitions."""
     from dagster import DagsterInstance
 
     # The storage is created here, before `dagster dev` starts: two processes creating one SQLite
     # storage at once can leave two alembic heads, and then the code server cannot load.
     os.environ["DAGSTER_HOME"] = str(home)
     instance = DagsterInstance.get()
-    env = {**os.environ, "DAGSTER_HOME": str(home), "ICECDC_CONFIG": str(config_path)}
+    env = {**os.environ, "DAGSTER_HOME": str(home), "ICECDC_CONFIG": str(config_path), **(variant or {})}
     dagster = Path(sys.executable).parent / "dagster"
     log = (root / "dagster.log").open("w")
-    process = subprocess.Popen([str(dagster), "dev", "-m", "icecdc_dagster.definitions", "-p", "0"],
+    code = ["-f", str(VARIANT_DEFS)] if variant else ["-m", "icecdc_dagster.definitions"]
+    process = subprocess.Popen([str(dagster), "dev", *code, "-p", "0"],
                                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=root)
     return process, instance
 
@@ -251,7 +267,8 @@ def stop_dagster(process) -> None:  # noqa: ANN001
 
 
 def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlite_synchronous: str = "",
-                    warm_rounds: int = 0, storage: dict | None = None) -> dict:
+                    warm_rounds: int = 0, storage: dict | None = None, variant: dict[str, str] | None = None,
+                    label: str = "many") -> dict:
     """N tables commit together, ``warm_rounds`` + ``rounds`` times: commit -> applied for every table.
 
     The first ``warm_rounds`` warm the daemon up and are reported apart (``cold``: the first of them):
@@ -266,7 +283,7 @@ def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlit
     write_home(home, "warm", workers, sqlite_synchronous, storage)
     profile = root / "runs.jsonl"
     os.environ[PROFILE_ENV] = str(profile)  # the warm launcher's per-run profile (wall, lane CPU, Spark jobs)
-    process, instance = start_dagster(root, home, config_path)
+    process, instance = start_dagster(root, home, config_path, variant)
     sink_keys = {name: ("replica", "replica", "replica_" + name.split(".")[1]) for name in names}
     latencies: list[float] = []
     commits: dict[str, float] = {}  # partition key -> commit time
@@ -275,15 +292,18 @@ def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlit
         for name in names:
             bootstrap = str(catalog.load_table(name).current_snapshot().snapshot_id)
             wait_applied(instance, bootstrap, 900, sink_keys[name])
-        print(f"[many] {tables} exports applied in {time.time() - started:.1f}s", flush=True)
+        print(f"[{label}] {tables} exports applied in {time.time() - started:.1f}s", flush=True)
         time.sleep(2 * interval)  # the last export's run ends, idle ticks settle
         idle_before, since = process_cpu(process.pid), time.time()
         time.sleep(IDLE_MEASURE_S)  # nothing committed: what the control plane costs at rest
         idle = process_cpu(process.pid)
         span = time.time() - since
-        print(f"[many] idle ({tables} tables, nothing to do, {span:.0f}s): " + ", ".join(
-            f"{name} {(idle[name] - idle_before.get(name, 0.0)) / span:.2f}" for name in sorted(idle))
-            + f" cores; total {(sum(idle.values()) - sum(idle_before.values())) / span:.2f} cores", flush=True)
+        idle_cores = {name: (idle[name] - idle_before.get(name, 0.0)) / span for name in idle}
+        # The sensor daemon looks at every sensor once per loop (5 s): CPU per loop is cores x 5 s.
+        print(f"[{label}] idle ({tables} tables, nothing to do, {span:.0f}s): " + ", ".join(
+            f"{name} {cores:.3f}" for name, cores in sorted(idle_cores.items()))
+            + f" cores; total {sum(idle_cores.values()):.3f} cores = {sum(idle_cores.values()) * SENSOR_LOOP_S:.2f}"
+            f" CPU-s per sensor loop", flush=True)
         cold: list[float] = []
         for round_ in range(warm_rounds + rounds):
             if round_ == warm_rounds:
@@ -297,8 +317,8 @@ def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlit
             round_latencies = []
             for name, (key, at) in committed.items():
                 round_latencies.append(wait_applied(instance, key, 900, sink_keys[name]) - at)
-            label = "warm-up round" if round_ < warm_rounds else "round"
-            print(f"[many] {label} {round_ + 1}: {tables} tables, latency min {min(round_latencies):.1f}s "
+            kind = "warm-up round" if round_ < warm_rounds else "round"
+            print(f"[{label}] {kind} {round_ + 1}: {tables} tables, latency min {min(round_latencies):.1f}s "
                   f"median {statistics.median(round_latencies):.1f}s max {max(round_latencies):.1f}s "
                   f"({load()})", flush=True)
             if round_ < warm_rounds:
@@ -308,10 +328,10 @@ def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlit
             commits.update(dict(committed.values()))
         span = time.time() - since
         cpu_after = process_cpu(process.pid)
-        breakdown(instance, commits, profile, workers)
+        medians = breakdown(instance, commits, profile, workers, label)
         cpu = {name: cpu_after.get(name, 0.0) - cpu_before.get(name, 0.0) for name in cpu_after}
         runs = len(commits)
-        print(f"[many] CPU over the rounds ({span:.1f}s wall, {runs} runs): " + ", ".join(
+        print(f"[{label}] CPU over the rounds ({span:.1f}s wall, {runs} runs): " + ", ".join(
             f"{name} {seconds:.1f}s ({seconds / runs:.2f}s/run)" for name, seconds in sorted(cpu.items())
             if seconds >= 0.05) + f"; total {sum(cpu.values()) / runs:.2f} CPU-s/run, "
             f"{sum(cpu.values()) / span:.2f} cores busy", flush=True)
@@ -320,7 +340,13 @@ def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlit
         stop_dagster(process)
         instance.dispose()
     return {"p50": statistics.median(latencies), "p95": percentile(latencies, 0.95),
-            "cold_p95": percentile(cold, 0.95) if cold else None}
+            "cold_p95": percentile(cold, 0.95) if cold else None,
+            "idle_loop_cpu_s": sum(idle_cores.values()) * SENSOR_LOOP_S,
+            "idle_daemon_loop_cpu_s": (idle_cores.get("daemon", 0.0) + idle_cores.get("code server", 0.0))
+            * SENSOR_LOOP_S,
+            "batch_cpu_s": sum(cpu.values()) / runs, "batch_cpu": {k: v / runs for k, v in cpu.items()},
+            "steps": medians.get("steps", 0.0), "run_s": medians.get("run", 0.0),
+            "spark_jobs": medians.get("spark_jobs", 0.0), "framework_s": medians.get("framework", 0.0)}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -364,7 +390,8 @@ def idle_lane_seconds(spans: list[tuple[float, float, float]], workers: int) -> 
     return idle
 
 
-def breakdown(instance, commits: dict[str, float], profile: Path, workers: int) -> None:  # noqa: ANN001
+def breakdown(instance, commits: dict[str, float], profile: Path, workers: int,  # noqa: ANN001
+              label: str = "many") -> dict[str, float]:
     """Medians over the rounds' runs: sensor (commit -> run created), queue (created -> started), run
     (started -> ended), each step, framework (run minus steps); the launcher's profile per run."""
     import json
@@ -388,7 +415,7 @@ def breakdown(instance, commits: dict[str, float], profile: Path, workers: int) 
                   "run": record.end_time - record.start_time}
         spans.append((created, record.start_time, record.end_time))
         starts: dict[str, float] = {}
-        steps = 0.0
+        steps, count = 0.0, 0
         for event in instance.all_logs(record.dagster_run.run_id, of_type={
                 DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS}):
             step = event.step_key or ""
@@ -398,17 +425,20 @@ def breakdown(instance, commits: dict[str, float], profile: Path, workers: int) 
                 kind = re.sub(r"events_\d+", "*", step)  # the same step of every table together
                 values[f"step {kind}"] = values.get(f"step {kind}", 0.0) + event.timestamp - starts[step]
                 steps += event.timestamp - starts[step]
+                count += 1
         values["framework"] = values["run"] - steps
+        values["steps"] = count
         extra = profiled.get(record.dagster_run.run_id, {})
         for name in ("thread_cpu_s", "spark_jobs"):
             if name in extra:
                 values[name] = extra[name]
         for name, value in values.items():
             parts.setdefault(name, []).append(value)
-    print(f"[many] lanes idle while runs waited: {idle_lane_seconds(spans, workers):.1f} lane-s over {len(spans)} runs",
-          flush=True)
-    print("[many] medians per run: " + ", ".join(
-        f"{name} {statistics.median(v):.2f}" for name, v in parts.items()), flush=True)
+    print(f"[{label}] lanes idle while runs waited: {idle_lane_seconds(spans, workers):.1f} lane-s over "
+          f"{len(spans)} runs", flush=True)
+    medians = {name: statistics.median(v) for name, v in parts.items()}
+    print(f"[{label}] medians per run: " + ", ".join(f"{name} {v:.2f}" for name, v in medians.items()), flush=True)
+    return medians
 
 
 def load() -> str:
@@ -420,7 +450,12 @@ def main() -> None:
     parser.add_argument("--commits", type=int, default=20)
     parser.add_argument("--interval", type=int, default=5)
     parser.add_argument("--modes", default="warm,default")
-    parser.add_argument("--tables", type=int, default=20, help="tables of the many-tables scenario (0: skip)")
+    parser.add_argument("--tables", default="20",
+                        help="tables of the many-tables scenario, a comma list for several counts (0: skip)")
+    parser.add_argument("--sensors", choices=("per-table", "one", "both"), default="per-table",
+                        help="many tables: one sensor per table (shipped), one sensor for all, or both")
+    parser.add_argument("--line-checks", choices=("one", "two", "both"), default="one",
+                        help="many tables: the two line checks as one step (shipped), as two, or both")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warm-rounds", type=int, default=4,
                         help="many-tables rounds before the measured ones (JIT warm-up of a fresh daemon)")
@@ -433,6 +468,7 @@ def main() -> None:
     parser.add_argument("--timeouts-x", type=float, default=1.0,
                         help="multiply every wait's timeout (exports, batches) on a heavily loaded machine")
     args = parser.parse_args()
+    args.table_counts = [int(n) for n in args.tables.split(",") if int(n)]
     TIMEOUTS["scale"] = args.timeouts_x
     # SIGTERM (timeout, a supervisor) unwinds like an exception: `dagster dev` is stopped and a scenario's
     # PostgreSQL database dropped by their `finally`, not left behind.
@@ -452,17 +488,7 @@ def single_kind(args: argparse.Namespace) -> None:
         r = results[mode]
         print(f"{mode}: p50 {r['p50']:.1f}s p95 {r['p95']:.1f}s empty batch {r['empty']:.1f}s "
               f"(sensor interval {args.interval}s, {args.commits} commits; end: {load()})", flush=True)
-    many = ""
-    if args.tables:
-        print(f"[many] start: {load()}", flush=True)
-        m = run_many_tables(args.tables, args.rounds, args.workers, args.interval, args.sqlite_synchronous,
-                            args.warm_rounds)
-        print(f"many tables: {args.tables} tables x {args.rounds} rounds after {args.warm_rounds} warm-up rounds, "
-              f"{args.workers} lanes: p50 {m['p50']:.1f}s p95 {m['p95']:.1f}s (end: {load()})", flush=True)
-        cold = f" multi_table_cold_p95_s={m['cold_p95']:.2f}" if m["cold_p95"] is not None else ""
-        many = (f" multi_table_p50_s={m['p50']:.2f} multi_table_p95_s={m['p95']:.2f}{cold} tables={args.tables}"
-                f" workers={args.workers} warm_rounds={args.warm_rounds}"
-                f" sqlite_synchronous={args.sqlite_synchronous or 'default'}")
+    many = many_tables_scenarios(args) if args.table_counts else ""
     if not results:
         print(f"RESULT{many} interval_s={args.interval}")
         return
@@ -477,6 +503,54 @@ def single_kind(args: argparse.Namespace) -> None:
                  f" default_empty_batch_s={d['empty']:.2f} p50_ratio={d['p50'] / first['p50']:.2f}")
     print(f"RESULT p50_s={first['p50']:.2f} p95_s={first['p95']:.2f} empty_batch_s={first['empty']:.2f}"
           f" interval_s={args.interval} mode={main_mode}{extra}")
+
+
+VARIANTS = {"one_sensor": {"ICECDC_BENCH_SENSORS": "one"}, "two_checks": {"ICECDC_BENCH_LINE_CHECKS": "two"}}
+
+
+def layouts(sensors: str, line_checks: str) -> list[tuple[str, dict[str, str]]]:
+    """The definitions layouts to measure: the shipped one (one sensor per table, the two line checks as
+    one step) unless ``one`` / ``two`` alone was asked, and the variants that ``both`` adds."""
+    chosen = [] if "one" in (sensors,) or "two" in (line_checks,) else [("shipped", {})]
+    if sensors in ("one", "both"):
+        chosen.append(("one_sensor", VARIANTS["one_sensor"]))
+    if line_checks in ("two", "both"):
+        chosen.append(("two_checks", VARIANTS["two_checks"]))
+    return chosen
+
+
+def many_tables_scenarios(args: argparse.Namespace) -> str:
+    """Every table count of ``--tables`` x every layout (interleaved: a count's layouts run back to back),
+    on SQLite. RESULT keys: the first count's shipped layout keeps the original names
+    (``multi_table_p95_s``); other counts are prefixed ``t<N>_``, other layouts ``<layout>_``."""
+    counts = args.table_counts
+    keys: dict[str, str] = {}
+    for count in counts:
+        shipped: dict | None = None
+        for name, variant in layouts(args.sensors, args.line_checks):
+            label = f"{name} x{count}"
+            print(f"[{label}] start: {load()}", flush=True)
+            m = run_many_tables(count, args.rounds, args.workers, args.interval, args.sqlite_synchronous,
+                                args.warm_rounds, variant=variant, label=label)
+            print(f"[{label}] {count} tables x {args.rounds} rounds after {args.warm_rounds} warm-up rounds, "
+                  f"{args.workers} lanes: p50 {m['p50']:.1f}s p95 {m['p95']:.1f}s, idle {m['idle_loop_cpu_s']:.2f} "
+                  f"CPU-s per sensor loop, {m['batch_cpu_s']:.2f} CPU-s per batch ({m['steps']:.0f} steps, "
+                  f"{m['spark_jobs']:.0f} Spark jobs) (end: {load()})", flush=True)
+            prefix = ("" if name == "shipped" else f"{name}_") + ("" if count == counts[0] else f"t{count}_")
+            keys |= {f"{prefix}multi_table_p50_s": f"{m['p50']:.2f}", f"{prefix}multi_table_p95_s": f"{m['p95']:.2f}",
+                     f"{prefix}idle_loop_cpu_s": f"{m['idle_loop_cpu_s']:.3f}",
+                     f"{prefix}batch_cpu_s": f"{m['batch_cpu_s']:.2f}", f"{prefix}run_steps": f"{m['steps']:.0f}",
+                     f"{prefix}spark_jobs_per_run": f"{m['spark_jobs']:.0f}"}
+            if m["cold_p95"] is not None:
+                keys[f"{prefix}multi_table_cold_p95_s"] = f"{m['cold_p95']:.2f}"
+            if name == "shipped":
+                shipped = m
+            elif shipped is not None:  # the variant against the shipped layout, same count, same run
+                keys[f"{prefix}p95_ratio"] = f"{m['p95'] / shipped['p95']:.2f}"
+                keys[f"{prefix}idle_ratio"] = f"{m['idle_loop_cpu_s'] / max(shipped['idle_loop_cpu_s'], 1e-9):.2f}"
+                keys[f"{prefix}batch_cpu_ratio"] = f"{m['batch_cpu_s'] / shipped['batch_cpu_s']:.2f}"
+    return (" " + " ".join(f"{k}={v}" for k, v in keys.items()) + f" tables={args.tables} workers={args.workers}"
+            f" warm_rounds={args.warm_rounds} sqlite_synchronous={args.sqlite_synchronous or 'default'}")
 
 
 KIND_PREFIX = {"sqlite": "sqlite", "postgres": "pg"}
@@ -501,11 +575,11 @@ def instance_kinds(args: argparse.Namespace, kinds: tuple[str, ...]) -> None:
               f"(end: {load()})", flush=True)
         keys.update({f"{prefix}_p50_s": f"{r['p50']:.2f}", f"{prefix}_p95_s": f"{r['p95']:.2f}",
                      f"{prefix}_empty_batch_s": f"{r['empty']:.2f}"})
-    for kind in kinds if args.tables else ():
+    for kind in kinds if args.table_counts else ():
         prefix = KIND_PREFIX[kind]
         print(f"[{prefix}] {args.tables} tables: start {load()}", flush=True)
         with instance_storage(kind, args.pg_server) as storage:
-            m = run_many_tables(args.tables, args.rounds, args.workers, args.interval, args.sqlite_synchronous,
+            m = run_many_tables(args.table_counts[0], args.rounds, args.workers, args.interval, args.sqlite_synchronous,
                                 args.warm_rounds, storage)
         figures.setdefault(kind, {})["multi_p95"] = m["p95"]
         print(f"[{prefix}] {args.tables} tables x {args.rounds} rounds after {args.warm_rounds} warm-up rounds, "
@@ -521,7 +595,8 @@ def instance_kinds(args: argparse.Namespace, kinds: tuple[str, ...]) -> None:
             keys["pg_multi_ratio"] = f"{pg['multi_p95'] / sqlite['multi_p95']:.2f}"
     end_load = load()
     print(f"[instances] load at start: {start_load}; at end: {end_load}", flush=True)
-    extra = (f" tables={args.tables} workers={args.workers} warm_rounds={args.warm_rounds}" if args.tables else "")
+    extra = (f" tables={args.table_counts[0]} workers={args.workers} warm_rounds={args.warm_rounds}"
+             if args.table_counts else "")
     print("RESULT " + " ".join(f"{k}={v}" for k, v in keys.items()) + f" interval_s={args.interval} mode={mode}"
           f"{extra} load1_start={start_load.split()[2]} load1_end={end_load.split()[2]}")
 

@@ -26,9 +26,8 @@ from icecdc_dagster.assets.sink_assets import build_sink_asset
 from icecdc_dagster.assets.source_table import build_source_asset
 from icecdc_dagster.assets.table_metadata import ROW_COUNT, definition_metadata, source_fallback, table_metadata
 from icecdc_dagster.changelog import check_supported, uses_row_lineage
-from icecdc_dagster.checks.line_continues import build_lifecycle_check
+from icecdc_dagster.checks.line_checks import build_line_checks
 from icecdc_dagster.checks.sinks_agree import build_consistency_checks
-from icecdc_dagster.checks.stuck import build_stuck_check
 from icecdc_dagster.config import IngestConfig, PipelineConfig, TableConfig, load_config
 from icecdc_dagster.errors import ConfigError, UnsupportedFormatVersionError
 from icecdc_dagster.lease.executor import line_executor
@@ -192,8 +191,7 @@ def _build_definitions(config: PipelineConfig, check_tables: bool, rebuilt: Coll
         assets.extend(build_sink_asset(table, sink, lineage,
                                        definition_metadata(config.catalog.name, table, sink, source, remembered))
                       for sink in table.sinks)
-        checks.append(build_stuck_check(table))
-        checks.append(build_lifecycle_check(table, config.source))
+        checks.append(build_line_checks(table, config.source))
         assets.append(build_maintenance_asset(table, tuple(entries_by_target.get(table.table_name, ()))))
         schedules.append(build_maintenance_schedule(table))
         sensors.append(build_snapshot_sensor(table, config.source, resources["catalog"]))

@@ -1,5 +1,6 @@
 """Small helpers shared by tests: write a pipeline file for a test catalog."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,9 @@ def catalog_block(catalog: CatalogSettings) -> dict:
 # The tests' JVMs are short-lived and share two cores: the C1 compiler alone (no C2: a cold JVM spends its
 # first seconds compiling, and C2's code rarely pays back within a test) and the serial collector (no GC
 # threads competing with the other pytest worker) take ~13% off a test's wall time here. Test-only tuning:
-# a long-running sync keeps the JVM's defaults.
-TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# a long-running sync keeps the JVM's defaults. ``ICECDC_TEST_JAVA_OPTIONS`` replaces them (" ": the JVM's
+# defaults), to measure the suite both ways.
+TEST_JAVA_OPTIONS = os.environ.get("ICECDC_TEST_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 
 def write_pipeline(path: Path, catalog: CatalogSettings, tables: list[dict], **extra) -> Path:

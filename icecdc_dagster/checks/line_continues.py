@@ -4,52 +4,48 @@ Fails (ERROR) with the diagnosis of ``steps.lifecycle`` (what happened + the ``i
 command that recovers) instead of letting the sensor, status and runs raise on every tick.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDefinition, AssetCheckSeverity, asset_check
+from dagster import AssetCheckResult, AssetCheckSeverity
 
 from icecdc_dagster.assets import naming
-from icecdc_dagster.checks.check_run import run_id_of
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.lines.window import TableWindow, diagnose, line_view
 from icecdc_dagster.steps import lifecycle
 
+if TYPE_CHECKING:
+    from dagster import DagsterInstance
+    from pyiceberg.table import Table
 
-def build_lifecycle_check(table: TableConfig, config_path: str | None) -> AssetChecksDefinition:
-    @asset_check(
-        asset=naming.changelog_key(table),
-        name=naming.LINE_CHECK,
-        description=(f"Fails when {table.table_name} was rolled back, a snapshot the line needs was expired, or the "
-                     f"table was recreated; the result names the icecdc resync command that recovers."),
-        required_resource_keys={"catalog"},
-        blocking=False,
-    )
-    def _check(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        from pyiceberg.exceptions import NoSuchTableError
+DESCRIPTION = ("Fails when {table} was rolled back, a snapshot the line needs was expired, or the table was "
+               "recreated; the result names the icecdc resync command that recovers.")
 
-        try:
-            source = context.resources.catalog.source_table(run_id_of(context), table.table_name)
-        except NoSuchTableError:
-            return AssetCheckResult(passed=False, severity=AssetCheckSeverity.WARN,
-                                    metadata={"problem": f"table {table.table_name} does not exist (dropped, or "
-                                                         f"not created yet)"})
-        uuid = lifecycle.table_uuid(source)
-        metadata: dict[str, Any] = {"table_uuid": uuid}
-        table_line = naming.table_line(table)
-        view = line_view(context.instance, table_line, source)
-        if isinstance(view, TableWindow):
-            # The line follows the table (what the sensor checks at every tick): its latest batches are
-            # in the table's ancestry, no resync is pending. The next batch (the window's first snapshot)
-            # may still need an expired parent.
-            problem = (lifecycle.pending_problem(source, table.table_name, view.keys[0], config_path)
-                       if view.keys else None)
-        else:
-            problem = diagnose(context.instance, table_line, source, view.known, config_path)
-            metadata |= {"line": view.token or "original", "superseded_partitions": view.superseded}
-        if problem is None:
-            return AssetCheckResult(passed=True, metadata={**metadata, "problem": "none"})
-        return AssetCheckResult(passed=False, severity=AssetCheckSeverity.ERROR,
-                                metadata={**metadata, "problem": problem.kind.value, "message": problem.message,
-                                          "recover": lifecycle.recovery_command(config_path, table.table_name)})
 
-    return _check
+def line_continues(instance: "DagsterInstance", table: TableConfig, source: "Table | None",
+                   config_path: str | None) -> AssetCheckResult:
+    """``line_follows_table`` of ``table``; ``source`` None: the table does not exist (WARN)."""
+    key = naming.changelog_key(table)
+    if source is None:
+        return AssetCheckResult(asset_key=key, check_name=naming.LINE_CHECK, passed=False,
+                                severity=AssetCheckSeverity.WARN,
+                                metadata={"problem": f"table {table.table_name} does not exist (dropped, or "
+                                                     f"not created yet)"})
+    metadata: dict[str, Any] = {"table_uuid": lifecycle.table_uuid(source)}
+    table_line = naming.table_line(table)
+    view = line_view(instance, table_line, source)
+    if isinstance(view, TableWindow):
+        # The line follows the table (what the sensor checks at every tick): its latest batches are
+        # in the table's ancestry, no resync is pending. The next batch (the window's first snapshot)
+        # may still need an expired parent.
+        problem = (lifecycle.pending_problem(source, table.table_name, view.keys[0], config_path)
+                   if view.keys else None)
+    else:
+        problem = diagnose(instance, table_line, source, view.known, config_path)
+        metadata |= {"line": view.token or "original", "superseded_partitions": view.superseded}
+    if problem is None:
+        return AssetCheckResult(asset_key=key, check_name=naming.LINE_CHECK, passed=True,
+                                metadata={**metadata, "problem": "none"})
+    return AssetCheckResult(asset_key=key, check_name=naming.LINE_CHECK, passed=False,
+                            severity=AssetCheckSeverity.ERROR,
+                            metadata={**metadata, "problem": problem.kind.value, "message": problem.message,
+                                      "recover": lifecycle.recovery_command(config_path, table.table_name)})

@@ -1,0 +1,48 @@
+"""The two checks every batch run executes, as one step: ``line_follows_table`` and ``no_stuck_snapshots``.
+
+One step loads the table once and writes one step's events (start, two evaluations, success) instead of
+two: a batch run's framework cost is mostly per step (``bench/freshness.py --line-checks both``
+measures the two layouts in one run). Each check can still be selected alone (``can_subset``).
+"""
+
+from collections.abc import Iterator
+
+from dagster import (
+    AssetCheckExecutionContext,
+    AssetCheckResult,
+    AssetChecksDefinition,
+    AssetCheckSpec,
+    multi_asset_check,
+)
+
+from icecdc_dagster import run_tags
+from icecdc_dagster.assets import naming
+from icecdc_dagster.checks import line_continues, stuck
+from icecdc_dagster.checks.check_run import run_id_of
+from icecdc_dagster.config import TableConfig
+
+
+def build_line_checks(table: TableConfig, config_path: str | None) -> AssetChecksDefinition:
+    changelog = naming.changelog_key(table)
+    specs = [AssetCheckSpec(naming.LINE_CHECK, asset=changelog, blocking=False,
+                            description=line_continues.DESCRIPTION.format(table=table.table_name)),
+             AssetCheckSpec(naming.STUCK_CHECK, asset=changelog, blocking=False,
+                            description=stuck.description(table))]
+
+    @multi_asset_check(name=naming.line_checks_name(table), specs=specs, can_subset=True,
+                       required_resource_keys={"catalog"})
+    def _checks(context: AssetCheckExecutionContext) -> Iterator[AssetCheckResult]:
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            source = context.resources.catalog.source_table(run_id_of(context), table.table_name)
+        except NoSuchTableError:
+            source = None
+        selected = {key.name for key in context.selected_asset_check_keys}
+        if naming.LINE_CHECK in selected:
+            yield line_continues.line_continues(context.instance, table, source, config_path)
+        if naming.STUCK_CHECK in selected:
+            retrying = context.run.tags.get(run_tags.FIRST_SNAPSHOT_TAG) if run_id_of(context) else None
+            yield stuck.no_stuck_snapshots(context.instance, table, source, retrying)
+
+    return _checks
