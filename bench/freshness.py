@@ -34,7 +34,7 @@ scenario in the same order), so machine load hits both alike; the RESULT line th
 ``pg_*`` keys and ``pg_ratio`` (PostgreSQL / SQLite single-table p50) and ``pg_multi_ratio`` (20-table p95).
 
 Layouts (many tables, SQLite instance): ``--sensors both`` also measures one sensor for every table
-(``bench/variant_defs.py``) against the shipped sensor per table, ``--line-checks both`` the two line checks
+(``snapshot_sensors: one``) against the default sensor per table, ``--line-checks both`` the two line checks
 as two steps against the shipped one step; ``--tables 20,50`` each count. Per layout and count: p50/p95,
 the control plane's CPU per sensor loop at rest (``idle_loop_cpu_s``: every process of ``dagster dev``),
 CPU-seconds per batch by process (``batch_cpu_s``), steps and Spark jobs per run; a variant's
@@ -128,7 +128,8 @@ def write_home(home: Path, mode: str, workers: int = 1, sqlite_synchronous: str 
     (home / "dagster.yaml").write_text(yaml.safe_dump(config))
 
 
-def setup_lake(root: Path, interval: int, names: tuple[str, ...] = (TABLE,)):  # noqa: ANN201
+def setup_lake(root: Path, interval: int, names: tuple[str, ...] = (TABLE,),  # noqa: ANN201
+               snapshot_sensors: str = "per_table"):
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField, StringType
@@ -145,6 +146,7 @@ def setup_lake(root: Path, interval: int, names: tuple[str, ...] = (TABLE,)):  #
         "tables": [{"table_name": name, "identifier_columns": ["id"], "polling_interval": f"PT{interval}S",
                     "max_snapshots_per_run": 1,
                     "sinks": [{"iceberg": {"table_name": "replica." + name.split(".")[1]}}]} for name in names],
+        "snapshot_sensors": snapshot_sensors,
     }
     path = root / "pipeline.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -268,7 +270,7 @@ def stop_dagster(process) -> None:  # noqa: ANN001
 
 def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlite_synchronous: str = "",
                     warm_rounds: int = 0, storage: dict | None = None, variant: dict[str, str] | None = None,
-                    label: str = "many") -> dict:
+                    label: str = "many", snapshot_sensors: str = "per_table") -> dict:
     """N tables commit together, ``warm_rounds`` + ``rounds`` times: commit -> applied for every table.
 
     The first ``warm_rounds`` warm the daemon up and are reported apart (``cold``: the first of them):
@@ -278,7 +280,7 @@ def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlit
     """
     root = Path(tempfile.mkdtemp(prefix="icecdc-fresh-many-"))
     names = tuple(f"db.events_{i:02d}" for i in range(tables))
-    catalog, config_path = setup_lake(root, interval, names)
+    catalog, config_path = setup_lake(root, interval, names, snapshot_sensors)
     home = root / "dagster_home"
     write_home(home, "warm", workers, sqlite_synchronous, storage)
     profile = root / "runs.jsonl"
@@ -505,13 +507,14 @@ def single_kind(args: argparse.Namespace) -> None:
           f" interval_s={args.interval} mode={main_mode}{extra}")
 
 
-VARIANTS = {"one_sensor": {"ICECDC_BENCH_SENSORS": "one"}, "two_checks": {"ICECDC_BENCH_LINE_CHECKS": "two"}}
+# A layout: the pipeline file's ``snapshot_sensors`` and the environment of bench/variant_defs.py (empty: shipped).
+VARIANTS = {"one_sensor": ("one", {}), "two_checks": ("per_table", {"ICECDC_BENCH_LINE_CHECKS": "two"})}
 
 
-def layouts(sensors: str, line_checks: str) -> list[tuple[str, dict[str, str]]]:
-    """The definitions layouts to measure: the shipped one (one sensor per table, the two line checks as
-    one step) unless ``one`` / ``two`` alone was asked, and the variants that ``both`` adds."""
-    chosen = [] if "one" in (sensors,) or "two" in (line_checks,) else [("shipped", {})]
+def layouts(sensors: str, line_checks: str) -> list[tuple[str, tuple[str, dict[str, str]]]]:
+    """The layouts to measure: the default one (one sensor per table, the two line checks as one step)
+    unless ``one`` / ``two`` alone was asked, and the variants that ``both`` adds."""
+    chosen = [] if "one" in (sensors,) or "two" in (line_checks,) else [("shipped", ("per_table", {}))]
     if sensors in ("one", "both"):
         chosen.append(("one_sensor", VARIANTS["one_sensor"]))
     if line_checks in ("two", "both"):
@@ -527,11 +530,11 @@ def many_tables_scenarios(args: argparse.Namespace) -> str:
     keys: dict[str, str] = {}
     for count in counts:
         shipped: dict | None = None
-        for name, variant in layouts(args.sensors, args.line_checks):
+        for name, (snapshot_sensors, variant) in layouts(args.sensors, args.line_checks):
             label = f"{name} x{count}"
             print(f"[{label}] start: {load()}", flush=True)
             m = run_many_tables(count, args.rounds, args.workers, args.interval, args.sqlite_synchronous,
-                                args.warm_rounds, variant=variant, label=label)
+                                args.warm_rounds, variant=variant, label=label, snapshot_sensors=snapshot_sensors)
             print(f"[{label}] {count} tables x {args.rounds} rounds after {args.warm_rounds} warm-up rounds, "
                   f"{args.workers} lanes: p50 {m['p50']:.1f}s p95 {m['p95']:.1f}s, idle {m['idle_loop_cpu_s']:.2f} "
                   f"CPU-s per sensor loop, {m['batch_cpu_s']:.2f} CPU-s per batch ({m['steps']:.0f} steps, "

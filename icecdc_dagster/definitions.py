@@ -35,7 +35,7 @@ from icecdc_dagster.lineage import LineageEmitter
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 from icecdc_dagster.resources.secrets import env_var
 from icecdc_dagster.sensors.ingest_sensor import build_ingest_sensor
-from icecdc_dagster.sensors.snapshots import build_snapshot_sensor
+from icecdc_dagster.sensors.snapshots import build_snapshot_sensor, build_tables_sensor
 from icecdc_dagster.steps.batches import identifier_columns_of
 from icecdc_dagster.steps.changelog_store import changelog_table_name
 from icecdc_dagster.steps.ingest_entry import fixed_target
@@ -194,8 +194,11 @@ def _build_definitions(config: PipelineConfig, check_tables: bool, rebuilt: Coll
         checks.append(build_line_checks(table, config.source))
         assets.append(build_maintenance_asset(table, tuple(entries_by_target.get(table.table_name, ()))))
         schedules.append(build_maintenance_schedule(table))
-        sensors.append(build_snapshot_sensor(table, config.source, resources["catalog"]))
+        if config.snapshot_sensors == "per_table":
+            sensors.append(build_snapshot_sensor(table, config.source, resources["catalog"]))
 
+    if config.snapshot_sensors == "one" and config.tables:
+        sensors.append(build_tables_sensor(config.tables, config.source, resources["catalog"]))
     for table in config.tables:
         checks.extend(build_consistency_checks(table))
     # One process per run keeps one warm SparkSession for every step of the batch; the executor

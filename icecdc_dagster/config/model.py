@@ -379,6 +379,11 @@ class PipelineConfig(Model):
     ingest: tuple[IngestConfig, ...] = ()
     lineage: LineageConfig = Field(default_factory=LineageConfig)
     instance: InstanceConfig = Field(default_factory=InstanceConfig)
+    snapshot_sensors: Literal["per_table", "one"] = Field(
+        default="per_table",
+        description="per_table: one sensor per table (pause, resume and tick history per table in the UI); one: a "
+                    "single sensor plans every table in one tick (same runs, in the same order: about 4x less daemon "
+                    "CPU at rest and 0.7 CPU-s less per batch at 20 tables, see docs/performance.md)")
     dagster_home: Annotated[str, Field(strict=True, min_length=1), AfterValidator(_directory)] | None = Field(
         default=None, description="the Dagster instance directory this pipeline runs in (relative to the pipeline "
                                   "file); icecdc commands use it when neither --dagster-home nor $DAGSTER_HOME is set")

@@ -276,3 +276,52 @@ def test_code_server_ticks_share_one_instance_and_build_no_resources(spark, cata
     shared = {id(c.instance) for c in contexts}
     assert len(shared) == 1 and contexts[0].instance is not instance  # one instance, built from the ref
     assert contexts[0].instance in line._INSTANCES.values()  # noqa: SLF001 - the process's instance for the ref
+
+
+def test_one_sensor_for_all_tables_ticks_each_line_at_its_own_interval(spark, catalog_settings, catalog, instance,
+                                                                      tmp_path):
+    """``snapshot_sensors: one``: one sensor plans both lines (their runs succeed and apply each table's
+    snapshots), and a table whose polling interval has not passed is not ticked."""
+    import json
+
+    from dagster import build_sensor_context
+
+    from icecdc_dagster.sensors.snapshots import ALL_TABLES_SENSOR
+
+    name = catalog_settings.name
+    for table_name in ("fast", "slow"):
+        spark.sql(f"CREATE TABLE {name}.db.{table_name} (id BIGINT NOT NULL, v STRING) USING iceberg "
+                  "TBLPROPERTIES ('format-version'='2')")
+        spark.sql(f"INSERT INTO {name}.db.{table_name} VALUES (1, 'a')")
+    config = load_config(write_pipeline(tmp_path / "p.yaml", catalog_settings, [
+        {"table_name": "db.fast", "identifier_columns": ["id"], "polling_interval": "PT5S"},
+        {"table_name": "db.slow", "identifier_columns": ["id"], "polling_interval": "PT1M"}],
+        snapshot_sensors="one"))
+    defs = build_definitions(config)
+    assert [s.name for s in defs.sensors] == [ALL_TABLES_SENSOR]
+    sensor = defs.get_sensor_def(ALL_TABLES_SENSOR)
+    job = defs.resolve_implicit_global_asset_job_def()
+
+    def evaluate(cursor):  # noqa: ANN001, ANN202 - one tick as the daemon runs it, then its runs
+        result = sensor.evaluate_tick(build_sensor_context(instance=instance, instance_ref=instance.get_ref(),
+                                                           cursor=cursor, definitions=defs))
+        for request in result.dynamic_partitions_requests or []:
+            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+        for request in result.run_requests:
+            assert job.execute_in_process(instance=instance, partition_key=request.partition_key,
+                                          asset_selection=request.asset_selection, tags=request.tags).success
+        return result
+
+    first = evaluate(None)
+    heads = {t: str(catalog.load_table(f"db.{t}").current_snapshot().snapshot_id) for t in ("fast", "slow")}
+    assert sorted(r.partition_key for r in first.run_requests) == sorted(heads.values())
+    for table_name in ("fast", "slow"):
+        spark.sql(f"INSERT INTO {name}.db.{table_name} VALUES (2, 'b')")
+    marks = json.loads(first.cursor)
+    assert set(marks) == {"db.fast", "db.slow"}
+    marks["db.fast"]["at"] -= 10  # 10 s later: past fast's interval (PT5S), not slow's (PT1M)
+    second = evaluate(json.dumps(marks))
+    fast_head = str(catalog.load_table("db.fast").current_snapshot().snapshot_id)
+    assert [r.partition_key for r in second.run_requests] == [fast_head]
+    assert json.loads(second.cursor)["db.slow"] == marks["db.slow"]  # not ticked: its mark unchanged
+    assert _metadata(instance, AssetKey(["changelog", "db", "fast_changelog"]), fast_head)["count_insert"] == 1
