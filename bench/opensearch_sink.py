@@ -50,7 +50,8 @@ from proc_cpu import cpu_s, descendants
 
 TABLE = "db.products"
 CAT = "bench_os"
-SPARK_CONF = {"spark.ui.enabled": "false", "spark.driver.memory": "2g"}
+DRIVER_MEMORY_ENV = "ICECDC_BENCH_DRIVER_MEMORY"  # --driver-memory, read by every child
+SPARK_CONF = {"spark.ui.enabled": "false", "spark.driver.memory": os.environ.get(DRIVER_MEMORY_ENV, "2g")}
 STORED_MAPPING = {"dynamic": False, "properties": {}}
 WARM_UP_DOCS = 10_000
 RAW_THREADS = 4  # = 2 Spark tasks x OpenSearchSinkSettings.parallelism (2)
@@ -405,8 +406,13 @@ def main() -> None:
     parser.add_argument("--export-sink", choices=("opensearch", "none"), default="opensearch")
     parser.add_argument("--mapping", choices=("stored", "schema"), default="stored")
     parser.add_argument("--skip-sink", action="store_true", help="only the export runs")
+    parser.add_argument("--driver-memory", default=None,
+                        help="the driver JVM's heap (spark.driver.memory, default 2g): peak RSS follows the heap the "
+                             "JVM is allowed, so a smaller one shows what a size really needs")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.driver_memory:
+        os.environ[DRIVER_MEMORY_ENV] = SPARK_CONF["spark.driver.memory"] = args.driver_memory
     if args.child:
         role, *rest = args.child
         runners = {"ours": lambda: child_ours(int(rest[0]), rest[1]),
