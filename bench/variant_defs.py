@@ -19,7 +19,7 @@ from dagster import (
 from icecdc_dagster import run_tags
 from icecdc_dagster.assets import naming
 from icecdc_dagster.checks import line_continues, stuck
-from icecdc_dagster.checks.check_run import run_id_of
+from icecdc_dagster.checks.line_checks import source_or_none
 from icecdc_dagster.config import TableConfig, load_config
 from icecdc_dagster.definitions import build_definitions
 
@@ -27,23 +27,15 @@ LINE_CHECKS_ENV = "ICECDC_BENCH_LINE_CHECKS"
 
 
 def two_line_checks(table: TableConfig, config_path: str | None) -> list[AssetChecksDefinition]:
-    def load(context: AssetCheckExecutionContext):  # noqa: ANN202 - a pyiceberg Table or None
-        from pyiceberg.exceptions import NoSuchTableError
-
-        try:
-            return context.resources.catalog.source_table(run_id_of(context), table.table_name)
-        except NoSuchTableError:
-            return None
-
     @asset_check(asset=naming.changelog_key(table), name=naming.LINE_CHECK, required_resource_keys={"catalog"},
                  blocking=False)
     def _line(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        return line_continues.line_continues(context.instance, table, load(context), config_path)
+        return line_continues.line_continues(context.instance, table, source_or_none(context, table), config_path)
 
     @asset_check(asset=naming.changelog_key(table), name=naming.STUCK_CHECK, required_resource_keys={"catalog"},
                  blocking=False)
     def _stuck(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        return stuck.no_stuck_snapshots(context.instance, table, load(context),
+        return stuck.no_stuck_snapshots(context.instance, table, source_or_none(context, table),
                                         context.run.tags.get(run_tags.FIRST_SNAPSHOT_TAG))
 
     return [_line, _stuck]
