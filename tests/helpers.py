@@ -1,5 +1,6 @@
 """Small helpers shared by tests: write a pipeline file for a test catalog."""
 
+import json
 import os
 from pathlib import Path
 
@@ -26,12 +27,20 @@ def catalog_block(catalog: CatalogSettings) -> dict:
 # defaults), to measure the suite both ways.
 TEST_JAVA_OPTIONS = os.environ.get("ICECDC_TEST_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
+# Spark settings of every test session, in process and in the pipelines a test writes; ``ICECDC_TEST_SPARK_CONF``
+# (JSON) adds to or replaces them, to measure the suite both ways.
+TEST_SPARK_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.driver.extraJavaOptions": TEST_JAVA_OPTIONS,
+    **json.loads(os.environ.get("ICECDC_TEST_SPARK_CONF", "{}")),
+}
+
 
 def write_pipeline(path: Path, catalog: CatalogSettings, tables: list[dict], **extra) -> Path:
     config = {
         "catalog": catalog_block(catalog),
-        "spark": {"master": "local[2]", "conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4",
-                                                 "spark.driver.extraJavaOptions": TEST_JAVA_OPTIONS}},
+        "spark": {"master": "local[2]", "conf": dict(TEST_SPARK_CONF)},
         "tables": tables,
         **extra,
     }

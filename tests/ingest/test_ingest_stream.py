@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from icecdc_dagster.ingest import IngestSettings, ingest_files, pending_files
-from tests.helpers import TEST_JAVA_OPTIONS
+from tests.helpers import TEST_SPARK_CONF
 from tests.ingest.stream import Stream
 
 TEMPLATE = "db.{source.schema}_{source.table}"
@@ -112,8 +112,7 @@ def test_kill_between_write_and_commit_then_rerun(spark, catalog, catalog_settin
         from icecdc_dagster.ingest import IngestSettings, ingest_files
         cs = CatalogSettings(name={cat!r}, uri={catalog_settings.uri!r}, warehouse={catalog_settings.warehouse!r})
         spark = build_spark_session(SparkSettings(master="local[1]", app_name="fault",
-                                    conf={{"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
-                                          "spark.driver.extraJavaOptions": {TEST_JAVA_OPTIONS!r}}},
+                                    conf={TEST_SPARK_CONF!r},
                                     jdbc_drivers=("sqlite",)))
         pc = cs.load_pyiceberg(); attach_catalog(spark, cs)
         ingest_files(spark, {cat!r}, pc, IngestSettings(landing={settings.landing!r}, target={TEMPLATE!r},

@@ -16,7 +16,7 @@ from icecdc_dagster.config import IngestConfig
 from icecdc_dagster.ingest import IngestSettings, ingest_files
 from icecdc_dagster.ingest.ingester import recorded_batches
 from icecdc_dagster.steps.ingest_entry import ingest_settings, ingest_stream_batch
-from tests.helpers import TEST_JAVA_OPTIONS
+from tests.helpers import TEST_SPARK_CONF
 from tests.ingest.brokers import NATS_URL, REDIS_URL, jetstream_subject, publish_nats, publish_redis, redis_stream
 
 FIXTURES = Path(__file__).parent / "fixtures" / "debezium"
@@ -247,7 +247,7 @@ def test_snapshot_then_stream_hand_off_also_when_the_snapshot_is_re_sent(spark, 
         assert {r.id: r.v for r in spark.table(f"{cat}.db.handoff").collect()} == {**source, 4: "d2"}
 
 
-KILLED_STEP = f"TEST_JAVA_OPTIONS = {TEST_JAVA_OPTIONS!r}\n" + """
+KILLED_STEP = f"TEST_SPARK_CONF = {TEST_SPARK_CONF!r}\n" + """
 import sys
 from icecdc_dagster.config import IngestConfig
 from icecdc_dagster.steps.ingest_entry import ingest_stream_batch
@@ -256,8 +256,7 @@ from icecdc_dagster.runtime.spark import SparkSettings, attach_catalog, build_sp
 
 name, uri, warehouse, entry_json = sys.argv[1:5]
 spark = build_spark_session(SparkSettings(master="local[1]", app_name="killed-step",
-                                          conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
-                                                "spark.driver.extraJavaOptions": TEST_JAVA_OPTIONS}))
+                                          conf=TEST_SPARK_CONF))
 attach_catalog(spark, CatalogSettings(name=name, uri=uri, warehouse=warehouse))
 entry = IngestConfig.model_validate_json(entry_json)
 with entry.input.open() as reader:
