@@ -152,6 +152,31 @@ def no_stale_defs_state_storage():
     yield
 
 
+def pytest_configure(config):  # noqa: ANN001
+    """Before any worker starts: this machine's class archive for the tests' JVMs (tests/class_archive.py),
+    made once; its options reach the workers through ``ICECDC_TEST_JAVA_OPTIONS``. A run that sets
+    ``ICECDC_TEST_JAVA_OPTIONS`` itself, or ``ICECDC_TEST_CLASS_ARCHIVE=0``, goes without."""
+    import getpass
+    import tempfile
+
+    from tests import class_archive, helpers
+
+    if hasattr(config, "workerinput") or "ICECDC_TEST_JAVA_OPTIONS" in os.environ \
+            or os.environ.get("ICECDC_TEST_CLASS_ARCHIVE") == "0":
+        return
+    default_cache = Path(tempfile.gettempdir()) / f"pytest-of-{getpass.getuser()}" / "icecdc-cache"
+    cache = Path(os.environ.setdefault("ICECDC_CACHE_DIR", str(default_cache)))
+    archive = class_archive.ensure_archive(cache, helpers.BASE_JAVA_OPTIONS)
+    if archive is None:
+        return
+    options = f"{helpers.BASE_JAVA_OPTIONS} {class_archive.archive_options(archive)}"
+    os.environ["ICECDC_TEST_JAVA_OPTIONS"] = options
+    helpers.TEST_JAVA_OPTIONS = options                      # this process too (-n 0)
+    for conf in (helpers.TEST_SPARK_CONF, SESSION_SPARK_CONF):
+        if conf.get("spark.driver.extraJavaOptions") == helpers.BASE_JAVA_OPTIONS:
+            conf["spark.driver.extraJavaOptions"] = options
+
+
 def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ARG001
     """Tests marked ``long`` run first. pytest-xdist's worksteal hands each worker a contiguous half of this
     order and lets an idle worker take from the end of the other's: long tests at the front finish while

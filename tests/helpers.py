@@ -24,8 +24,9 @@ def catalog_block(catalog: CatalogSettings) -> dict:
 # first seconds compiling, and C2's code rarely pays back within a test) and the serial collector (no GC
 # threads competing with the other pytest worker) take ~13% off a test's wall time here. Test-only tuning:
 # a long-running sync keeps the JVM's defaults. ``ICECDC_TEST_JAVA_OPTIONS`` replaces them (" ": the JVM's
-# defaults), to measure the suite both ways.
-TEST_JAVA_OPTIONS = os.environ.get("ICECDC_TEST_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# defaults), to measure the suite both ways; the run's conftest adds the class archive (tests/class_archive.py).
+BASE_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+TEST_JAVA_OPTIONS = os.environ.get("ICECDC_TEST_JAVA_OPTIONS", BASE_JAVA_OPTIONS)
 
 # Spark settings of every test session, in process and in the pipelines a test writes; ``ICECDC_TEST_SPARK_CONF``
 # (JSON) adds to or replaces them, to measure the suite both ways.
