@@ -19,6 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"   # no line per class the archive skips or cannot use
+
 # Runs in a subprocess: a session with both JDBC drivers, an Iceberg table written, merged and read.
 _WORKLOAD = """
 import sys
@@ -69,7 +71,7 @@ def ensure_archive(cache_dir: Path, base_options: str) -> Path | None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as root:
         partial = path.with_suffix(f".{os.getpid()}.part")
-        options = f"{base_options} -XX:ArchiveClassesAtExit={partial} -Xlog:cds=off -Xlog:cds+dynamic=off"
+        options = f"{base_options} -XX:ArchiveClassesAtExit={partial} {QUIET}"
         done = subprocess.run([sys.executable, "-c", _WORKLOAD, root, options], capture_output=True, timeout=600,
                               env={**os.environ, "ICECDC_CACHE_DIR": str(cache_dir)})
         if done.returncode != 0 or not partial.exists() or partial.stat().st_size == 0:
@@ -80,4 +82,4 @@ def ensure_archive(cache_dir: Path, base_options: str) -> Path | None:
 
 
 def archive_options(path: Path) -> str:
-    return f"-XX:SharedArchiveFile={path} -Xlog:cds=off -Xlog:cds+dynamic=off"
+    return f"-XX:SharedArchiveFile={path} {QUIET}"

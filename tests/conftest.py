@@ -2,7 +2,9 @@
 of the session's Iceberg REST server over HTTP), an OpenSearch-compatible server over HTTP
 (osmem-server, clone per test)."""
 
+import getpass
 import os
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -12,6 +14,7 @@ from hypothesis import settings
 from icecdc_dagster.runtime.catalog import CatalogSettings
 from icecdc_dagster.runtime.rest_server import RestServerOptions, start_rest_server
 from icecdc_dagster.runtime.spark import SparkSettings, attach_catalog, build_spark_session
+from tests import class_archive, helpers
 from tests.helpers import TEST_SPARK_CONF
 
 # Property tests: the default run draws the same examples every time (a red CI run is reproducible);
@@ -26,7 +29,7 @@ POSTGRES_URI = os.environ.get("ICECDC_TEST_POSTGRES_URI", "postgresql+psycopg2:/
 # The in-process session runs Spark's interpreted expressions instead of generating and compiling Java for
 # each plan (what Spark's own suites run too; results are the same by Spark's contract). A test session plans
 # thousands of small, distinct queries, and Janino's compile (its class lookups scan every jar on the class
-# path) was a quarter of the JVM's CPU: 27% less JVM CPU without it. The syncs tests start as subprocesses
+# path) was a quarter of the JVM's CPU: 27% less JVM CPU without it. The syncs that tests start as subprocesses
 # (``write_pipeline``) keep Spark's defaults, so whole-stage codegen stays covered end to end.
 SESSION_SPARK_CONF = {
     "spark.default.parallelism": "4",
@@ -43,18 +46,14 @@ def spark_settings() -> SparkSettings:
                          jdbc_drivers=("sqlite", "postgresql"))
 
 
-def _cache_dir(tmp_path_factory) -> str:
-    """Beside the runs' temporary folders, kept across runs (and shared by pytest-xdist's workers, whose
-    folders are one level deeper): jars and the REST server are built once per machine, atomically."""
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent
-    return str(base.parent / "icecdc-cache")
+def _cache_dir() -> Path:
+    """Beside pytest's run folders (``/tmp/pytest-of-<user>``), kept across runs and shared by pytest-xdist's
+    workers: jars, the REST server and the class archive are built once per machine, atomically."""
+    return Path(tempfile.gettempdir()) / f"pytest-of-{getpass.getuser()}" / "icecdc-cache"
 
 
 @pytest.fixture(scope="session")
-def spark(spark_settings, tmp_path_factory):
-    os.environ.setdefault("ICECDC_CACHE_DIR", _cache_dir(tmp_path_factory))
+def spark(spark_settings):
     session = build_spark_session(spark_settings)
     yield session
     session.stop()
@@ -69,7 +68,6 @@ def rest_catalog_server(tmp_path_factory):
     """The session's Iceberg REST catalog server (our router over Iceberg's CatalogHandlers and a
     JdbcCatalog on SQLite, compiled into the cache on first use): each test takes its own catalog
     at ``<url>/<catalog>``."""
-    os.environ.setdefault("ICECDC_CACHE_DIR", _cache_dir(tmp_path_factory))
     root = tmp_path_factory.mktemp("rest-catalog")
     server = start_rest_server(RestServerOptions(db=root / "catalog.db", warehouse=f"file://{root}/warehouse"))
     yield server
@@ -156,23 +154,16 @@ def pytest_configure(config):  # noqa: ANN001
     """Before any worker starts: this machine's class archive for the tests' JVMs (tests/class_archive.py),
     made once; its options reach the workers through ``ICECDC_TEST_JAVA_OPTIONS``. A run that sets
     ``ICECDC_TEST_JAVA_OPTIONS`` itself, or ``ICECDC_TEST_CLASS_ARCHIVE=0``, goes without."""
-    import getpass
-    import tempfile
-
-    from tests import class_archive, helpers
-
+    cache = Path(os.environ.setdefault("ICECDC_CACHE_DIR", str(_cache_dir())))
     if hasattr(config, "workerinput") or "ICECDC_TEST_JAVA_OPTIONS" in os.environ \
             or os.environ.get("ICECDC_TEST_CLASS_ARCHIVE") == "0":
         return
-    default_cache = Path(tempfile.gettempdir()) / f"pytest-of-{getpass.getuser()}" / "icecdc-cache"
-    cache = Path(os.environ.setdefault("ICECDC_CACHE_DIR", str(default_cache)))
     archive = class_archive.ensure_archive(cache, helpers.BASE_JAVA_OPTIONS)
     if archive is None:
         return
     options = f"{helpers.BASE_JAVA_OPTIONS} {class_archive.archive_options(archive)}"
     os.environ["ICECDC_TEST_JAVA_OPTIONS"] = options
-    helpers.TEST_JAVA_OPTIONS = options                      # this process too (-n 0)
-    for conf in (helpers.TEST_SPARK_CONF, SESSION_SPARK_CONF):
+    for conf in (helpers.TEST_SPARK_CONF, SESSION_SPARK_CONF):   # this process too (-n 0)
         if conf.get("spark.driver.extraJavaOptions") == helpers.BASE_JAVA_OPTIONS:
             conf["spark.driver.extraJavaOptions"] = options
 
