@@ -26,5 +26,20 @@ fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 extras="test"
 if [ -z "${JAVA_HOME:-}" ] && ! command -v java >/dev/null; then extras="test,jdk"; fi
-.venv/bin/pip install -q --disable-pip-version-check -e ".[${extras}]" 2>&1 | grep -v "^WARNING: Location" || true
+install_with_pip() {
+  .venv/bin/pip install -q --disable-pip-version-check -e ".[${extras}]" 2>&1 | grep -v "^WARNING: Location" || true
+}
+# uv installs the same versions as pip in a sixth of the time. PyPI ships pyspark only as a 300 MB source
+# archive, which uv downloads again on every install; pip builds it once into a wheel kept under the cache.
+wheels="${XDG_CACHE_HOME:-$HOME/.cache}/icecdc/wheels"
+pyspark_pin="pyspark==3.5.9"
+if .venv/bin/pip install -q --disable-pip-version-check "uv==0.13.9" >/dev/null 2>&1; then
+  mkdir -p "$wheels"
+  ls "$wheels"/pyspark-3.5.9-*.whl >/dev/null 2>&1 \
+    || .venv/bin/pip wheel -q --disable-pip-version-check --no-deps "$pyspark_pin" -w "$wheels" 2>&1 \
+       | grep -v "^WARNING: Location" || true
+  .venv/bin/uv pip install -q --python .venv/bin/python --find-links "$wheels" -e ".[${extras}]" || install_with_pip
+else
+  install_with_pip
+fi
 .venv/bin/python -c "import icecdc_dagster, pyspark, pyiceberg, dagster; print('bootstrap: ok, pyspark', pyspark.__version__)"
