@@ -3,6 +3,7 @@ of the session's Iceberg REST server over HTTP), an OpenSearch-compatible server
 (osmem-server, clone per test)."""
 
 import getpass
+import json
 import os
 import tempfile
 import uuid
@@ -169,8 +170,9 @@ def _use_local_fs() -> None:
         os.environ["ICECDC_TEST_LOCAL_FS_JAR"] = str(local_fs.local_fs_jar())
     except RuntimeSetupError:
         return   # no javac: Hadoop's own
-    for conf in (helpers.TEST_SPARK_CONF, SESSION_SPARK_CONF):   # this process too (-n 0)
-        conf.update(helpers.local_fs_conf())
+    user_set = json.loads(os.environ.get("ICECDC_TEST_SPARK_CONF", "{}"))
+    for conf in (helpers.TEST_SPARK_CONF, SESSION_SPARK_CONF):   # this process too (-n 0); what the user set wins
+        conf.update({k: v for k, v in helpers.local_fs_conf().items() if k not in user_set})
 
 
 def _use_class_archive(cache: Path) -> None:

@@ -30,7 +30,6 @@ BASE_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 TEST_JAVA_OPTIONS = os.environ.get("ICECDC_TEST_JAVA_OPTIONS", BASE_JAVA_OPTIONS)
 
 
-
 def local_fs_conf() -> dict[str, str]:
     """Hadoop's local file system without a ``chmod`` process per file (tests/local_fs.py), when the run's
     conftest built it (``ICECDC_TEST_LOCAL_FS_JAR``)."""
