@@ -77,4 +77,4 @@ class IcebergSinkConfig(SinkConfig):
                 source_count: int, sample_size: int) -> Comparison:
         assert context.spark is not None
         return compare_replica(context.spark, f"{context.catalog_name}.{self.table_name}", source_rows,
-                               source_count, sample_size)
+                               source_count, sample_size, context.pyiceberg_catalog.load_table(self.table_name))
