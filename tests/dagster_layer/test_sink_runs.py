@@ -121,26 +121,34 @@ def test_failed_batch_blocks_the_line_until_retried_and_reruns_change_nothing(
     assert AssetCheckKey(OPENSEARCH, "matches_source_at_checkpoint") in defs.resolve_asset_graph().asset_check_keys
 
 
-def test_consistency_check_fails_when_the_replica_drifts(spark, catalog_settings, catalog, instance, tmp_path):
+def test_consistency_checks_fail_when_a_sink_drifts(spark, catalog_settings, catalog, instance, tmp_path,
+                                                    opensearch_url):
     fq = f"{catalog_settings.name}.db.items"
     spark.sql(f"CREATE TABLE {fq} (id BIGINT NOT NULL, name STRING, qty INT) USING iceberg")
     spark.sql(f"INSERT INTO {fq} SELECT id, concat('n', id), CAST(id AS INT) FROM range(0, 12)")
     config = load_config(write_pipeline(tmp_path / "p.yaml", catalog_settings, [{
         "table_name": "db.items", "identifier_columns": ["id"],
-        "sinks": [{"iceberg": {"table_name": "db.items_replica"}}]}]))
+        "sinks": [{"iceberg": {"table_name": "db.items_replica"}},
+                  {"opensearch": {"hosts": [opensearch_url], "index": INDEX}}]}]))
     defs = build_definitions(config)
     table = config.tables[0]
     assert tick(defs, instance, table).succeeded == [True]
     spark.sql(f"UPDATE {catalog_settings.name}.db.items_replica SET name = 'drifted' WHERE id = 3")
+    client = OpenSearch(hosts=[opensearch_url])
+    client.index(index=INDEX, id="5", body={"id": 5, "name": "drifted", "qty": 5}, refresh=True)
     bootstrap = instance.get_dynamic_partitions(naming.partitions_name(table))[0]
     job = defs.resolve_implicit_global_asset_job_def()
     result = job.execute_in_process(instance=instance, partition_key=bootstrap, asset_selection=asset_keys(table),
                                     raise_on_error=False)
-    check = next(e for e in result.get_asset_check_evaluations()
-                 if e.asset_key == REPLICA and e.check_name == "matches_source_at_checkpoint")
-    # Sampling 12 rows of 12 always includes the drifted one.
-    assert not check.passed
-    assert "drifted" not in check.metadata["first_mismatch"].value and "'id': 3" in check.metadata["first_mismatch"].value
+    checks = {e.asset_key: e for e in result.get_asset_check_evaluations()
+              if e.check_name == "matches_source_at_checkpoint"}
+    # Sampling 12 rows of 12 always includes the drifted one; the counts still agree (from metadata).
+    replica, index = checks[REPLICA], checks[OPENSEARCH]
+    assert not replica.passed and replica.metadata["sink_rows"].value == replica.metadata["source_rows"].value == 12
+    assert "drifted" not in replica.metadata["first_mismatch"].value
+    assert "'id': 3" in replica.metadata["first_mismatch"].value
+    assert not index.passed and index.metadata["sink_rows"].value == 12
+    assert index.metadata["first_mismatch"].value.startswith("document 5 differs")
 
 
 
