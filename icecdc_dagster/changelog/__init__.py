@@ -30,14 +30,14 @@ from icecdc_dagster.changelog.plan import (
     snapshots_after,
 )
 from icecdc_dagster.changelog.read import staged_scan_count, staged_scans
-from icecdc_dagster.changelog.row_count import exact_row_count
+from icecdc_dagster.changelog.row_count import exact_row_count, row_count
 
 __all__ = [
     "ChangeSet", "DeleteFileInfo", "OrdinalAnchor", "SnapshotPlan", "accepted_predecessors", "ancestry_ids",
     "canonical_string",
     "change_order", "changes", "check_keys", "check_supported", "data_columns", "detect_updates", "document_id",
     "exact_row_count", "export", "net_changes", "net_changes_without_keys", "parent_of", "plan_snapshot",
-    "remove_carry_over",
+    "remove_carry_over", "row_count",
     "snapshots_after", "staged_scan_count", "staged_scans", "to_events", "uses_row_lineage",
     "validate_identifier_columns",
 ]

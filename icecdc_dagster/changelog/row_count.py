@@ -8,6 +8,7 @@ from icecdc_dagster.changelog.plan import manifest_entries, referenced_data_file
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
+    from pyspark.sql import DataFrame
 
 # Position delete files are read (never data files) only when several reference one data file or one
 # references several; above this many bytes of them the count is left out rather than paid for.
@@ -35,6 +36,13 @@ def exact_row_count(table: "Table", snapshot_id: int | None = None) -> int | Non
         return int(summary.get("total-records") or 0)
     return _live_rows(table, snapshot)
 
+
+
+def row_count(table: "Table", rows: "DataFrame", snapshot_id: int | None = None) -> int:
+    """Rows of ``snapshot_id`` (default: current) of ``table``: :func:`exact_row_count` where the metadata
+    knows, else ``rows`` (the same snapshot read by Spark) counted by a Spark job."""
+    exact = exact_row_count(table, snapshot_id)
+    return exact if exact is not None else rows.count()
 
 def _live_rows(table: "Table", snapshot: Any) -> int | None:
     """Records of the live data files minus the distinct deleted positions that fall in them."""

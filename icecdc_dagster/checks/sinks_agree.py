@@ -3,19 +3,13 @@ source rows found in the sink exactly as the pipeline would write them (a time-t
 source at the checkpoint snapshot). How a sample is looked up is the sink kind's own
 (:meth:`~icecdc_dagster.sinks.kind.SinkConfig.compare`)."""
 
-from typing import TYPE_CHECKING
-
 from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDefinition, AssetCheckSeverity, asset_check
 
 from icecdc_dagster.assets import naming
-from icecdc_dagster.changelog import exact_row_count
+from icecdc_dagster.changelog import row_count
 from icecdc_dagster.config import SinkConfig, TableConfig
 from icecdc_dagster.lines.batch_metadata import BatchMetadata
 from icecdc_dagster.steps.open_sink import sink_context
-
-if TYPE_CHECKING:
-    from pyiceberg.table import Table
-    from pyspark.sql import DataFrame
 
 SAMPLE_SIZE = 20
 
@@ -48,7 +42,7 @@ def _build_check(table: TableConfig, sink: SinkConfig) -> AssetChecksDefinition:
                                     metadata={"reason": "the sink has no checkpoint yet"})
         source_rows = (spark.read.option("snapshot-id", checkpoint.snapshot_id)
                        .table(f"{catalog.name}.{table.table_name}"))
-        source_count = _row_count(source, checkpoint.snapshot_id, source_rows)
+        source_count = row_count(source, source_rows, checkpoint.snapshot_id)
         found = sink.compare(opened, target, checkpoint, source_rows, source_count, SAMPLE_SIZE)
         passed = found.sink_rows == source_count and not found.mismatches
         return AssetCheckResult(
@@ -60,9 +54,3 @@ def _build_check(table: TableConfig, sink: SinkConfig) -> AssetChecksDefinition:
 
     return _check
 
-
-def _row_count(source: "Table", snapshot_id: int, rows: "DataFrame") -> int:
-    """The source's rows at ``snapshot_id``: from the snapshot's metadata where that is exact (no Spark job on
-    every batch's check), else counted by Spark."""
-    exact = exact_row_count(source, snapshot_id)
-    return exact if exact is not None else rows.count()

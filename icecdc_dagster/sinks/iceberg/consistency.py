@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame, SparkSession
 
-from icecdc_dagster.changelog import exact_row_count
+from icecdc_dagster.changelog import row_count
 from icecdc_dagster.column_names import column
 from icecdc_dagster.sinks.kind import Comparison
 
@@ -14,14 +14,12 @@ if TYPE_CHECKING:
 
 
 def compare_replica(spark: SparkSession, replica: str, source_rows: DataFrame, source_count: int,
-                    sample_size: int, replica_table: "Table | None" = None) -> Comparison:
-    """``replica_table`` (the replica's pyiceberg table) counts its rows from metadata where that is exact;
-    without it, or where only a scan knows, Spark counts them."""
+                    sample_size: int, replica_table: "Table") -> Comparison:
+    """``replica_table``: the replica's pyiceberg table, whose metadata counts its rows where that is exact."""
     target = spark.table(replica)
     fraction = min(1.0, 5.0 * sample_size / max(source_count, 1))
     sample = source_rows.sample(fraction=fraction, seed=7).limit(sample_size).cache()
     missing = sample.exceptAll(target.select(*[column(c) for c in source_rows.columns])).limit(5).collect()
     sampled = sample.count()
     sample.unpersist()
-    exact = exact_row_count(replica_table) if replica_table is not None else None
-    return Comparison(exact if exact is not None else target.count(), [str(row.asDict()) for row in missing], sampled)
+    return Comparison(row_count(replica_table, target), [str(row.asDict()) for row in missing], sampled)
