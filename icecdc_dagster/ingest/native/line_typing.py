@@ -20,7 +20,8 @@ JSON_OPTIONS = {"allowSingleQuotes": "false", "allowNumericLeadingZeros": "false
                 "allowUnquotedControlChars": "false", "allowBackslashEscapingAnyCharacter": "false",
                 "allowUnquotedFieldNames": "false", "allowComments": "false", "mode": "PERMISSIVE"}
 FAST = "_icecdc_fast"
-_OP_TEXT, _TYPED = "_n_op", "_n_typed"
+_OP_TEXT, _TYPED, _READING = "_n_op", "_n_typed", "_n_reading"
+_FAST_VALUES, _REASON_TEXT = "_n_fast", "_n_reason"
 _SCHEMA_KEY = '"schema"'
 
 
@@ -56,19 +57,25 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
     frame, typed_columns, payload_typed = _parsed_lines(lines, columns, branches)
     deleting = F.col(_OP_TEXT) == F.lit(DELETE)
     image = F.col("_n_map")
-    arms = [_plain_arm(typed_columns)]
-    for i, b in enumerate(branches):
-        arms += _branch_arms(i, b, deleting, payload_typed)
+    frame = frame.select("*", _reading_index(deleting).alias(_READING))
     values: list[Column] = []
     fast = _well_formed(image) & _shape(branches, columns, image, deleting)
     for c in columns:
-        value, ok = _column_value(c, arms, image[F.lit(c.name)], deleting, c.name in keys, utc_session)
+        readings = _readings(c, branches, typed_columns, payload_typed)
+        value, ok = _column_value(c, readings, image[F.lit(c.name)], deleting, c.name in keys, utc_session)
         values.append(value)
         fast = fast & ok
-    fast = F.coalesce(fast, F.lit(False))  # never null: a null flag would drop the line from both sides
+    # Staged: each column's value and the row's flag are computed once and read by name below (the reason
+    # reads every value and every output column reads the reason: inlined, the plan would grow with the
+    # square of the columns and each value would be evaluated once per reference).
+    names = [f"_n_v{i}" for i in range(len(columns))]
+    frame = frame.select("*", *[v.alias(n) for v, n in zip(values, names, strict=True)],
+                         F.coalesce(fast, F.lit(False)).alias(_FAST_VALUES))  # never null: a null flag drops the line
+    values = [F.col(n) for n in names]
     tombstone = F.trim(raw).isin("", "null")  # Python's rule: a blank line or JSON null
-    fast = tombstone | fast
-    reason = F.when(~tombstone, _null_reason(columns, values, keys, deleting))
+    frame = frame.select("*", F.when(~tombstone, _null_reason(columns, values, keys, deleting)).alias(_REASON_TEXT))
+    fast = tombstone | F.col(_FAST_VALUES)
+    reason = F.col(_REASON_TEXT)
     known_keys = F.array(*[F.lit(k) for k in known]) if known else F.array().cast("array<string>")
     ignored = F.size(F.array_except(F.map_keys(image), known_keys)).cast("long")
     ops_out = F.when(tombstone, F.lit(TOMBSTONE)).when(F.col(_OP_TEXT) == F.lit(INSERT), F.lit(OP_INSERT)).when(
@@ -133,48 +140,56 @@ def _parsed_lines(lines: DataFrame, columns: Sequence[TargetColumn], branches: S
     return frame, typed_columns, payload_typed
 
 
-@dataclass(frozen=True, eq=False)  # Columns do not compare as values
-class _Arm:
-    """One way a line is read: where ``condition`` holds, each field decoded as ``decodings`` says (None: the
-    Python rules decide every such line), the typed read of the ``typed`` columns found under ``typed_at``."""
-
-    condition: Column
-    decodings: dict[str, FieldDecoding] | None
-    typed_at: str
-    typed: Sequence[TargetColumn]
+def _reading_index(deleting: Column) -> Column:
+    """Which way a line is read: -1 a plain line; ``2 i`` a delete of branch ``i`` (its before side), ``2 i + 1``
+    any other op of branch ``i`` (its after side), as ``debezium.parse_line`` reads them; null without an op."""
+    branch = F.col("_n_branch")
+    return (F.when(branch == -1, F.lit(-1)).when(deleting, branch * 2)
+            .when(~deleting, branch * 2 + 1))
 
 
-def _plain_arm(typed_columns: Sequence[TargetColumn]) -> _Arm:
-    """A line without a schema block: every field as it is (no decoding), typed reads at the top level."""
-    return _Arm(F.col("_n_branch") == -1, {}, "", typed_columns)
+@dataclass(frozen=True)
+class _Reading:
+    """One way a column's field is read: decoded as ``decoding``, its typed read under ``typed_at`` (None: the
+    column has no typed read)."""
+
+    decoding: FieldDecoding
+    typed_at: str | None
 
 
-def _branch_arms(i: int, branch: SchemaBranch, deleting: Column, payload_typed: Sequence[TargetColumn]
-                 ) -> list[_Arm]:
-    """A line of branch ``i``: a delete reads its before side, any other op its after side, each decoded as that
-    side's schema says (``debezium.parse_line`` does the same); typed reads inside the payload."""
-    on_branch = F.col("_n_branch") == i
-    return [_Arm(on_branch & deleting, branch.before, "payload.", payload_typed),
-            _Arm(on_branch & ~deleting, branch.after, "payload.", payload_typed)]
+def _readings(c: TargetColumn, branches: Sequence[SchemaBranch], typed_columns: Sequence[TargetColumn],
+              payload_typed: Sequence[TargetColumn]) -> dict[_Reading, list[int]]:
+    """The distinct readings of column ``c``, each with the :func:`_reading_index` values of the lines it reads.
+
+    Branches mostly decode a field alike, so a column needs one expression per distinct decoding, not one per
+    branch and side. A side whose decodings are None (the Python rules decide every such line) has no reading:
+    its lines are never ok here.
+    """
+    identity = FieldDecoding(Decoding.IDENTITY)
+    readings: dict[_Reading, list[int]] = {_Reading(identity, "" if c in typed_columns else None): [-1]}
+    for i, branch in enumerate(branches):
+        for index, decodings in ((2 * i, branch.before), (2 * i + 1, branch.after)):
+            if decodings is not None:
+                at = "payload." if c in payload_typed else None
+                readings.setdefault(_Reading(decodings.get(c.name, identity), at), []).append(index)
+    return readings
 
 
-def _column_value(c: TargetColumn, arms: Sequence[_Arm], text: Column, deleting: Column, is_key: bool,
-                  utc_session: bool) -> tuple[Column, Column]:
-    """(value, ok) of one column: the value of the arm the line is read by, and whether it provably equals the
+def _column_value(c: TargetColumn, readings: dict[_Reading, list[int]], text: Column, deleting: Column,
+                  is_key: bool, utc_session: bool) -> tuple[Column, Column]:
+    """(value, ok) of one column: the value of the reading the line takes, and whether it provably equals the
     Python rules' value. ``text``: the field's JSON text in the line's image."""
     exact = decimal_is_exact(c, F.col("_n_text"))
     value: Column = F.lit(None)
     ok: Column = F.lit(False)
-    for arm in reversed(arms):
-        if arm.decodings is None:
-            continue  # the Python rules decide every line of this side (ok stays false)
-        typed = _typed_read(c, arm.typed_at, deleting) if c in arm.typed else F.lit(None)
-        decoding = arm.decodings.get(c.name, FieldDecoding(Decoding.IDENTITY))
-        arm_value, arm_ok = decoded_value(c, decoding, typed, text, exact, utc_session)
-        if not is_key and decoding.kind is Decoding.IDENTITY:
-            arm_ok = deleting | arm_ok  # a delete matches on its key only (an identity value cannot fail)
-        value = F.when(arm.condition, arm_value).otherwise(value)
-        ok = F.when(arm.condition, arm_ok).otherwise(ok)
+    for reading, indexes in reversed(list(readings.items())):
+        typed = F.lit(None) if reading.typed_at is None else _typed_read(c, reading.typed_at, deleting)
+        reading_value, reading_ok = decoded_value(c, reading.decoding, typed, text, exact, utc_session)
+        if not is_key and reading.decoding.kind is Decoding.IDENTITY:
+            reading_ok = deleting | reading_ok  # a delete matches on its key only (an identity value cannot fail)
+        taken = F.col(_READING) == F.lit(indexes[0]) if len(indexes) == 1 else F.col(_READING).isin(*indexes)
+        value = F.when(taken, reading_value).otherwise(value)
+        ok = F.when(taken, reading_ok).otherwise(ok)
     if not is_key:
         value = F.when(~deleting, value)  # a delete matches on its key only
     return value, ok
