@@ -38,10 +38,12 @@ def local_fs_conf() -> dict[str, str]:
 
 
 # Spark settings of every test session, in process and in the pipelines a test writes; ``ICECDC_TEST_SPARK_CONF``
-# (JSON) adds to or replaces them, to measure the suite both ways.
+# (JSON) adds to or replaces them, to measure the suite both ways. Two shuffle partitions, one per core of
+# ``local[2]``: still more than one (each partition's own writer, bins and summaries stay covered), and
+# half the tasks of four to plan, serialise and schedule for a few dozen rows (16% less JVM CPU, tests/conftest.py).
 TEST_SPARK_CONF = {
     "spark.ui.enabled": "false",
-    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.shuffle.partitions": "2",
     "spark.driver.extraJavaOptions": TEST_JAVA_OPTIONS,
     **local_fs_conf(),
     **json.loads(os.environ.get("ICECDC_TEST_SPARK_CONF", "{}")),

@@ -10,7 +10,7 @@ import yaml
 from dagster_pyspark import LazyPySparkResource, PySparkResource
 
 from icecdc_dagster.resources import SparkResource
-from tests.helpers import write_pipeline
+from tests.helpers import TEST_SPARK_CONF, write_pipeline
 
 PROBE = """
 import json, sys
@@ -36,7 +36,8 @@ def test_a_users_spark_config_reaches_the_session(spark, catalog_settings, catal
     out = subprocess.run([sys.executable, "-c", PROBE, str(path)], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
-    assert seen == {"same": True, "memory": "1g", "nested": "nested-key", "partitions": "4", "tables": ["db"]}
+    assert seen == {"same": True, "memory": "1g", "nested": "nested-key",
+                    "partitions": TEST_SPARK_CONF["spark.sql.shuffle.partitions"], "tables": ["db"]}
 
 
 def test_a_users_pyspark_resource_is_taken_unchanged():
