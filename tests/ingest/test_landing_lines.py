@@ -58,3 +58,18 @@ def test_a_file_named_like_a_writer_in_progress_is_refused_not_read_as_empty(spa
         path.write_text('{"op": "c", "after": {"id": 1}}\n')
         with pytest.raises(HiddenLandingFileError, match=name):  # Spark's reader would skip it silently
             landing_lines.lines(spark, landing.describe([str(path)]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(pieces, max_size=30), trailing_newline=st.booleans(), data=st.data())
+def test_a_byte_range_yields_exactly_the_lines_that_start_in_it(tmp_path, lines, trailing_newline, data):
+    """``read_line_bytes(uri, start, end)`` (the schema-block sample reads a file's first 64 KB this way): each
+    line starting in [start, end), whole even where it runs past ``end``, with its offset; nothing else."""
+    content = b"\n".join(lines) + (b"\n" if trailing_newline and lines else b"")
+    path = tmp_path / f"{uuid.uuid4().hex}.json"
+    path.write_bytes(content)
+    start = data.draw(st.integers(0, len(content)))
+    end = data.draw(st.integers(start, len(content) + 2))
+    starts = [0] + [i + 1 for i, b in enumerate(content) if b == ord("\n") and i + 1 < len(content)]
+    expected = [(s, content[s:].split(b"\n", 1)[0]) for s in starts if start <= s < end] if content else []
+    assert list(landing.read_line_bytes(str(path), start, end)) == expected
