@@ -214,6 +214,8 @@ def _logical(kind: Logical, value: Any, physical: str | None, params: dict[str, 
                 raise ValueError("no UTC offset")
             return parsed
         case Logical.UUID:
+            if not isinstance(value, str):  # uuid.UUID(1) raises AttributeError, which would fail the batch
+                raise ValueError("not a string")
             return str(uuid.UUID(value))
         case _:
             assert_never(kind)

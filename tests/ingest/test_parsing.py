@@ -137,3 +137,14 @@ def test_a_malformed_schema_block_is_an_event_error_naming_where(event, where):
     TypeError that fails the batch."""
     with pytest.raises(EventError, match="malformed schema block: .*" + where.replace("[", r"\[").replace("]", r"\]")):
         parse_line(json.dumps(event))
+
+
+@pytest.mark.parametrize("value", [1, 1.5, True, ["a"], {"a": 1}])
+def test_a_uuid_field_that_is_not_a_string_is_an_event_error_not_a_crash(value):
+    """Found by the exploring profile of test_native_rules: ``uuid.UUID(1)`` raises AttributeError, which
+    failed the whole batch instead of dead-lettering the line."""
+    schema = {"type": "struct", "fields": [{"field": "after", "type": "struct", "fields": [
+        {"field": "id", "type": "string", "name": "io.debezium.data.Uuid"}]}]}
+    line = json.dumps({"schema": schema, "payload": {"op": "c", "after": {"id": value}}})
+    with pytest.raises(EventError, match=r"field .*id.*Uuid.*not a string"):
+        parse_line(line)
