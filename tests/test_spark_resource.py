@@ -63,3 +63,18 @@ def test_a_users_java_options_come_after_ours_never_instead():
     for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
         conf = spark_builder_conf(SparkSettings(conf={key: theirs}), [])
         assert conf[key] == f"{plain[key]} {theirs}" and "-Dlog4j.configurationFile=file:" in conf[key]
+
+
+def test_a_local_session_has_one_shuffle_partition_per_slot_and_a_cluster_keeps_sparks_default():
+    import os
+
+    from icecdc_dagster.runtime.spark import SparkSettings, local_cores, spark_builder_conf
+
+    cores = os.cpu_count() or 1
+    assert [local_cores(m) for m in ("local", "local[3]", "local[*]", "local[4,2]", "local-cluster[2, 3, 1024]")] \
+        == [1, 3, cores, 4, 6]
+    assert local_cores("spark://host:7077") is None and local_cores("yarn") is None and local_cores("local[x]") is None
+    assert spark_builder_conf(SparkSettings(master="local[3]"), [])["spark.sql.shuffle.partitions"] == "3"
+    assert "spark.sql.shuffle.partitions" not in spark_builder_conf(SparkSettings(master="spark://h:7077"), [])
+    ours = spark_builder_conf(SparkSettings(master="local[3]", conf={"spark.sql.shuffle.partitions": "16"}), [])
+    assert ours["spark.sql.shuffle.partitions"] == "16"     # the pipeline file's setting wins

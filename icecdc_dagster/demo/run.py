@@ -43,7 +43,7 @@ def write_config(directory: Path, opensearch_url: str | None, input_kind: str = 
     config = {
         "dagster_home": "dagster_home",  # so `icecdc status --config <this file>` finds the demo's instance
         "catalog": {"name": "demo", "uri": "sqlite:///catalog.db", "warehouse": "warehouse"},
-        "spark": {"master": "local[2]", "conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"}},
+        "spark": {"master": "local[2]", "conf": {"spark.ui.enabled": "false"}},
         "tables": [{"table_name": workload.SOURCE_TABLE, "identifier_columns": ["order_id"],
                     "polling_interval": "PT5S", "max_snapshots_per_run": 1, "sinks": sinks},
                    # Written by the ingest entry below: the chain landing -> Iceberg -> changelog.
