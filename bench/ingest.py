@@ -29,7 +29,9 @@ timed runs: a daemon's JVM is warm (JIT, generated code, classes); without it ou
 
 ``--envelope schema`` writes every line as Kafka Connect's JsonConverter does with ``schemas.enable=true``
 (Debezium's default there): ``{"schema": <the envelope's Connect schema, ~1.5 KB>, "payload": {...}}``.
-``--scale-rows 0`` skips the target-size part.
+``--scale-rows 0`` skips the target-size part. The session has the product's Spark settings (a local master's
+shuffle partitions: one per core); ``ICECDC_BENCH_SPARK_CONF`` (JSON) adds or replaces settings, e.g.
+``'{"spark.sql.shuffle.partitions": "8"}'``.
 
     PYTHONPATH=. .venv/bin/python bench/ingest.py [--events N] [--files F] [--pyiceberg-cap-s S]
                                                   [--scale-rows N] [--scale-events N] [--envelope plain|schema]
@@ -459,7 +461,7 @@ def main() -> None:
         cs = CatalogSettings(name="bench", uri=f"sqlite:///{work}/catalog.db", warehouse=f"file://{work}/warehouse")
         spark = build_spark_session(SparkSettings(master="local[2]", app_name="bench-ingest",
                                                   conf={"spark.ui.enabled": "false", "spark.driver.memory": "4g",
-                                                        "spark.sql.shuffle.partitions": "8"},
+                                                        **json.loads(os.environ.get("ICECDC_BENCH_SPARK_CONF", "{}"))},
                                                   jdbc_drivers=("sqlite",)))
         catalog = cs.load_pyiceberg()
         attach_catalog(spark, cs)

@@ -163,8 +163,26 @@ def pytest_configure(config):  # noqa: ANN001
     cache = Path(os.environ.setdefault("ICECDC_CACHE_DIR", str(_cache_dir())))
     if hasattr(config, "workerinput"):
         return
+    _use_memory_tempdir()
     _use_local_fs()
     _use_class_archive(cache)
+
+
+def _use_memory_tempdir() -> None:
+    """Temporary files in memory (``/dev/shm``) when the machine has it: every catalog, warehouse,
+    Dagster instance and ``DAGSTER_HOME`` a test makes lives in a temporary folder, and SQLite syncs each
+    commit to disk (~1 ms of waiting and 0.25 ms of CPU each on this machine: Dagster writes an event per
+    step and state change, the catalogs a row per commit). The cache of jars and the class archive stays
+    where it was (``_cache_dir``, chosen before this). ``ICECDC_TEST_TMPDIR`` names another folder; empty:
+    the system's temporary folder. Set before the workers start: they, and every process a test starts,
+    inherit ``TMPDIR``."""
+    chosen = os.environ.get("ICECDC_TEST_TMPDIR", "/dev/shm")
+    if not chosen or not os.path.isdir(chosen) or not os.access(chosen, os.W_OK):
+        return
+    folder = Path(chosen) / f"icecdc-tests-{getpass.getuser()}"
+    folder.mkdir(exist_ok=True)
+    os.environ["TMPDIR"] = str(folder)
+    tempfile.tempdir = None   # gettempdir() reads TMPDIR again
 
 
 def _use_local_fs() -> None:
