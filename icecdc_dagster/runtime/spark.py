@@ -44,8 +44,8 @@ def local_cores(master: str) -> int | None:
     A local session's shuffles get one partition per slot. A change batch is small next to the
     table: with more partitions than cores every shuffle only adds tasks (and, with adaptive
     execution, jobs) that pay Spark's per-task cost for a few rows each. Measured on
-    ``bench/changelog.py``'s 1 % update of 1M rows, local[2]: 8 partitions 1.77 CPU-s, 2 partitions
-    1.18 CPU-s for the same change rows.
+    ``bench/changelog.py``'s 1 % update of 1M rows, local[2], best of 5: 8 partitions 1.49 CPU-s,
+    2 partitions 1.22 CPU-s for the same change rows (docs/performance.md).
     """
     if master == "local":
         return 1
