@@ -47,14 +47,13 @@ def local_cores(master: str) -> int | None:
     ``bench/changelog.py``'s 1 % update of 1M rows, local[2], best of 5: 8 partitions 1.49 CPU-s,
     2 partitions 1.22 CPU-s for the same change rows (docs/performance.md).
     """
+    master = master.strip()
     if master == "local":
         return 1
-    match = re.fullmatch(r"local\[(\*|\d+)(?:,\s*\d+)?\]", master.strip())
-    if match:
+    if match := re.fullmatch(r"local\[(\*|\d+)(?:,\s*\d+)?\]", master):
         return (os.cpu_count() or 1) if match.group(1) == "*" else max(1, int(match.group(1)))
-    cluster = re.fullmatch(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]", master.strip())
-    if cluster:
-        return max(1, int(cluster.group(1)) * int(cluster.group(2)))
+    if match := re.fullmatch(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]", master):
+        return max(1, int(match.group(1)) * int(match.group(2)))
     return None
 
 
