@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from proc_cpu import cpu_s
 from pyiceberg.expressions import In
 
 from icecdc_dagster.ingest import IngestSettings, ingest_files, pending_files
@@ -213,15 +214,17 @@ def handwritten_batch(spark, path: Path, table: str, envelope: str = "plain") ->
     return t1 - t0, time.perf_counter() - t1
 
 
-def time_handwritten(spark, landing: Path, envelope: str = "plain") -> float:  # noqa: ANN001
-    """The handwritten job over every landing file (one MERGE per file, as our batches), into bench.db.hand."""
+def time_handwritten(spark, landing: Path, envelope: str = "plain") -> tuple[float, float]:  # noqa: ANN001
+    """The handwritten job over every landing file (one MERGE per file, as our batches), into bench.db.hand:
+    (seconds, CPU seconds of driver + JVM)."""
     create_like_ours(spark, "db.hand")
-    started = time.perf_counter()
+    cpu = work_cpu(spark)
+    started, c0 = time.perf_counter(), cpu()
     for path in sorted(landing.iterdir()):
         tb = time.perf_counter()
         handwritten_batch(spark, path, "bench.db.hand", envelope)
         print(f"  handwritten {path.name}: {time.perf_counter() - tb:.1f}s", flush=True)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, cpu() - c0
 
 
 def same_rows(spark, left: str, right: str) -> bool:  # noqa: ANN001
@@ -246,29 +249,34 @@ class Phases:
     MERGE = "write: MERGE INTO (Spark)"
     READ = "read + classify + checks (ingest_files itself)"
 
-    def __init__(self, sc: Any = None) -> None:
+    def __init__(self, sc: Any = None, cpu: Callable[[], float] | None = None) -> None:
         self.sc = sc  # SparkContext: each phase names its Spark jobs (their description) when given
+        self.cpu = cpu or (lambda: 0.0)  # CPU seconds so far of the processes that do the work
         self.totals: dict[str, float] = {}
-        self.stack: list[list[float]] = []  # per open phase: [child seconds]
+        self.cpu_totals: dict[str, float] = {}
+        self.ours_cpu = 0.0  # CPU seconds of the whole timed run (set by run_ours)
+        self.stack: list[list[float]] = []  # per open phase: [child seconds, child CPU seconds]
         self.saved: list[tuple[Any, str, Any]] = []
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        self.stack.append([0.0])
+        self.stack.append([0.0, 0.0])
         prior = self.sc.getLocalProperty("spark.job.description") if self.sc else None
         if self.sc:
             self.sc.setLocalProperty("spark.job.description", name)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), self.cpu()
         try:
             yield
         finally:
-            took = time.perf_counter() - t0
+            took, spent = time.perf_counter() - t0, self.cpu() - c0
             if self.sc:
                 self.sc.setLocalProperty("spark.job.description", prior)
-            (children,) = self.stack.pop()
+            children, children_cpu = self.stack.pop()
             self.totals[name] = self.totals.get(name, 0.0) + took - children
+            self.cpu_totals[name] = self.cpu_totals.get(name, 0.0) + spent - children_cpu
             if self.stack:
                 self.stack[-1][0] += took
+                self.stack[-1][1] += spent
 
     def wrap(self, name: str, fn: Callable) -> Callable:
         @functools.wraps(fn)
@@ -298,12 +306,20 @@ class Phases:
             setattr(module, attr, original)
         self.saved.clear()
 
-    def report(self, total: float) -> str:
-        lines = [f"    {name:<48s} {s:7.1f}s {100 * s / total:5.1f} %"
+    def report(self, total: float, total_cpu: float) -> str:
+        lines = [f"    {name:<48s} {s:7.1f}s {100 * s / total:5.1f} %  {self.cpu_totals[name]:6.2f} CPU-s"
                  for name, s in sorted(self.totals.items(), key=lambda kv: -kv[1])]
-        rest = total - sum(self.totals.values())
-        lines.append(f"    {'(bench loop: between calls)':<48s} {rest:7.1f}s {100 * rest / total:5.1f} %")
+        rest, rest_cpu = total - sum(self.totals.values()), total_cpu - sum(self.cpu_totals.values())
+        lines.append(f"    {'(bench loop: between calls)':<48s} {rest:7.1f}s {100 * rest / total:5.1f} %  "
+                     f"{rest_cpu:6.2f} CPU-s")
         return "\n".join(lines)
+
+
+def work_cpu(spark) -> Callable[[], float]:  # noqa: ANN001
+    """CPU seconds so far of this process (the driver) and its JVM (which runs the executors in local mode;
+    the native path starts no Python worker)."""
+    jvm = int(spark._jvm.java.lang.ProcessHandle.current().pid())  # noqa: SLF001
+    return lambda: time.process_time() + cpu_s(jvm)
 
 
 def spark_jobs(spark, group: str) -> dict[str, tuple[int, float]]:  # noqa: ANN001
@@ -326,11 +342,11 @@ def spark_jobs(spark, group: str) -> dict[str, tuple[int, float]]:  # noqa: ANN0
 
 def run_ours(spark, catalog, settings, cprofile: str = "") -> tuple[float, Phases, dict]:  # noqa: ANN001
     """Our ingestion of every pending file (one batch each), timed, split by phase and by Spark job."""
-    phases = Phases(spark.sparkContext)
+    phases = Phases(spark.sparkContext, work_cpu(spark))
     phases.install()
     profiler = cProfile.Profile() if cprofile else None
     jobs: dict[str, tuple[int, float]] = {}
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), phases.cpu()
     try:
         for i, f in enumerate(pending_files(spark, "bench", settings)):
             tb = time.perf_counter()
@@ -347,6 +363,7 @@ def run_ours(spark, catalog, settings, cprofile: str = "") -> tuple[float, Phase
             print(f"  ours {Path(f).name}: {time.perf_counter() - tb:.1f}s {result.targets['db.ours'].counts}",
                   flush=True)
         ours = time.perf_counter() - t0
+        phases.ours_cpu = phases.cpu() - c0
     finally:
         phases.restore()
         spark.sparkContext.setJobGroup("bench", "bench")
@@ -359,8 +376,8 @@ def run_ours(spark, catalog, settings, cprofile: str = "") -> tuple[float, Phase
 
 
 def print_split(ours: float, phases: Phases, jobs: dict) -> None:
-    print(f"where our {ours:.1f}s go (driver wall, phases exclusive):")
-    print(phases.report(ours))
+    print(f"where our {ours:.1f}s ({phases.ours_cpu:.1f} CPU-s of driver + JVM) go (driver wall, phases exclusive):")
+    print(phases.report(ours, phases.ours_cpu))
     print("Spark jobs by call site (jobs, seconds submitted -> done; jobs of one phase can overlap):")
     for site, (n, seconds) in sorted(jobs.items(), key=lambda kv: -kv[1][1]):
         print(f"    {seconds:7.1f}s {n:4d} jobs  {site[:110]}")
@@ -492,10 +509,11 @@ def main() -> None:
         print(f"floor (Spark JSON read + plain append, per file): {floor:.1f}s; ours / floor = {ours / floor:.2f}; "
               f"equality_deletes / floor = {eqdel / floor:.2f}")
         print_split(ours, phases, jobs)
-        handwritten = time_handwritten(spark, landing, args.envelope)
+        handwritten, handwritten_cpu = time_handwritten(spark, landing, args.envelope)
         assert same_rows(spark, "bench.db.ours", "bench.db.hand"), "the handwritten MERGE's table differs from ours"
         print(f"handwritten (JSON read, last image per key, one MERGE per file): {handwritten:.1f}s; "
-              f"ours / handwritten = {ours / handwritten:.2f} (tables equal)", flush=True)
+              f"ours / handwritten = {ours / handwritten:.2f} (tables equal); CPU-s of driver + JVM: ours "
+              f"{phases.ours_cpu:.1f}, handwritten {handwritten_cpu:.1f}", flush=True)
 
         small = big = float("nan")
         if args.scale_rows:
@@ -533,6 +551,8 @@ def main() -> None:
               f"floor_ratio={ours / floor:.2f} events_per_s={args.events / ours:.0f} driver_peak_mb={driver_mb:.0f} "
               f"target_scale_ratio={big / small:.2f} scale_small_s={small:.1f} scale_big_s={big:.1f}"
               f" handwritten_s={handwritten:.1f} handwritten_ratio={ours / handwritten:.2f}"
+              f" ours_cpu_s={phases.ours_cpu:.1f} handwritten_cpu_s={handwritten_cpu:.1f}"
+              f" handwritten_cpu_ratio={phases.ours_cpu / handwritten_cpu:.2f}"
               f" eqdel_s={eqdel:.1f} eqdel_floor_ratio={eqdel / floor:.2f}"
               f" load1={os.getloadavg()[0]:.2f} warm={int(args.warm)}")
     finally:

@@ -11,6 +11,11 @@ server never count in another's figures), each child with its own fresh osmem se
    of the same documents (same ids, external versions and JSON, rendered by Spark and collected
    BEFORE its clock starts), into an index with the same mappings. Order: raw(base), ours(base),
    ours(N), raw(N), so each size's pair runs back to back. ``ratio`` = ours docs/s / raw docs/s at N.
+   A third side at N, ``spark_job``: the job a user writes by hand without our sink, timed like ours
+   (rendering inside the clock, JVM warm): the same documents rendered by Spark, then
+   ``foreachPartition`` with ``parallel_bulk`` (2 threads per task, chunks of 500), refresh.
+   ``spark_job_ratio`` = ours docs/s / its docs/s. ``cpu_s``, ``raw_cpu_s``, ``spark_job_cpu_s``: CPU
+   seconds of every process of each side at N (driver, JVM, Python workers, osmem server).
 2. ``rss_ratio``: the driver's peak RSS of ours at N / at ``--base-docs`` (default N/10).
 3. ``export_rss_ratio``: the same for a line's initial export of a ``--export-rows``-row Iceberg
    table against one of ``--export-base-rows`` (default 1/10): ``compute_batch`` (export with the key
@@ -285,6 +290,62 @@ def child_raw(n: int, kind: str) -> dict[str, Any]:
         server.close()
 
 
+def _bulk_partition(url: str, index: str, rows) -> None:
+    """The hand-written job's foreachPartition body: the partition's rows straight into parallel_bulk."""
+    from opensearchpy import OpenSearch, helpers
+
+    client = OpenSearch(hosts=[url], timeout=120, pool_maxsize=RAW_THREADS // 2 + 1)
+    actions = ({"_index": index, "_id": r[0], "_version": r[1], "_version_type": "external", "_source": r[2]}
+               for r in rows)
+    failed = [info for ok, info in helpers.parallel_bulk(client, actions, thread_count=RAW_THREADS // 2,
+                                                         chunk_size=CHUNK) if not ok]
+    client.close()
+    if failed:
+        raise RuntimeError(f"{len(failed)} bulk items failed, first: {failed[0]}")
+
+
+def spark_job(spark, url: str, index: str, n: int) -> None:
+    """The job a user writes by hand without our sink: render the same documents in Spark, then
+    ``foreachPartition`` with ``parallel_bulk`` (2 threads per task = 4 in flight, as ours), refresh."""
+    from functools import partial
+
+    from opensearchpy import OpenSearch
+
+    from icecdc_dagster.sinks.opensearch.documents import ID, SOURCE, VERSION, bulk_rows
+
+    bulk_rows(events(spark, 0, n, 7, 3)).select(ID, VERSION, SOURCE).foreachPartition(partial(_bulk_partition, url,
+                                                                                                index))
+    client = OpenSearch(hosts=[url], timeout=120)
+    client.indices.refresh(index=index)
+    client.close()
+
+
+def child_spark_job(n: int, kind: str) -> dict[str, Any]:
+    """:func:`spark_job` timed like ours: rendering and sending inside the clock, JVM and workers warm."""
+    from opensearchpy import OpenSearch
+
+    spark = spark_session()
+    server = start_server()
+    try:
+        warm_up_server(server.url, kind)
+        client = OpenSearch(hosts=[server.url], timeout=120)
+        for index in ("bench-job-warm", "bench-job"):
+            client.indices.create(index=index, body={"mappings": mappings(kind)})
+        spark_job(spark, server.url, "bench-job-warm", WARM_UP_DOCS)
+        cpu = cpu_split(jvm_pid(spark), server.pid)
+        started = time.perf_counter()
+        spark_job(spark, server.url, "bench-job", n)
+        seconds = time.perf_counter() - started
+        cpu = cpu_delta(cpu, cpu_split(jvm_pid(spark), server.pid))
+        count = client.count(index="bench-job")["count"]
+        assert count == n, (count, n)
+        client.close()
+        return {"n": n, "seconds": seconds, "dps": n / seconds, **cpu}
+    finally:
+        server.close()
+        spark.stop()
+
+
 def catalog_settings(work: str):
     from icecdc_dagster.runtime.catalog import CatalogSettings
 
@@ -417,6 +478,7 @@ def main() -> None:
         role, *rest = args.child
         runners = {"ours": lambda: child_ours(int(rest[0]), rest[1]),
                    "raw": lambda: child_raw(int(rest[0]), rest[1]),
+                   "spark_job": lambda: child_spark_job(int(rest[0]), rest[1]),
                    "prepare": lambda: child_prepare([int(s) for s in rest[1:]], rest[0]),
                    "export": lambda: child_export(int(rest[0]), rest[1], rest[2], rest[3])}
         print("CHILD " + json.dumps(runners[role]()), flush=True)
@@ -434,9 +496,15 @@ def main() -> None:
         print(describe("ours", ours_n), flush=True)
         raw_n = run_child("raw", str(n), kind)
         print(describe("raw parallel_bulk", raw_n), flush=True)
+        job_n = run_child("spark_job", str(n), kind)
+        print(describe("hand-written Spark job (foreachPartition + parallel_bulk)", job_n), flush=True)
         result |= {"ours_dps": f"{ours_n['dps']:.0f}", "raw_dps": f"{raw_n['dps']:.0f}",
                    "ratio": f"{ours_n['dps'] / raw_n['dps']:.3f}",
                    "ratio_base": f"{ours_base['dps'] / raw_base['dps']:.3f}",
+                   "spark_job_dps": f"{job_n['dps']:.0f}", "spark_job_ratio": f"{ours_n['dps'] / job_n['dps']:.3f}",
+                   "cpu_s": f"{sum(v for k, v in ours_n.items() if k.startswith('cpu_')):.1f}",
+                   "raw_cpu_s": f"{sum(v for k, v in raw_n.items() if k.startswith('cpu_')):.1f}",
+                   "spark_job_cpu_s": f"{sum(v for k, v in job_n.items() if k.startswith('cpu_')):.1f}",
                    f"rss_{base // 1000}k_mb": f"{rss(ours_base):.0f}", f"rss_{n // 1000}k_mb": f"{rss(ours_n):.0f}",
                    "rss_ratio": f"{rss(ours_n) / rss(ours_base):.3f}",
                    "py_rss_ratio": f"{ours_n['py_hwm_mb'] / ours_base['py_hwm_mb']:.3f}",
