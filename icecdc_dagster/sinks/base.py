@@ -1,5 +1,6 @@
 """The contract every sink implements; the Dagster layer only talks to this."""
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -15,6 +16,26 @@ class ApplyResult:
     checkpoint: Checkpoint | None
     counts: dict[str, int] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """One of a sink's exact outcome counts that differs from what the batch's events imply.
+
+    ``count``: the sink's own count (a key of :attr:`ApplyResult.counts`, e.g. ``inserted``);
+    ``change_types``: the events it must equal, summed (none: it must be 0); ``cause``: what makes them
+    differ, in words a person can act on.
+    """
+
+    count: str
+    change_types: tuple[str, ...]
+    expected: int
+    found: int
+    cause: str
+
+    @property
+    def difference(self) -> int:
+        return self.found - self.expected
 
 
 class Sink(Protocol):
@@ -43,3 +64,9 @@ class Sink(Protocol):
             Exception: the target's own client error on a request the sink does not wrap (each kind
                 names its own).
         """
+
+    def disagreements(self, batch: BatchInfo, event_counts: Mapping[str, int],
+                      result: ApplyResult) -> list[Disagreement]:
+        """Where ``result``'s exact counts contradict the batch's events per change type
+        (``event_counts``), for a batch this sink applied; empty when they agree or cannot be compared
+        exactly (each kind says which batches it compares, and why)."""

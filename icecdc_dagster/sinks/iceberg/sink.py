@@ -21,7 +21,7 @@ field follows which source field. A change it cannot follow (identifier columns 
 cannot widen to) stops the line with :class:`SchemaChangeError`; the resync export rebuilds the replica.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -43,7 +43,8 @@ from icecdc_dagster.batch import (
 from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import SchemaChangeError, SinkWriteError
 from icecdc_dagster.runtime.java import java_map
-from icecdc_dagster.sinks.base import ApplyResult
+from icecdc_dagster.sinks.base import ApplyResult, Disagreement
+from icecdc_dagster.sinks.iceberg.agreement import replica_disagreements
 from icecdc_dagster.writer import (
     FIELD_MAP_PROPERTY,
     OP_COLUMN,
@@ -208,6 +209,11 @@ class IcebergReplicaSink:
                            {"target_snapshot_id": outcome.snapshot_id, "added_columns": evolution.added,
                             "schema_changes": evolution.changes,
                             "counted_by": outcome.counted_by})
+
+    def disagreements(self, batch: BatchInfo, event_counts: Mapping[str, int],
+                      result: ApplyResult) -> list[Disagreement]:
+        """The MERGE's exact counts against the batch's events (:mod:`.agreement`: which batches compare)."""
+        return replica_disagreements(batch, event_counts, result)
 
     def _follow_source(self, batch: BatchInfo, jtarget: Any, by_row_id: bool) -> Evolution:
         """Create the replica, or make it follow the source schema of the batch's snapshot by field id.

@@ -22,7 +22,7 @@ stops a stale batch from re-creating a deleted document. Raise it through
 """
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from typing import Any
@@ -34,7 +34,7 @@ from pyspark.sql import functions as F
 from icecdc_dagster import batch as b
 from icecdc_dagster.batch import BatchInfo, Checkpoint, Decision, decide
 from icecdc_dagster.errors import CheckpointError, ConfigError, ReindexError, SinkUnavailableError, SinkWriteError
-from icecdc_dagster.sinks.base import ApplyResult
+from icecdc_dagster.sinks.base import ApplyResult, Disagreement
 from icecdc_dagster.sinks.opensearch import checkpoint as cp
 from icecdc_dagster.sinks.opensearch import versions as vs
 from icecdc_dagster.sinks.opensearch.actions import FAILED, WriteSummary
@@ -343,6 +343,15 @@ class OpenSearchSink:
         prepared = prepare_events(events, batch.identifier_columns, self.settings.include_iceberg_metadata,
                                   batch.table_name, batch.snapshot_id, self.name)
         return write_events(replace(self.settings, index=index), prepared)
+
+    def disagreements(self, batch: BatchInfo, event_counts: Mapping[str, int],
+                      result: ApplyResult) -> list[Disagreement]:
+        """None to report: the index's counts cannot tell what the batch's events would contradict. An
+        INDEX counts ``indexed`` whether the document existed or not (an INSERT of an id the index holds
+        looks like any other), and a redo after a crash between the bulk and the checkpoint answers
+        ``version_conflicts`` and ``delete_not_found`` legitimately. An action the index rejects already
+        fails the batch (:meth:`_failure`)."""
+        return []
 
     def _details(self, live: vs.Version | None) -> dict[str, Any]:
         return {"index": self.alias, "index_version": live.name if live is not None else "none"}
