@@ -89,16 +89,23 @@ def ingest_line_id(entry: IngestConfig) -> str:
     return f"ingest:{entry.name}"
 
 
-# Checks. The line checks read metadata only and run with every batch; the consistency check
+# Checks. The line checks read metadata only and run with every batch; so does each sink's counts
+# check, which its own step evaluates from what it just counted (no read at all). The consistency check
 # counts and samples the source and the sink (a cost that grows with the table), so it runs with
 # the table group's maintenance schedule and on demand, never on a batch's critical path.
 STUCK_CHECK = "no_stuck_snapshots"
 LINE_CHECK = "line_follows_table"
+COUNTS_CHECK = "sink_counts_agree"
 CONSISTENCY_CHECK = "matches_source_at_checkpoint"
 
 
 def batch_check_keys(table: TableConfig) -> tuple[AssetCheckKey, ...]:
-    return tuple(AssetCheckKey(changelog_key(table), name) for name in (STUCK_CHECK, LINE_CHECK))
+    return (*(AssetCheckKey(changelog_key(table), name) for name in (STUCK_CHECK, LINE_CHECK)),
+            *(counts_check_key(sink) for sink in table.sinks))
+
+
+def counts_check_key(sink: SinkConfig) -> AssetCheckKey:
+    return AssetCheckKey(sink_key(sink), COUNTS_CHECK)
 
 
 def consistency_check_keys(table: TableConfig) -> tuple[AssetCheckKey, ...]:

@@ -2,13 +2,30 @@
 
 The sink, not Dagster, decides whether a batch may be applied (its own
 checkpoint): an out-of-order batch is refused, an applied one is a no-op.
+
+The sink also says whether what it counted contradicts the batch's events (``Sink.disagreements``).
+Such a batch still succeeds: the target published it and its checkpoint in one step, so a failed run's
+retry would find it applied and skip it, with nothing left to count, and no retry can undo it. It is
+reported instead, and stays reported: a warning in the run log, ``sink_disagreements`` in its
+materialisation, and the check ``sink_counts_agree`` failing from that batch on, on every later batch of
+the line (``diverged_at_snapshot_id``), until a resync starts a new line.
 """
 
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from dagster import AssetExecutionContext, AssetsDefinition, BackfillPolicy, DataVersion, MaterializeResult, asset
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetsDefinition,
+    BackfillPolicy,
+    DataVersion,
+    MaterializeResult,
+    asset,
+)
 
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import line_record, naming
@@ -16,16 +33,24 @@ from icecdc_dagster.assets.changelog import batch_request
 from icecdc_dagster.assets.lineage import lineage_run
 from icecdc_dagster.assets.metadata_cache import described_table
 from icecdc_dagster.assets.table_metadata import PARTITION_ROW_COUNT, lineage_metadata, replica_fallback
-from icecdc_dagster.batch import CHANGE_TYPE
+from icecdc_dagster.batch import CHANGE_TYPE, BatchInfo
 from icecdc_dagster.config import SinkConfig, TableConfig
 from icecdc_dagster.lease import retry
 from icecdc_dagster.lineage import LineageDataset, LineageEmitter, iceberg_dataset
-from icecdc_dagster.lines.batch_metadata import NONE, BatchMetadata, sink_figures
+from icecdc_dagster.lines.batch_metadata import (
+    DISAGREEMENTS,
+    NONE,
+    BatchMetadata,
+    disagreement_figure,
+    disagreement_figures,
+    sink_figures,
+)
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
-from icecdc_dagster.sinks.base import Sink
+from icecdc_dagster.sinks.base import Disagreement, Sink
 from icecdc_dagster.steps.batches import batch_info, join_export, uses_row_id
 from icecdc_dagster.steps.changelog_store import ChangelogStore
 from icecdc_dagster.steps.open_sink import open_configured_sink
+from icecdc_dagster.writer import resync_command
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -46,8 +71,12 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitt
         required_resource_keys={"spark", "catalog", *([resource_key] if resource_key else [])},
         description=sink.describe(table.table_name),
         metadata={"source_table": table.table_name, "target": sink.asset_name, **(described or {})},
+        check_specs=[AssetCheckSpec(naming.COUNTS_CHECK, asset=naming.sink_key(sink), blocking=False,
+                                    description=COUNTS_CHECK_DESCRIPTION.format(target=sink.asset_name))],
     )
-    def _sink(context: AssetExecutionContext) -> MaterializeResult[Any]:
+    # The result also reports the counts check: Dagster knows such a result by the bare class as the return
+    # annotation (a subscripted one reads as the annotation of a single output, and the asset has two).
+    def _sink(context: AssetExecutionContext) -> MaterializeResult:  # type: ignore[type-arg]
         with retry.classified(context.instance, context.run_id):
             result = _apply(context, table, sink, lineage)
         catalog_name = context.resources.catalog.name
@@ -87,6 +116,7 @@ def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
         events = joined_events if joining else store.read_events(info, use_row_id=by_row_id)
         result = target.apply(info, events)
         applied = {} if result.skipped else event_counts(events)
+        found = [] if result.skipped else target.disagreements(info, applied, result)
         if lineage is not None:
             outcome.outputs = _target_dataset(sink, catalog)
             for dataset in outcome.outputs:
@@ -95,6 +125,8 @@ def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
     parent = changelog.parent_of(source, info.first_snapshot_id)
     context.log.info(f"{target.name}: {'skipped (already applied)' if result.skipped else 'applied'} "
                      f"snapshots {info.first_snapshot_id}..{info.snapshot_id}: {result.counts}")
+    if found:
+        context.log.warning(disagreement_warning(target.name, info, found))
     checkpoint = result.checkpoint
     described: dict[str, Any] = {**lineage_metadata(naming.source_key(table), lineage_columns),
                                  PARTITION_ROW_COUNT: sum(applied.values())}
@@ -105,10 +137,58 @@ def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
     recorded = BatchMetadata.of_batch(
         info, parent, started, applied, sink=target.name, skipped_already_applied=result.skipped,
         checkpoint_snapshot_id=str(checkpoint.snapshot_id) if checkpoint else NONE, line=request.line,
-        joined_line_export=True if joining else None)
-    metadata = recorded.with_figures({**sink_figures(result.counts), **result.details})
+        joined_line_export=True if joining else None,
+        diverged_at_snapshot_id=diverged_at(context, sink, request.line, info, found))
+    metadata = recorded.with_figures({**sink_figures(result.counts), **disagreement_figures(found), **result.details})
     # The data version is the source snapshot the sink now holds, as the source observation records it.
-    return MaterializeResult(metadata={**metadata, **described}, data_version=DataVersion(str(info.snapshot_id)))
+    return MaterializeResult(metadata={**metadata, **described}, data_version=DataVersion(str(info.snapshot_id)),
+                             check_results=counts_check(context, table, sink, recorded, found))
+
+
+COUNTS_CHECK_DESCRIPTION = (
+    "Each batch {target} applied did what its change events say: sink_inserted = count_insert, sink_updated = "
+    "count_update_after, sink_deleted = count_delete, no sink_delete_missing (where the sink's counts are exact: "
+    "an Iceberg replica's CDC batches). Evaluated by the batch's own step; fails from the first batch that "
+    "disagrees (a key the source holds twice, or another writer of the target) until a resync.")
+
+
+def disagreement_warning(sink_name: str, info: BatchInfo, found: list[Disagreement]) -> str:
+    """The run log's warning: which counts differed, by how much, why they can, and what recovers."""
+    figures = [disagreement_figure(d) for d in found]
+    differed = "; ".join(f"{f['count']} {f['found']} but {f['events']} {f['expected']} ({f['difference']:+d}): "
+                         f"{f['cause']}" for f in figures)
+    return (f"{DISAGREEMENTS}: {sink_name} applied snapshots {info.first_snapshot_id}..{info.snapshot_id} of "
+            f"{info.table_name} (batch and checkpoint committed), but its counts contradict the batch's events: "
+            f"{differed}. The target no longer equals the source: find the cause (deduplicate the source's "
+            f"keys), then {resync_command(info.table_name)}")
+
+
+def diverged_at(context: AssetExecutionContext, sink: SinkConfig, line: str | None, info: BatchInfo,
+                found: list[Disagreement]) -> str | None:
+    """The first snapshot of the line whose batch the sink's counts contradicted: carried from the sink's
+    previous batch on the same line (the target has not equalled the source since), else this batch's
+    when it disagrees. A resync's new line starts clean: its export replaces the target."""
+    records = context.instance.fetch_materializations(naming.sink_key(sink), limit=1).records
+    previous = BatchMetadata.read(records[0].asset_materialization if records else None)
+    carried = previous.diverged_at_snapshot_id if previous.line == line else None
+    return carried or (str(info.snapshot_id) if found else None)
+
+
+def counts_check(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig, recorded: BatchMetadata,
+                 found: list[Disagreement]) -> list[AssetCheckResult]:
+    """``sink_counts_agree`` of the batch, when the run selected it. ERROR: a disagreement means the target
+    lost or overwrote rows the source has (what ``matches_source_at_checkpoint`` fails on, found here at
+    no cost, with the batch that did it)."""
+    key = naming.counts_check_key(sink)
+    if key not in context.selected_asset_check_keys:
+        return []
+    since = recorded.diverged_at_snapshot_id
+    where = BatchMetadata(snapshot_id=recorded.snapshot_id, line=recorded.line, diverged_at_snapshot_id=since)
+    figures: dict[str, Any] = disagreement_figures(found)
+    if since is not None:
+        figures["recover"] = resync_command(table.table_name)
+    return [AssetCheckResult(asset_key=key.asset_key, check_name=key.name, passed=since is None,
+                             severity=AssetCheckSeverity.ERROR, metadata=where.with_figures(figures))]
 
 
 def joins_line(context: AssetExecutionContext, sink: SinkConfig, target: Sink) -> bool:

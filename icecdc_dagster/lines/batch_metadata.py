@@ -16,7 +16,7 @@ run's totals) are shown beside the set (:meth:`BatchMetadata.with_figures`) and 
 """
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Self
 
@@ -25,11 +25,13 @@ from dagster._core.definitions.metadata.metadata_set import NamespacedMetadataSe
 from pydantic import ValidationError
 
 from icecdc_dagster.batch import CHANGE_TYPES, BatchInfo
+from icecdc_dagster.sinks.base import Disagreement
 
 if TYPE_CHECKING:
     from dagster import AssetMaterialization, AssetObservation
 
 NONE = "none"  # what a snapshot id field shows when there is none (no parent, no checkpoint yet)
+DISAGREEMENTS = "sink_disagreements"  # a sink's counts that contradict its batch's events (a figure)
 ANCESTRY = "ancestry"  # ``ordered_by`` of a changelog batch on a line that counts ordinals (format v1)
 
 
@@ -68,6 +70,9 @@ class BatchMetadata(NamespacedMetadataSet):
     skipped_already_applied: bool | None = None
     checkpoint_snapshot_id: str | None = None  # what the sink holds after the batch; NONE: nothing yet
     joined_line_export: bool | None = None  # a sink added to the running line took its own export
+    # The first batch of the line whose sink counts contradicted its events (``sink_disagreements``); carried
+    # by every later batch of the sink on the line: the target has not equalled the source since.
+    diverged_at_snapshot_id: str | None = None
     # Ingest batches (and each commit to an ingest's target table).
     batch_id: str | None = None
     skipped_already_committed: bool | None = None
@@ -128,7 +133,7 @@ class BatchMetadata(NamespacedMetadataSet):
         """A batch's position, timing and events per change type (``counts``), with ``fields`` of the
         asset's kind (``line``, ``sink``, ...)."""
         now_ms = int(time.time() * 1000)
-        per_type = {f"count_{t.lower()}": int(counts.get(t, 0)) for t in CHANGE_TYPES}
+        per_type = {event_count_key(t): int(counts.get(t, 0)) for t in CHANGE_TYPES}
         return cls(snapshot_id=str(info.snapshot_id), first_snapshot_id=str(info.first_snapshot_id),
                    parent_snapshot_id=str(parent_id) if parent_id is not None else NONE,
                    snapshots_in_batch=len(info.snapshot_ids) or 1, operation=info.operation,
@@ -169,10 +174,32 @@ def seconds_since(started_monotonic: float) -> float:
     return round(time.monotonic() - started_monotonic, 3)
 
 
+def event_count_key(change_type: str) -> str:
+    """The key of a batch's events of one change type (``count_insert``)."""
+    return f"count_{change_type.lower()}"
+
+
+def sink_figure_key(name: str) -> str:
+    """The key of one of a sink's own outcome counts (``sink_inserted``)."""
+    return f"sink_{name}"
+
+
 def sink_figures(counts: Mapping[str, int]) -> dict[str, int]:
     """A sink's own outcome counts (inserted, updated, actions, ...), shown as ``sink_<name>`` beside the
     events it was given (``count_*``)."""
-    return {f"sink_{name}": value for name, value in counts.items()}
+    return {sink_figure_key(name): value for name, value in counts.items()}
+
+
+def disagreement_figure(disagreement: Disagreement) -> dict[str, Any]:
+    """One disagreement in the metadata's own names: which ``sink_*`` count, against which ``count_*``."""
+    events = " + ".join(event_count_key(t) for t in disagreement.change_types) or "none (0)"
+    return {"count": sink_figure_key(disagreement.count), "found": disagreement.found, "events": events,
+            "expected": disagreement.expected, "difference": disagreement.difference, "cause": disagreement.cause}
+
+
+def disagreement_figures(found: Sequence[Disagreement]) -> dict[str, Any]:
+    """``sink_disagreements`` of a batch whose sink counts contradict its events; nothing when they agree."""
+    return {DISAGREEMENTS: [disagreement_figure(d) for d in found]} if found else {}
 
 
 def figure_value(value: Any) -> Any:
@@ -196,4 +223,5 @@ def _snapshot(value: str | None) -> int | None:
         return None
 
 
-__all__ = ["ANCESTRY", "NONE", "BatchMetadata", "figure_value", "seconds_since", "sink_figures"]
+__all__ = ["ANCESTRY", "DISAGREEMENTS", "NONE", "BatchMetadata", "disagreement_figure", "disagreement_figures",
+           "event_count_key", "figure_value", "seconds_since", "sink_figure_key", "sink_figures"]

@@ -1,9 +1,14 @@
 """Each sink materialisation's counts are what it applied (issue 31, item 2): the events of the batch
 per change type, next to the sink's own outcome counts; and the source's observation carries the
-table's real row count. Real sensor ticks and runs, read back from the instance's event log."""
+table's real row count. The sink's counts agree with the events, else the batch says so
+(``sink_disagreements``, a warning, the failing check ``sink_counts_agree``). Real sensor ticks and runs,
+read back from the instance's event log."""
 
-from dagster import AssetKey, AssetRecordsFilter
+import logging
 
+from dagster import AssetCheckKey, AssetCheckSeverity, AssetKey, AssetRecordsFilter
+
+from icecdc_dagster.assets.naming import COUNTS_CHECK
 from icecdc_dagster.assets.source_table import source_observations
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
@@ -19,6 +24,20 @@ def _metadata(instance, key, partition):
                                               limit=1).records
     assert records, f"{key.to_user_string()} [{partition}] was not materialised"
     return {k: getattr(v, "value", v) for k, v in records[0].asset_materialization.metadata.items()}
+
+
+def _counts_check(instance, key):
+    """The latest evaluation of the sink's ``sink_counts_agree`` check."""
+    record = instance.get_latest_asset_check_evaluation_record(AssetCheckKey(key, COUNTS_CHECK))
+    assert record is not None and record.event is not None, f"{key.to_user_string()}: the check never ran"
+    return record.event.dagster_event.event_specific_data
+
+
+def _warnings(instance, key, partition):
+    """The warnings of the run that materialised ``key [partition]``."""
+    records = instance.fetch_materializations(AssetRecordsFilter(asset_key=key, asset_partitions=[partition]),
+                                              limit=1).records
+    return [e.user_message for e in instance.all_logs(records[0].run_id) if e.level == logging.WARNING]
 
 
 def test_sink_counts_are_the_events_applied(spark, catalog_settings, catalog, instance, tmp_path, opensearch_url):
@@ -37,7 +56,17 @@ def test_sink_counts_are_the_events_applied(spark, catalog_settings, catalog, in
         if change:
             spark.sql(change)                                         # the export, 3 updates, 2 deletes
         snapshots.append(str(catalog.load_table("db.items").current_snapshot().snapshot_id))
-        assert all(all(t.succeeded) for t in drain(defs, instance, table))
+        ticks = drain(defs, instance, table)
+        assert all(all(t.succeeded) for t in ticks)
+        # Every batch run executes the sinks' counts checks (the line's check selection).
+        assert {AssetCheckKey(REPLICA, COUNTS_CHECK), AssetCheckKey(INDEX, COUNTS_CHECK)} <= set(
+            ticks[0].run_requests[0].asset_check_keys)
+        for key in (REPLICA, INDEX):
+            evaluation = _counts_check(instance, key)
+            assert evaluation.passed, evaluation.metadata
+            assert evaluation.metadata["snapshot_id"].value == snapshots[-1]
+            assert "sink_disagreements" not in _metadata(instance, key, snapshots[-1])
+            assert not [w for w in _warnings(instance, key, snapshots[-1]) if "sink_disagreements" in w]
     export, update, delete = snapshots
 
     replica = _metadata(instance, REPLICA, export)
@@ -56,3 +85,54 @@ def test_sink_counts_are_the_events_applied(spark, catalog_settings, catalog, in
     # What the sensor records for the source (its harness tick does not store sensor asset events).
     (observation,) = source_observations(table, catalog_settings.name, catalog.load_table("db.items"), [delete])
     assert observation.metadata["dagster/row_count"].value == spark.table(fq).count() == 10
+
+
+def test_inserts_of_keys_the_source_already_holds_are_a_disagreement(spark, catalog_settings, catalog, instance,
+                                                                     tmp_path):
+    """Rows appended with keys the source already has: each key has one INSERT in its snapshot, so the
+    engine has nothing to refuse, and the replica upserts them. The batch applies (its commit holds the
+    checkpoint), shows the true counts and what disagrees, warns, and fails the check, which stays failed
+    on later batches that agree: the replica has not equalled the source since."""
+    fq = f"{catalog_settings.name}.db.items"
+    spark.sql(f"""CREATE TABLE {fq} (id BIGINT NOT NULL, qty INT) USING iceberg
+                  TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read',
+                                 'write.update.mode'='merge-on-read')""")
+    spark.sql(f"INSERT INTO {fq} SELECT id, CAST(id AS INT) FROM range(0, 12)")
+    config = load_config(write_pipeline(tmp_path / "p.yaml", catalog_settings, [{
+        "table_name": "db.items", "identifier_columns": ["id"], "max_snapshots_per_run": 1,
+        "sinks": [{"iceberg": {"table_name": "db.items_replica"}}]}]))
+    defs, table = build_definitions(config), config.tables[0]
+    assert all(all(t.succeeded) for t in drain(defs, instance, table))               # the export
+
+    # 5 keys the table holds (0..4) and 2 new ones (20, 21), as one plain append.
+    spark.sql(f"INSERT INTO {fq} SELECT id, -1 FROM range(0, 5) UNION ALL SELECT id, -1 FROM range(20, 22)")
+    appended = str(catalog.load_table("db.items").current_snapshot().snapshot_id)
+    assert all(all(t.succeeded) for t in drain(defs, instance, table))               # applied, not failed
+
+    replica = _metadata(instance, REPLICA, appended)
+    assert (replica["count_insert"], replica["sink_inserted"], replica["sink_updated"]) == (7, 2, 5)
+    assert replica["checkpoint_snapshot_id"] == replica["diverged_at_snapshot_id"] == appended
+    assert [(d["count"], d["found"], d["events"], d["expected"], d["difference"])
+            for d in replica["sink_disagreements"]] == [("sink_inserted", 2, "count_insert", 7, -5),
+                                                         ("sink_updated", 5, "count_update_after", 0, 5)]
+    assert "the source holds those keys twice" in replica["sink_disagreements"][0]["cause"]
+    # The counts shown are the true ones: the replica gained 2 rows, the source 7.
+    assert (spark.table(fq).count(), spark.table(f"{catalog_settings.name}.db.items_replica").count()) == (19, 14)
+    (warning,) = [w for w in _warnings(instance, REPLICA, appended) if "sink_disagreements" in w]
+    assert "sink_inserted 2 but count_insert 7 (-5)" in warning and "icecdc resync" in warning
+    evaluation = _counts_check(instance, REPLICA)
+    assert not evaluation.passed and evaluation.severity == AssetCheckSeverity.ERROR
+    assert evaluation.metadata["diverged_at_snapshot_id"].value == appended
+    assert [d["count"] for d in evaluation.metadata["sink_disagreements"].value] == ["sink_inserted", "sink_updated"]
+
+    # A later batch that agrees (a key appended once) still fails the check, naming where it diverged.
+    spark.sql(f"INSERT INTO {fq} VALUES (30, 30)")
+    later = str(catalog.load_table("db.items").current_snapshot().snapshot_id)
+    assert all(all(t.succeeded) for t in drain(defs, instance, table))
+    replica = _metadata(instance, REPLICA, later)
+    assert (replica["count_insert"], replica["sink_inserted"]) == (1, 1) and "sink_disagreements" not in replica
+    assert replica["diverged_at_snapshot_id"] == appended
+    evaluation = _counts_check(instance, REPLICA)
+    assert not evaluation.passed and evaluation.metadata["snapshot_id"].value == later
+    assert evaluation.metadata["diverged_at_snapshot_id"].value == appended
+    assert "icecdc resync" in evaluation.metadata["recover"].value
