@@ -140,7 +140,8 @@ def test_format_v1_table_loads_and_is_refused_only_when_set_to_merge_on_read(tmp
 
 def test_batch_runs_carry_the_line_checks_and_maintenance_carries_the_consistency_checks(two_table_config):
     """A batch costs what the batch holds: the consistency check counts and samples the whole source
-    and sink, so it runs with the group's maintenance schedule (and on demand), not with each batch."""
+    and sink, so it runs with the group's maintenance schedule (and on demand), not with each batch.
+    Each sink's counts check reads nothing (its step evaluates it), so it runs with each batch."""
     from dagster import AssetCheckKey
 
     from icecdc_dagster.assets.naming import table_line
@@ -152,8 +153,10 @@ def test_batch_runs_carry_the_line_checks_and_maintenance_carries_the_consistenc
     orders = config.table("db.orders")
     changelog = AssetKey(["changelog", "db", "orders_changelog"])
     request = lines.run_request(table_line(orders), NextRun("1", "1", ("1",), 0))
-    assert set(request.asset_check_keys) == {AssetCheckKey(changelog, "no_stuck_snapshots"),
-                                             AssetCheckKey(changelog, "line_follows_table")}
+    assert set(request.asset_check_keys) == {
+        AssetCheckKey(changelog, "no_stuck_snapshots"), AssetCheckKey(changelog, "line_follows_table"),
+        AssetCheckKey(AssetKey(["opensearch", "orders_opensearch"]), "sink_counts_agree"),
+        AssetCheckKey(AssetKey(["replica", "replica", "replica_orders"]), "sink_counts_agree")}
     schedule = defs.resolve_schedule_def("maintenance__db_orders")
     steps = set(defs.resolve_job_def(schedule.job_name).graph.node_dict)
     assert steps == {"maintenance__db__orders_maintenance", "opensearch__orders_opensearch_matches_source_at_checkpoint",
