@@ -94,6 +94,24 @@ class Lake:
         start = self.small_rows + r * 100
         self.spark.sql(f"INSERT INTO {cat}.{SMALL} SELECT id, concat('m', id), {r} FROM range({start}, {start + 20})")
 
+    def assert_counts_agreed(self, instance: DagsterInstance) -> None:
+        """Every batch a sink applied, the killed ones' redos included, did what its events say: no
+        evaluation of a ``sink_counts_agree`` check failed (a redo MERGEs into the snapshot the killed
+        attempt merged into, or finds the batch published and skips it), and the replicas' ran."""
+        from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+
+        from icecdc_dagster.assets import naming
+        from icecdc_dagster.config import load_config
+
+        for table in load_config(self.config).tables:
+            for sink in table.sinks:
+                key = naming.counts_check_key(sink)
+                records = instance.event_log_storage.get_asset_check_execution_history(key, limit=1000)
+                failed = [r.run_id for r in records if r.status == AssetCheckExecutionRecordStatus.FAILED]
+                assert failed == [], f"{key.to_user_string()} failed in runs {failed}"
+                if sink.maintained_table() is not None:
+                    assert any(r.status == AssetCheckExecutionRecordStatus.SUCCEEDED for r in records), key
+
     def observer(self) -> DagsterInstance:
         """The instance, opened by the test like a monitoring tool would (before any sync creates it)."""
         return DagsterInstance.from_ref(InstanceRef.from_dir(str(self.home)))

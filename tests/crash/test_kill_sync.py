@@ -48,6 +48,7 @@ def run_kill_rounds(lake: Lake, points) -> list[KillResult]:  # noqa: ANN001
             assert_nothing_in_flight(instance)
             lake.assert_no_lock_left()
             lake.assert_synced()
+            lake.assert_counts_agreed(instance)
     finally:
         for i, (r, (killed_s, recovery_s)) in enumerate(zip(results, timings + [(0, 0)])):
             print(f"kill {i}: target {r.point.target} (+{r.point.delay_s:.2f}s) -> observed {r.observed}, "
