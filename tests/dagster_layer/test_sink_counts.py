@@ -92,15 +92,19 @@ def test_inserts_of_keys_the_source_already_holds_are_a_disagreement(spark, cata
     """Rows appended with keys the source already has: each key has one INSERT in its snapshot, so the
     engine has nothing to refuse, and the replica upserts them. The batch applies (its commit holds the
     checkpoint), shows the true counts and what disagrees, warns, and fails the check, which stays failed
-    on later batches that agree: the replica has not equalled the source since."""
+    on later batches that agree (the replica has not equalled the source since) until a resync."""
+    from icecdc_dagster.lease.holder import Holder
+    from icecdc_dagster.sync import SyncContext, resync_table
+
     fq = f"{catalog_settings.name}.db.items"
     spark.sql(f"""CREATE TABLE {fq} (id BIGINT NOT NULL, qty INT) USING iceberg
                   TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read',
                                  'write.update.mode'='merge-on-read')""")
     spark.sql(f"INSERT INTO {fq} SELECT id, CAST(id AS INT) FROM range(0, 12)")
-    config = load_config(write_pipeline(tmp_path / "p.yaml", catalog_settings, [{
+    path = write_pipeline(tmp_path / "p.yaml", catalog_settings, [{
         "table_name": "db.items", "identifier_columns": ["id"], "max_snapshots_per_run": 1,
-        "sinks": [{"iceberg": {"table_name": "db.items_replica"}}]}]))
+        "sinks": [{"iceberg": {"table_name": "db.items_replica"}}]}])
+    config = load_config(path)
     defs, table = build_definitions(config), config.tables[0]
     assert all(all(t.succeeded) for t in drain(defs, instance, table))               # the export
 
@@ -136,6 +140,20 @@ def test_inserts_of_keys_the_source_already_holds_are_a_disagreement(spark, cata
     assert not evaluation.passed and evaluation.metadata["snapshot_id"].value == later
     assert evaluation.metadata["diverged_at_snapshot_id"].value == appended
     assert "icecdc resync" in evaluation.metadata["recover"].value
+
+    # The source's copies deleted: the batch agrees (5 deletes), but the replica lost keys 0..4 with them.
+    spark.sql(f"DELETE FROM {fq} WHERE qty = -1 AND id < 5")
+    assert all(all(t.succeeded) for t in drain(defs, instance, table))
+    evaluation = _counts_check(instance, REPLICA)
+    assert not evaluation.passed and evaluation.metadata["diverged_at_snapshot_id"].value == appended
+    assert spark.table(f"{catalog_settings.name}.db.items_replica").count() == spark.table(fq).count() - 5
+
+    # The resync's export replaces the replica: the new line agrees.
+    context = SyncContext(defs=defs, instance=instance, holder=Holder.current(), config_path=path)
+    assert resync_table(config, defs, instance, "db.items", context=context).sync.ok
+    evaluation = _counts_check(instance, REPLICA)
+    assert evaluation.passed and "diverged_at_snapshot_id" not in evaluation.metadata, evaluation.metadata
+    assert spark.table(f"{catalog_settings.name}.db.items_replica").count() == spark.table(fq).count() == 15
 
 
 def test_the_redo_of_a_batch_whose_replica_write_died_before_publishing_agrees(spark, catalog_settings, catalog,
