@@ -8,7 +8,7 @@ from dagster import AssetKey, DagsterInstance, Definitions
 
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import line_record, naming
-from icecdc_dagster.config import IngestConfig, TableConfig
+from icecdc_dagster.config import IngestConfig, SinkConfig, TableConfig
 from icecdc_dagster.definitions import resource
 from icecdc_dagster.ingest.ingester import expired_files
 from icecdc_dagster.lines import line as lines
@@ -217,8 +217,25 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
     warning = retention_warning(source, table.table_name, slowest)
     if warning:
         status.warnings.append(warning)
+    status.warnings += [w for sink in table.sinks
+                        if (w := divergence_warning(instance, table, sink, status.line, config_path)) is not None]
     status.left_behind = left_behind(instance, catalog.name, table)
     return status
+
+
+def divergence_warning(instance: DagsterInstance, table: TableConfig, sink: SinkConfig, line: str | None,
+                       config_path: str | None) -> str | None:
+    """What the failing check ``sink_counts_agree`` says, for those who read ``icecdc status`` rather than
+    the UI: the sink's latest batch on the active line carries the snapshot where its counts first
+    contradicted the events (the target has not equalled the source since); None when it does not."""
+    records = instance.fetch_materializations(naming.sink_key(sink), limit=1).records
+    latest = BatchMetadata.read(records[0].asset_materialization if records else None)
+    if latest.diverged_at_snapshot_id is None or latest.line != line:
+        return None
+    return (f"{sink.name} diverged from {table.table_name} at snapshot {latest.diverged_at_snapshot_id}: its counts "
+            f"contradicted the batch's events (sink_disagreements; check sink_counts_agree fails): the source holds "
+            f"keys twice, or something else wrote the target; deduplicate, then "
+            f"{lifecycle.recovery_command(config_path, table.table_name)}")
 
 
 def left_behind(instance: DagsterInstance, catalog_name: str, table: TableConfig) -> list[LeftBehind]:

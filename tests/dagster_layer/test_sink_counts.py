@@ -94,6 +94,7 @@ def test_inserts_of_keys_the_source_already_holds_are_a_disagreement(spark, cata
     checkpoint), shows the true counts and what disagrees, warns, and fails the check, which stays failed
     on later batches that agree (the replica has not equalled the source since) until a resync."""
     from icecdc_dagster.lease.holder import Holder
+    from icecdc_dagster.status import table_status
     from icecdc_dagster.sync import SyncContext, resync_table
 
     fq = f"{catalog_settings.name}.db.items"
@@ -140,6 +141,9 @@ def test_inserts_of_keys_the_source_already_holds_are_a_disagreement(spark, cata
     assert not evaluation.passed and evaluation.metadata["snapshot_id"].value == later
     assert evaluation.metadata["diverged_at_snapshot_id"].value == appended
     assert "icecdc resync" in evaluation.metadata["recover"].value
+    # `icecdc status` says it too, for those who do not read the UI.
+    (diverged,) = [w for w in table_status(defs, instance, table, str(path)).warnings if "diverged" in w]
+    assert f"at snapshot {appended}" in diverged and f"icecdc resync --config {path} --table db.items" in diverged
 
     # The source's copies deleted: the batch agrees (5 deletes), but the replica lost keys 0..4 with them.
     spark.sql(f"DELETE FROM {fq} WHERE qty = -1 AND id < 5")
@@ -153,6 +157,7 @@ def test_inserts_of_keys_the_source_already_holds_are_a_disagreement(spark, cata
     assert resync_table(config, defs, instance, "db.items", context=context).sync.ok
     evaluation = _counts_check(instance, REPLICA)
     assert evaluation.passed and "diverged_at_snapshot_id" not in evaluation.metadata, evaluation.metadata
+    assert not [w for w in table_status(defs, instance, table, str(path)).warnings if "diverged" in w]
     assert spark.table(f"{catalog_settings.name}.db.items_replica").count() == spark.table(fq).count() == 15
 
 
