@@ -228,8 +228,7 @@ def divergence_warning(instance: DagsterInstance, table: TableConfig, sink: Sink
     """What the failing check ``sink_counts_agree`` says, for those who read ``icecdc status`` rather than
     the UI: the sink's latest batch on the active line carries the snapshot where its counts first
     contradicted the events (the target has not equalled the source since); None when it does not."""
-    records = instance.fetch_materializations(naming.sink_key(sink), limit=1).records
-    latest = BatchMetadata.read(records[0].asset_materialization if records else None)
+    latest = BatchMetadata.latest(instance, naming.sink_key(sink))
     if latest.diverged_at_snapshot_id is None or latest.line != line:
         return None
     return (f"{sink.name} diverged from {table.table_name} at snapshot {latest.diverged_at_snapshot_id}: its counts "
@@ -243,8 +242,7 @@ def left_behind(instance: DagsterInstance, catalog_name: str, table: TableConfig
     (read from the instance: the target itself may be gone)."""
     found = []
     for name, value in sorted(line_record.left_behind(catalog_name, table).items()):
-        records = instance.fetch_materializations(AssetKey.from_user_string(value["asset_key"]), limit=1).records
-        checkpoint = BatchMetadata.read(records[0].asset_materialization if records else None).checkpoint
+        checkpoint = BatchMetadata.latest(instance, AssetKey.from_user_string(value["asset_key"])).checkpoint
         found.append(LeftBehind(name, str(value.get("kind")), str(value.get("target")),
                                 str(checkpoint) if checkpoint is not None else None))
     return found

@@ -64,8 +64,7 @@ def ordinal_anchor(instance: "DagsterInstance", table: TableConfig, line: str | 
 
     None: a v2+ line (real sequence numbers), or no batch of this line yet (its snapshots' depth).
     """
-    records = instance.fetch_materializations(naming.changelog_key(table), limit=1).records
-    recorded = BatchMetadata.read(records[0].asset_materialization if records else None)
+    recorded = BatchMetadata.latest(instance, naming.changelog_key(table))
     position = recorded.ordinal_position
     if position is None or recorded.line != line:
         return None

@@ -43,6 +43,7 @@ from icecdc_dagster.lines.batch_metadata import (
     BatchMetadata,
     disagreement_figure,
     disagreement_figures,
+    latest_materialization,
     sink_figures,
 )
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
@@ -102,7 +103,8 @@ def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
                                   connection=connection)
     by_row_id = uses_row_id(source, request.identifier_columns)
     store = ChangelogStore(session, catalog.name, table.table_name)
-    joining = not request.includes_bootstrap and joins_line(context, sink, target)
+    previous = latest_materialization(context.instance, naming.sink_key(sink))  # the sink's last batch, if any
+    joining = not request.includes_bootstrap and joins_line(previous is not None, target)
     if joining:  # added to the running line: the table at the batch's last snapshot, then the line's batches
         info, joined_events = join_export(session, catalog.name, source, request, by_row_id)
         context.log.info(f"{target.name}: joins the running line of {table.table_name} with its own export "
@@ -138,7 +140,7 @@ def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
         info, parent, started, applied, sink=target.name, skipped_already_applied=result.skipped,
         checkpoint_snapshot_id=str(checkpoint.snapshot_id) if checkpoint else NONE, line=request.line,
         joined_line_export=True if joining else None,
-        diverged_at_snapshot_id=diverged_at(context, sink, request.line, info, found))
+        diverged_at_snapshot_id=diverged_at(BatchMetadata.read(previous), request.line, info, found))
     metadata = recorded.with_figures({**sink_figures(result.counts), **disagreement_figures(found), **result.details})
     # The data version is the source snapshot the sink now holds, as the source observation records it.
     return MaterializeResult(metadata={**metadata, **described}, data_version=DataVersion(str(info.snapshot_id)),
@@ -163,13 +165,10 @@ def disagreement_warning(sink_name: str, info: BatchInfo, found: list[Disagreeme
             f"keys), then {resync_command(info.table_name)}")
 
 
-def diverged_at(context: AssetExecutionContext, sink: SinkConfig, line: str | None, info: BatchInfo,
-                found: list[Disagreement]) -> str | None:
+def diverged_at(previous: BatchMetadata, line: str | None, info: BatchInfo, found: list[Disagreement]) -> str | None:
     """The first snapshot of the line whose batch the sink's counts contradicted: carried from the sink's
-    previous batch on the same line (the target has not equalled the source since), else this batch's
+    ``previous`` batch on the same line (the target has not equalled the source since), else this batch's
     when it disagrees. A resync's new line starts clean: its export replaces the target."""
-    records = context.instance.fetch_materializations(naming.sink_key(sink), limit=1).records
-    previous = BatchMetadata.read(records[0].asset_materialization if records else None)
     carried = previous.diverged_at_snapshot_id if previous.line == line else None
     return carried or (str(info.snapshot_id) if found else None)
 
@@ -191,12 +190,11 @@ def counts_check(context: AssetExecutionContext, table: TableConfig, sink: SinkC
                              severity=AssetCheckSeverity.ERROR, metadata=where.with_figures(figures))]
 
 
-def joins_line(context: AssetExecutionContext, sink: SinkConfig, target: Sink) -> bool:
-    """The sink was added to a running line: Dagster has no batch of it and its target no checkpoint.
-    (A target with a checkpoint goes by it: a join export that committed before its run was recorded
-    is then already applied, and the next batch follows it.)"""
-    records = context.instance.fetch_materializations(naming.sink_key(sink), limit=1).records
-    return not records and target.read_checkpoint() is None
+def joins_line(has_batches: bool, target: Sink) -> bool:
+    """The sink was added to a running line: Dagster has no batch of it (``has_batches`` False) and its
+    target no checkpoint. (A target with a checkpoint goes by it: a join export that committed before its
+    run was recorded is then already applied, and the next batch follows it.)"""
+    return not has_batches and target.read_checkpoint() is None
 
 
 def event_counts(events: "DataFrame") -> dict[str, int]:

@@ -28,7 +28,7 @@ from icecdc_dagster.batch import CHANGE_TYPES, BatchInfo
 from icecdc_dagster.sinks.base import Disagreement
 
 if TYPE_CHECKING:
-    from dagster import AssetMaterialization, AssetObservation
+    from dagster import AssetKey, AssetMaterialization, AssetObservation, DagsterInstance
 
 NONE = "none"  # what a snapshot id field shows when there is none (no parent, no checkpoint yet)
 DISAGREEMENTS = "sink_disagreements"  # a sink's counts that contradict its batch's events (a figure)
@@ -128,6 +128,11 @@ class BatchMetadata(NamespacedMetadataSet):
         return cls.extract(event.metadata) if event is not None else cls()
 
     @classmethod
+    def latest(cls, instance: "DagsterInstance", asset_key: "AssetKey") -> Self:
+        """What the asset's latest materialisation (of any partition) recorded; the empty set for none."""
+        return cls.read(latest_materialization(instance, asset_key))
+
+    @classmethod
     def of_batch(cls, info: BatchInfo, parent_id: int | None, started_monotonic: float,
                  counts: Mapping[str, int], **fields: Any) -> Self:
         """A batch's position, timing and events per change type (``counts``), with ``fields`` of the
@@ -168,6 +173,12 @@ class BatchMetadata(NamespacedMetadataSet):
         if not self.counts_ordinals or snapshot is None or self.sequence_number is None:
             return None
         return snapshot, self.sequence_number
+
+
+def latest_materialization(instance: "DagsterInstance", asset_key: "AssetKey") -> "AssetMaterialization | None":
+    """The asset's latest materialisation, of any partition (one indexed query); None when it has none."""
+    records = instance.fetch_materializations(asset_key, limit=1).records
+    return records[0].asset_materialization if records else None
 
 
 def seconds_since(started_monotonic: float) -> float:
@@ -224,4 +235,5 @@ def _snapshot(value: str | None) -> int | None:
 
 
 __all__ = ["ANCESTRY", "DISAGREEMENTS", "NONE", "BatchMetadata", "disagreement_figure", "disagreement_figures",
-           "event_count_key", "figure_value", "seconds_since", "sink_figure_key", "sink_figures"]
+           "event_count_key", "figure_value", "latest_materialization", "seconds_since", "sink_figure_key",
+           "sink_figures"]
