@@ -212,8 +212,3 @@ def _build_definitions(config: PipelineConfig, check_tables: bool, rebuilt: Coll
 def defs() -> Definitions:
     """What ``dagster dev``, the daemon and run workers load: the pipeline file named by ``$ICECDC_CONFIG``."""
     return build_definitions(load_config())
-
-
-def resource(defs: Definitions, key: str) -> Any:
-    """A resource of definitions built here (``Definitions.resources`` is optional in Dagster's types)."""
-    return (defs.resources or {})[key]

@@ -166,6 +166,11 @@ class DefinitionChangedError(ConfigError):
     recovery = RESYNC_COMMAND
 
 
+class UnresolvedResourceError(IcecdcError):
+    """A resource was used with its ``EnvVar`` config unresolved (outside Dagster's initialisation): its
+    secrets would reach a server as the variables' names. A bug of the caller, never retried."""
+
+
 TRANSIENT, TERMINAL, UNCLASSIFIED = "transient", "terminal", "unclassified"
 # Errors of libraries we call that mean "the service did not answer" (opensearch-py's connection errors
 # are not the builtin ConnectionError).

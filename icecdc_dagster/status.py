@@ -9,11 +9,11 @@ from dagster import AssetKey, DagsterInstance, Definitions
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import line_record, naming
 from icecdc_dagster.config import IngestConfig, SinkConfig, TableConfig
-from icecdc_dagster.definitions import resource
 from icecdc_dagster.ingest.ingester import expired_files
 from icecdc_dagster.lines import line as lines
 from icecdc_dagster.lines.batch_metadata import BatchMetadata
 from icecdc_dagster.lines.window import TableWindow, WholeLine, diagnose, discover_new_keys, line_view
+from icecdc_dagster.resources.resolved import resolved_resource
 from icecdc_dagster.sensors.ingest_sensor import ingest_line, unknown_keys
 from icecdc_dagster.steps import lifecycle
 from icecdc_dagster.steps.ingest_entry import ingest_settings, input_keys
@@ -137,8 +137,8 @@ def ingest_status(instance: DagsterInstance, entry: IngestConfig, defs: Definiti
 def _count_expired(defs: Definitions, entry: IngestConfig, status: IngestStatus) -> None:
     """The landing files past the ledger's horizon that no batch records (the ledger's view, through Spark)."""
     try:
-        catalog = resource(defs, "catalog")
-        spark = resource(defs, "spark").session(catalog)
+        catalog = resolved_resource(defs, "catalog")
+        spark = resolved_resource(defs, "spark").session(catalog)
         status.expired_files = len(expired_files(spark, catalog.name, ingest_settings(entry)))
     except Exception as exc:  # noqa: BLE001 - status reports, it does not fail
         status.error = str(exc)[:200]
@@ -179,7 +179,7 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
     """
     from pyiceberg.exceptions import NoSuchTableError
 
-    catalog = resource(defs, "catalog")
+    catalog = resolved_resource(defs, "catalog")
     try:
         source = catalog.load_table(table.table_name)
     except NoSuchTableError:  # created later by an ingest entry
@@ -197,10 +197,10 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
     for sink in table.sinks:
         try:
             if spark is None and sink.needs_spark:
-                spark = resource(defs, "spark").session(catalog)
+                spark = resolved_resource(defs, "spark").session(catalog)
             key = sink.resource_key()
             target = open_configured_sink(sink, table, spark=spark, catalog=catalog, source_table=source,
-                                          connection=resource(defs, key) if key else None)
+                                          connection=resolved_resource(defs, key) if key else None)
             checkpoint = target.read_checkpoint()
             # Optional on a sink: where its target stands (OpenSearch: the index version, a reindex).
             state = getattr(target, "target_state", None)

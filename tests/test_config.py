@@ -184,8 +184,18 @@ def test_rest_catalog_properties_reach_both_engines_and_secrets_come_from_the_en
 
     resource = build_resources(config)["catalog"]
     assert resource.properties["token"] == EnvVar("REST_TOKEN") and resource.warehouse == "quickstart_catalog"
-    assert resource.process_config_and_initialize().settings().properties["token"] == "s3cr3t"
+    # outside a run the one usable resource is the initialised one; the raw one refuses to connect
+    from icecdc_dagster.errors import UnresolvedResourceError
+    from icecdc_dagster.resources.resolved import initialized
+
+    assert initialized(resource).settings().properties["token"] == "s3cr3t"
+    assert initialized(resource) is initialized(resource)  # once per resource object
+    with pytest.raises(UnresolvedResourceError, match=r"catalog 'cat': properties.token still name") as raw:
+        resource.settings()
+    assert "s3cr3t" not in str(raw.value)
     monkeypatch.delenv("REST_TOKEN")
+    with pytest.raises(ConfigError, match="resource 'catalog': environment variable REST_TOKEN is not set"):
+        initialized(build_resources(config)["catalog"], "catalog")
     with pytest.raises(ConfigError, match="catalog.properties.token: environment variable REST_TOKEN is not set"):
         config.catalog.settings()
 

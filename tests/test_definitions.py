@@ -69,6 +69,13 @@ def test_two_tables_give_source_changelog_and_sink_assets_with_lineage(two_table
     # The OpenSearch password is an EnvVar, resolved only at run time.
     resource = defs.resources["opensearch__orders"]
     assert "s3cret" not in repr(resource)
+    # Outside a run it is usable only as Dagster initialises it; the raw one refuses to connect.
+    from icecdc_dagster.errors import UnresolvedResourceError
+    from icecdc_dagster.resources.resolved import resolved_resource
+
+    assert resolved_resource(defs, "opensearch__orders").cluster()[2] == "s3cret"
+    with pytest.raises(UnresolvedResourceError, match="password still names? environment"):
+        resource.cluster()
 
 
 def test_missing_table_fails_at_load_naming_it(tmp_path, catalog_settings):

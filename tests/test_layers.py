@@ -140,3 +140,32 @@ def test_no_private_names_across_modules():
 if __name__ == "__main__":  # python tests/test_layers.py: the graph's problems, for a person to read
     print("upward imports:", *upward_imports(), sep="\n  ")
     print("two-file cycles:", *two_file_cycles(), sep="\n  ")
+
+
+# The one module that reads a definitions' raw resources and initialises them outside a run.
+RESOLVED_MODULE = PACKAGE / "resources" / "resolved.py"
+
+
+def _raw_resource_reads(path: Path) -> list[str]:
+    """``x.resources`` read other than as Dagster's initialised ``context.resources`` or handed back to
+    Dagster as a ``resources=`` argument (which initialises them), and any ``process_config_and_initialize``."""
+    tree = ast.parse(path.read_text())
+    handed = {id(k.value) for node in ast.walk(tree) if isinstance(node, ast.Call) for k in node.keywords
+              if k.arg == "resources"}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "process_config_and_initialize":
+            found.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
+        elif (isinstance(node, ast.Attribute) and node.attr == "resources" and id(node) not in handed
+              and not (isinstance(node.value, ast.Name) and node.value.id == "context")):
+            found.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+def test_raw_resources_are_read_only_through_the_resolved_module():
+    """A definitions' resource holds its secrets as ``EnvVar``s (the variables' NAMES) until Dagster
+    initialises it: outside a run, code takes resources from ``resources.resolved`` and nowhere else."""
+    files = [*PACKAGE.rglob("*.py"), *(PACKAGE.parent / "bench").rglob("*.py")]
+    offenders = [hit for path in files if path != RESOLVED_MODULE for hit in _raw_resource_reads(path)]
+    assert offenders == []
+    assert _raw_resource_reads(RESOLVED_MODULE)  # the rule sees the one module that does it

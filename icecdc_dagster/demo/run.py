@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from icecdc_dagster.definitions import resource
 from icecdc_dagster.demo import workload
 from icecdc_dagster.lines.batch_metadata import BatchMetadata
+from icecdc_dagster.resources.resolved import resolved_resource
 
 if TYPE_CHECKING:
     from dagster import AssetKey, DagsterInstance
@@ -92,9 +92,9 @@ def run_demo(directory: Path, opensearch_url: str | None = None, input_kind: str
     # The demo creates its source table below, with the session these definitions build.
     defs = build_definitions(config, check_tables=False)
     instance = DagsterInstance.get()
-    catalog = resource(defs, "catalog")
+    catalog = resolved_resource(defs, "catalog")
     started = time.monotonic()
-    spark = resource(defs, "spark").session(catalog)
+    spark = resolved_resource(defs, "spark").session(catalog)
     name = config.catalog.name
     print(f"demo: warehouse and catalog in {directory}")
     fresh = not spark.catalog.tableExists(f"{name}.{workload.SOURCE_TABLE}")

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 from dagster import ConfigurableResource
 from pydantic import Field, PrivateAttr
 
+from icecdc_dagster.resources.secrets import require_resolved
 from icecdc_dagster.runtime.catalog import CatalogSettings, with_password
 
 if TYPE_CHECKING:
@@ -15,7 +16,8 @@ if TYPE_CHECKING:
 
 class IcebergCatalogResource(ConfigurableResource[Any]):
     """``uri`` is a REST catalog's URL or a SQLAlchemy URL; put a password in ``password`` and a token or
-    credential in ``properties`` as an ``EnvVar``, never in the URI or as text."""
+    credential in ``properties`` as an ``EnvVar``, never in the URI or as text. Outside a run, use it only
+    as ``resources.resolved`` gives it (Dagster's initialisation): the raw one refuses to connect."""
 
     type: str = "sql"
     name: str = "lake"
@@ -28,6 +30,12 @@ class IcebergCatalogResource(ConfigurableResource[Any]):
     _catalog: "Catalog | None" = PrivateAttr(default=None)
 
     def settings(self) -> CatalogSettings:
+        """Both engines' settings.
+
+        Raises:
+            UnresolvedResourceError: this resource was not initialised by Dagster (``resources.resolved``).
+        """
+        require_resolved(self, f"catalog {self.name!r}")
         return CatalogSettings(self.name, with_password(self.uri, self.type, self.password), self.warehouse,
                                dict(self.properties), type=self.type)
 

@@ -20,7 +20,6 @@ the latest resync bootstrap are superseded and never planned again.
 
 import dataclasses
 import json
-import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -41,6 +40,7 @@ from icecdc_dagster.config import TableConfig
 from icecdc_dagster.lease import retry
 from icecdc_dagster.lines import line
 from icecdc_dagster.lines.window import TableWindow, WholeLine, diagnose, discover_new_keys, line_view
+from icecdc_dagster.resources.resolved import initialized
 from icecdc_dagster.steps import lifecycle
 from icecdc_dagster.steps.ordering import Blocked, NextRun
 
@@ -164,14 +164,10 @@ class ResolvedCatalog:
 
     def __init__(self, resource: "IcebergCatalogResource") -> None:
         self._resource = resource
-        self._resolved: IcebergCatalogResource | None = None
-        self._lock = threading.Lock()
 
     def get(self) -> "IcebergCatalogResource":
-        with self._lock:
-            if self._resolved is None:
-                self._resolved = self._resource.process_config_and_initialize()
-            return self._resolved
+        """Raises: ConfigError: a variable the catalog's config names is not set."""
+        return initialized(self._resource, "catalog")
 
 
 def tick(instance: "DagsterInstance", cursor: str | None, table: TableConfig, catalog: "IcebergCatalogResource",

@@ -101,8 +101,7 @@ class OpenSearchSinkConfig(SinkConfig):
         """Engine settings; the cluster (hosts, credentials) from ``connection`` when given, else from
         this config with secrets read from the environment now."""
         if connection is not None:
-            hosts, username, password = tuple(connection.hosts), connection.username, connection.password
-            verify, ca_certs, timeout = connection.verify_certs, connection.ca_certs, connection.request_timeout_s
+            hosts, username, password, verify, ca_certs, timeout = connection.cluster()
         else:
             hosts, verify, ca_certs, timeout = self.hosts, self.verify_certs, self.ca_certs, self.request_timeout_s
             if username is None:

@@ -7,7 +7,7 @@ from dagster import ConfigurableResource
 from pydantic import Field
 
 from icecdc_dagster.fields import EnvRef
-from icecdc_dagster.resources.secrets import env_var
+from icecdc_dagster.resources.secrets import env_var, require_resolved
 
 
 class OpenSearchResource(ConfigurableResource[Any]):
@@ -25,3 +25,14 @@ class OpenSearchResource(ConfigurableResource[Any]):
         ``EnvVar``s."""
         return cls(hosts=hosts, username=env_var(username), password=env_var(password), verify_certs=verify_certs,
                    ca_certs=ca_certs, request_timeout_s=request_timeout_s)
+
+    def cluster(self) -> tuple[tuple[str, ...], str | None, str | None, bool, str | None, float]:
+        """(hosts, username, password, verify_certs, ca_certs, request_timeout_s) for the engine.
+
+        Raises:
+            UnresolvedResourceError: this resource was not initialised by Dagster (``resources.resolved``):
+                its credentials would go to the cluster as the variables' names.
+        """
+        require_resolved(self, f"OpenSearch connection {', '.join(self.hosts)}")
+        return (tuple(self.hosts), self.username, self.password, self.verify_certs, self.ca_certs,
+                self.request_timeout_s)
