@@ -167,3 +167,14 @@ class PostgresDatabases:
     def drop_all(self) -> None:
         for name in self.created:
             self._admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+FAULT_HOOKS = Path(__file__).parent / "fault_hooks"
+
+
+def fault_env(fault: str, table: str = "") -> dict[str, str]:
+    """The environment of a subprocess that kills itself at ``fault`` (tests/fault_hooks/sitecustomize.py):
+    the product has no kill switch, the test installs one by monkeypatching at start-up."""
+    path = os.pathsep.join(p for p in (str(FAULT_HOOKS), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "ICECDC_TEST_FAULT": fault}
+    return {**env, "ICECDC_TEST_FAULT_TABLE": table} if table else env

@@ -8,8 +8,6 @@ some of its tables committed, rebuilds exactly that batch (same range, same id) 
 Acknowledgement always follows the commit.
 """
 
-import os
-import signal
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,8 +20,6 @@ from icecdc_dagster.fields import Model, PositiveInt
 from icecdc_dagster.ingest.ingester import IngestResult, IngestSettings, ingest_records
 
 RANGE_SEPARATOR = ".."
-FAULT_ENV = "ICECDC_FAULT"
-FAULT_KILL_BEFORE_ACK = "kill-after-commit-before-ack"  # test hook: die with the batch committed, not acknowledged
 
 
 @dataclass(frozen=True)
@@ -186,8 +182,3 @@ class BrokerInputConfig(InputConfig):
 
     max_messages: PositiveInt = Field(default=10000, description="messages per batch at most (one commit per target)")
 
-
-def fault_after_commit() -> None:
-    """Test hook: die between the commit and the acknowledgement when ``ICECDC_FAULT`` asks for it."""
-    if os.environ.get(FAULT_ENV) == FAULT_KILL_BEFORE_ACK:
-        os.kill(os.getpid(), signal.SIGKILL)

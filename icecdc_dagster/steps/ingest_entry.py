@@ -15,7 +15,7 @@ from icecdc_dagster.config import IngestConfig
 from icecdc_dagster.errors import IngestError
 from icecdc_dagster.ingest import landing, routing
 from icecdc_dagster.ingest.ingester import IngestResult, IngestSettings, recorded_batches
-from icecdc_dagster.inputs.base import Lag, StreamBatch, StreamInput, fault_after_commit
+from icecdc_dagster.inputs.base import Lag, StreamBatch, StreamInput
 
 
 def ingest_settings(entry: IngestConfig) -> IngestSettings:
@@ -129,6 +129,5 @@ def ingest_stream_batch(spark: Any, catalog_name: str, entry: IngestConfig, read
     result = None
     if batch.messages:
         result = reader.commit(spark, catalog_name, settings, batch)
-        fault_after_commit()
     reader.acknowledge(batch)
     return StreamRun(result, batch, reader.lag())

@@ -33,8 +33,6 @@ stamped at or below it.
 
 import base64
 import json
-import os
-import signal
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -54,9 +52,6 @@ LEDGER_DROPPED_PROPERTY = "icecdc.ledger-dropped-upto"  # table property: the hi
 TARGET_SNAPSHOT_KEY = "icecdc.target-snapshot-id"  # in LAST_BATCH_PROPERTY: the snapshot the batch published
 STAGING_BRANCH = "icecdc_stage"
 STAGING_MAX_REF_AGE_MS = 1  # expire_snapshots drops the staging ref (and its snapshot) whenever it runs
-FAULT_ENV = "ICECDC_FAULT"
-FAULT_KILL_BEFORE_PUBLISH = "kill-after-write-before-commit"
-FAULT_TABLE_ENV = "ICECDC_FAULT_TABLE"  # only fault on tables whose name ends with this
 
 T = TypeVar("T")
 
@@ -312,9 +307,6 @@ def staged_commit(spark: Any, table: str, properties: dict[str, str], write: Cal
         append.commit()
         jtable.refresh()
         staged = _branch_head(jtable, table)
-    if os.environ.get(FAULT_ENV) == FAULT_KILL_BEFORE_PUBLISH and table.endswith(os.environ.get(FAULT_TABLE_ENV, "")):
-        # Test hook: die with the batch's files written and its snapshot staged, before main sees it.
-        os.kill(os.getpid(), signal.SIGKILL)
     snapshot_id = publish(jtable, {k: str(v) for k, v in properties.items()}, ledger, table, retention)
     parent = staged.parentId()
     parent_snapshot = jtable.snapshot(parent) if parent is not None else None

@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from icecdc_dagster.ingest import IngestSettings, ingest_files, pending_files
-from tests.helpers import TEST_SPARK_CONF
+from tests.helpers import TEST_SPARK_CONF, fault_env
 from tests.ingest.stream import Stream
 
 TEMPLATE = "db.{source.schema}_{source.table}"
@@ -119,7 +119,7 @@ def test_kill_between_write_and_commit_then_rerun(spark, catalog, catalog_settin
                      identifier_columns={KEYS!r}, auto_create=True, schema_evolution=True), [{files[1]!r}])
         print("NOT KILLED")
         """)
-    env = {**os.environ, "ICECDC_FAULT": "kill-after-write-before-commit", "ICECDC_FAULT_TABLE": "inventory_customers"}
+    env = fault_env("kill-after-write-before-commit", table="inventory_customers")
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == -9, proc.stdout[-2000:] + proc.stderr[-3000:]
     # main still shows the rows as before the batch (the added optional column is a schema commit, all null);

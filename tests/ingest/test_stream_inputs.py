@@ -16,7 +16,7 @@ from icecdc_dagster.config import IngestConfig
 from icecdc_dagster.ingest import IngestSettings, ingest_files
 from icecdc_dagster.ingest.ingester import recorded_batches
 from icecdc_dagster.steps.ingest_entry import ingest_settings, ingest_stream_batch
-from tests.helpers import TEST_SPARK_CONF
+from tests.helpers import TEST_SPARK_CONF, fault_env
 from tests.ingest.brokers import NATS_URL, REDIS_URL, jetstream_subject, publish_nats, publish_redis, redis_stream
 
 FIXTURES = Path(__file__).parent / "fixtures" / "debezium"
@@ -260,7 +260,7 @@ spark = build_spark_session(SparkSettings(master="local[1]", app_name="killed-st
 attach_catalog(spark, CatalogSettings(name=name, uri=uri, warehouse=warehouse))
 entry = IngestConfig.model_validate_json(entry_json)
 with entry.input.open() as reader:
-    ingest_stream_batch(spark, name, entry, reader)   # ICECDC_FAULT kills the process after the commit
+    ingest_stream_batch(spark, name, entry, reader)   # the fault hook kills the process after the commit
 print("acknowledged", flush=True)
 """
 
@@ -270,7 +270,6 @@ print("acknowledged", flush=True)
 def test_sigkill_between_commit_and_ack_loses_nothing_and_writes_nothing_twice(spark, catalog, catalog_settings,
                                                                               kind):
     """The real thing: a process SIGKILLed by the fault hook right after the commit, before the acknowledgement."""
-    import os
     import subprocess
     import sys
 
@@ -282,7 +281,7 @@ def test_sigkill_between_commit_and_ack_loses_nothing_and_writes_nothing_twice(s
         else:
             publish_redis(where, CUSTOMERS[:4])
             entry = _redis_entry(where, block="PT0.1S")
-        env = {**os.environ, "ICECDC_FAULT": "kill-after-commit-before-ack"}
+        env = fault_env("kill-after-commit-before-ack")
         done = subprocess.run([sys.executable, "-c", KILLED_STEP, cat, catalog_settings.uri,
                                catalog_settings.warehouse, entry.model_dump_json(by_alias=True)],
                               env=env, capture_output=True, text=True, timeout=600)
