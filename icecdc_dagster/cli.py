@@ -19,10 +19,12 @@ from icecdc_dagster.runtime.rest_server import RestServerOptions, start_rest_ser
 # them: they load Spark and Dagster (2-8 s), which `icecdc --help` and `rest-server` never need.
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from dagster import DagsterInstance
 
     from icecdc_dagster.config import PipelineConfig
-    from icecdc_dagster.sync import StopRequest, SyncContext
+    from icecdc_dagster.sync import StopRequest, SyncContext, TableSyncReport
 
 
 def _instance(config: "PipelineConfig", config_path: str | None, dagster_home: str | None,
@@ -66,7 +68,20 @@ def _is_instance(home: Path) -> bool:
     return home.is_dir() and any((home / name).exists() for name in ("dagster.yaml", "history", "storage"))
 
 
+EXIT_BLOCKED = 1
+EXIT_CHECK_FAILED = 3  # every batch applied, but a data check failed (named in the summary): a person must look
 EXIT_BUSY = 75  # EX_TEMPFAIL: another writer holds a line; try again later (or use --wait)
+SYNC_EXIT_CODES = """exit status:
+  0        every line is synced and every check its batches ran passed
+  1        a line is blocked: a batch failed past max_retries or stopped on a terminal error (named,
+           with the command that recovers: --retry-failed or icecdc resync)
+  2        configuration error
+  3        the batches applied, but a check failed (each named: asset, check, snapshot), e.g.
+           sink_counts_agree: the target no longer equals the source; find the cause, then icecdc resync
+  75       a line is busy with another writer (named; retry later or use --wait), or waits out a
+           transient failure's backoff
+  130/143  stopped by SIGINT / SIGTERM; run it again to continue
+Precedence when lines differ: 1, then 3, then 75, then 0."""
 
 
 def _sync_context(args: argparse.Namespace, stop: "StopRequest", rebuilt: tuple[str, ...] = (),
@@ -106,8 +121,15 @@ def cmd_sync(args: argparse.Namespace) -> int:
         if stop.requested:
             print(f"icecdc sync: stopped by {stop.name}; run it again to continue where each line stopped")
             return stop.exit_code
+    return exit_status(reports)
+
+
+def exit_status(reports: "Sequence[TableSyncReport]") -> int:
+    """The sync's exit status (``SYNC_EXIT_CODES``): the most serious of its lines'."""
     if any(r.blocked or not all(ok for *_, ok in r.runs) for r in reports):
-        return 1
+        return EXIT_BLOCKED
+    if any(r.failed_checks for r in reports):
+        return EXIT_CHECK_FAILED
     # Busy with another writer, or waiting out a transient failure's backoff: try again later.
     return EXIT_BUSY if any(r.busy or r.waiting for r in reports) else 0
 
@@ -126,7 +148,7 @@ def cmd_resync(args: argparse.Namespace) -> int:
         print(report.render())
         if stop.requested:
             return stop.exit_code
-    return 0 if report.sync.ok else (EXIT_BUSY if report.sync.busy else 1)
+    return exit_status([report.sync])
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -221,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
                                  ("resync", cmd_resync, "re-bootstrap one table's line (after a rollback, an "
                                                         "expired snapshot or a recreated table): full export "
                                                         "that converges every sink")):
-        p = sub.add_parser(name, help=helptext)
+        p = sub.add_parser(name, help=helptext, epilog=SYNC_EXIT_CODES if name in ("sync", "resync") else None,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         _config_argument(p)
         p.add_argument("--dagster-home", default=None,
                        help="Dagster instance directory (default: $DAGSTER_HOME, else the pipeline file's "

@@ -20,7 +20,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dagster import AssetCheckKey, AssetKey, DagsterInstance, DagsterRunStatus, Definitions
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckKey,
+    AssetKey,
+    DagsterEventType,
+    DagsterInstance,
+    DagsterRunStatus,
+    Definitions,
+)
 from dagster._core.utils import make_new_run_id
 
 from icecdc_dagster import sync_plan
@@ -90,6 +98,17 @@ class StopRequest:
                 signal.signal(s, handler)
 
 
+@dataclass(frozen=True)
+class FailedCheck:
+    """A check a batch run of this sync evaluated as failed: which asset, which check, at which snapshot."""
+    asset: str
+    check: str
+    snapshot: str
+
+    def render(self) -> str:
+        return f"{self.asset} {self.check} at snapshot {self.snapshot}"
+
+
 @dataclass
 class TableSyncReport:
     table_name: str  # a table name, or "ingest:<name>" for an ingest entry
@@ -99,6 +118,8 @@ class TableSyncReport:
     stopped: str | None = None      # where a stop request (SIGINT/SIGTERM) left the line
     waiting: str | None = None      # a transient failure's backoff: the line retries by itself later
     failed_over: list[str] = field(default_factory=list)  # runs of dead workers failed over first
+    # Checks whose latest evaluation in this sync failed (a later passing evaluation clears a check).
+    failed_checks: list[FailedCheck] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -115,8 +136,30 @@ class TableSyncReport:
         if self.waiting:
             return head + f"WAITING: {self.waiting}"
         if not self.ok:
-            return head + f"BLOCKED: {self.blocked or 'a run failed'}"
-        return head + "ok"
+            return head + f"BLOCKED: {self.blocked or 'a run failed'}" + self.render_checks("; ")
+        return head + (self.render_checks("") or "ok")
+
+    def render_checks(self, separator: str) -> str:
+        """Every failed check, or nothing: a line whose batches applied but whose data check failed is not ok."""
+        if not self.failed_checks:
+            return ""
+        return f"{separator}CHECKS FAILED: " + "; ".join(check.render() for check in self.failed_checks)
+
+    def record_checks(self, instance: DagsterInstance, run_id: str, batch: str) -> None:
+        """The check evaluations of run ``run_id`` (of ``batch``, the snapshot a check's metadata does not
+        name): a failed one is added, a passed one clears that check's earlier failures of this sync."""
+        records = instance.get_records_for_run(run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION).records
+        for record in records:
+            event = record.event_log_entry.dagster_event
+            evaluation = event.event_specific_data if event is not None else None
+            if not isinstance(evaluation, AssetCheckEvaluation):
+                continue
+            asset, check = evaluation.asset_key.to_user_string(), evaluation.check_name
+            self.failed_checks = [c for c in self.failed_checks if (c.asset, c.check) != (asset, check)
+                                  or not evaluation.passed]
+            if not evaluation.passed:
+                snapshot = getattr(evaluation.metadata.get("snapshot_id"), "value", None) or batch
+                self.failed_checks.append(FailedCheck(asset, check, str(snapshot)))
 
 
 @dataclass
@@ -287,6 +330,7 @@ def _drain(context: SyncContext, line: lines.Line, evaluate: Callable[[], tuple[
         show_batch(context, line, planned, view)
         run_id, status = execute_run(context, line, planned)
         report.runs.append((planned.first_key, planned.last_key, status == DagsterRunStatus.SUCCESS))
+        report.record_checks(instance, run_id, planned.last_key)
         context.batches_run += 1
         if context.progress is not None:
             context.progress.batch_finished(line.line_id, status == DagsterRunStatus.SUCCESS)
@@ -481,5 +525,5 @@ def resync_table(config: PipelineConfig, defs: Definitions, instance: DagsterIns
                         problem.message if problem else None, report)
 
 
-__all__ = ["NextRun", "ResyncReport", "StopRequest", "SyncContext", "TableSyncReport", "resync_table", "sync_all",
-           "sync_ingest", "sync_table"]
+__all__ = ["FailedCheck", "NextRun", "ResyncReport", "StopRequest", "SyncContext", "TableSyncReport", "resync_table",
+           "sync_all", "sync_ingest", "sync_table"]

@@ -51,7 +51,8 @@ def build_line_checks(table: TableConfig, config_path: str | None) -> AssetCheck
         if naming.LINE_CHECK in selected:
             yield line_continues.line_continues(context.instance, table, source, config_path)
         if naming.STUCK_CHECK in selected:
-            retrying = context.run.tags.get(run_tags.FIRST_SNAPSHOT_TAG) if run_id_of(context) else None
-            yield stuck.no_stuck_snapshots(context.instance, table, source, retrying)
+            tags = context.run.tags if run_id_of(context) else {}
+            yield stuck.no_stuck_snapshots(context.instance, table, source, tags.get(run_tags.FIRST_SNAPSHOT_TAG),
+                                           tags.get(run_tags.LAST_SNAPSHOT_TAG))
 
     return _checks

@@ -23,10 +23,11 @@ def description(table: TableConfig) -> str:
 
 
 def no_stuck_snapshots(instance: "DagsterInstance", table: TableConfig, source: "Table | None",
-                       retrying: str | None) -> AssetCheckResult:
-    """``no_stuck_snapshots`` of ``table``. ``retrying``: the first snapshot of the run executing the
-    check (its failures are being retried by this very run, not stuck). ``source`` None: the table
-    does not exist (WARN: nothing can be pending on it)."""
+                       retrying: str | None, through: str | None = None) -> AssetCheckResult:
+    """``no_stuck_snapshots`` of ``table``. ``retrying``..``through``: the first and last snapshot of the
+    run executing the check (its failures are being retried, its snapshots applied by this very run: not
+    stuck; else a sync catching up after a pause would report as stuck the snapshots it is applying).
+    ``source`` None: the table does not exist (WARN: nothing can be pending on it)."""
     if source is None:
         return AssetCheckResult(asset_key=naming.changelog_key(table), check_name=naming.STUCK_CHECK,
                                 passed=False, severity=AssetCheckSeverity.WARN,
@@ -38,12 +39,13 @@ def no_stuck_snapshots(instance: "DagsterInstance", table: TableConfig, source: 
     limit_s = STUCK_AFTER_INTERVALS * table.polling_interval_s
     now_ms = time.time() * 1000
     failed = [k for k in waiting[:1] if k != retrying and lines.failures_of(instance, line, k)]
+    applying = _run_keys(waiting, retrying, through or retrying)
 
     def committed_ms(key: str) -> float:  # an expired snapshot: stuck (line_follows_table says why)
         snapshot = source.metadata.snapshot_by_id(lifecycle.snapshot_id_of(key))
         return snapshot.timestamp_ms if snapshot is not None else 0
 
-    stuck = [k for k in waiting if (now_ms - committed_ms(k)) / 1000 > limit_s]
+    stuck = [k for k in waiting if k not in applying and (now_ms - committed_ms(k)) / 1000 > limit_s]
     unseen = []
     current = source.current_snapshot()
     if current is not None and not instance.get_existing_dynamic_partitions(
@@ -58,3 +60,12 @@ def no_stuck_snapshots(instance: "DagsterInstance", table: TableConfig, source: 
                   "pending_snapshots": len(waiting),
                   "current_snapshot_not_yet_partition": ", ".join(unseen) or "none",
                   "stuck_after_s": limit_s})
+
+
+def _run_keys(waiting: list[str], first: str | None, last: str | None) -> set[str]:
+    """The pending keys ``first``..``last`` (a run's batch) in line order; none when the run is not on them."""
+    if first not in waiting:
+        return set()
+    start = waiting.index(first)
+    end = waiting.index(last) if last in waiting else start
+    return set(waiting[start:end + 1])

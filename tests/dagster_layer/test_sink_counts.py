@@ -189,3 +189,37 @@ def test_the_redo_of_a_batch_whose_replica_write_died_before_publishing_agrees(s
     assert "sink_disagreements" not in metadata and "diverged_at_snapshot_id" not in metadata
     assert _counts_check(instance, REPLICA).passed
     assert spark.table(replica).count() == spark.table(fq).count() == 10
+
+
+def test_sync_names_the_failed_check_and_exits_3(spark, catalog_settings, catalog, tmp_path, monkeypatch, capsys):
+    """``icecdc sync`` over the duplicate-key batch: every batch applied, but the summary is not ``ok``:
+    it names the failed check (asset, check, snapshot) and exits 3 (neither 0, 1 nor 75), so cron and CI
+    notice; the check stays failed (and the exit 3) on the next sync until ``icecdc resync``."""
+    from icecdc_dagster.cli import EXIT_CHECK_FAILED, main
+
+    fq = f"{catalog_settings.name}.db.items"
+    spark.sql(f"CREATE TABLE {fq} (id BIGINT NOT NULL, qty INT) USING iceberg TBLPROPERTIES ('format-version'='2')")
+    spark.sql(f"INSERT INTO {fq} SELECT id, CAST(id AS INT) FROM range(0, 6)")
+    path = write_pipeline(tmp_path / "p.yaml", catalog_settings, [{
+        "table_name": "db.items", "identifier_columns": ["id"], "max_snapshots_per_run": 1,
+        "sinks": [{"iceberg": {"table_name": "db.items_replica"}}]}])
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    sync = ["sync", "--config", str(path)]
+    assert main(sync) == 0 and "db.items: 1/1 runs succeeded; ok" in capsys.readouterr().out   # the export
+
+    spark.sql(f"INSERT INTO {fq} SELECT id, -1 FROM range(0, 2)")                   # keys 0, 1 appended twice
+    appended = str(catalog.load_table("db.items").current_snapshot().snapshot_id)
+    assert main(sync) == EXIT_CHECK_FAILED == 3
+    out = capsys.readouterr().out
+    assert (f"db.items: 1/1 runs succeeded; CHECKS FAILED: replica/db/db_items_replica {COUNTS_CHECK} at "
+            f"snapshot {appended}") in out, out
+    assert "; ok" not in out
+
+    spark.sql(f"INSERT INTO {fq} VALUES (30, 30)")                                  # agrees, but diverged before
+    later = str(catalog.load_table("db.items").current_snapshot().snapshot_id)
+    assert main(sync) == 3
+    assert f"CHECKS FAILED: replica/db/db_items_replica {COUNTS_CHECK} at snapshot {later}" in capsys.readouterr().out
+
+    spark.sql(f"DELETE FROM {fq} WHERE qty = -1")                                   # the cause removed
+    assert main(["resync", "--config", str(path), "--table", "db.items"]) == 0
+    assert "db.items: 1/1 runs succeeded; ok" in capsys.readouterr().out
