@@ -13,6 +13,7 @@ the line (``diverged_at_snapshot_id``), until a resync starts a new line.
 
 import time
 from collections.abc import Mapping
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from dagster import (
@@ -33,7 +34,7 @@ from icecdc_dagster.assets.changelog import batch_request
 from icecdc_dagster.assets.lineage import lineage_run
 from icecdc_dagster.assets.metadata_cache import described_table
 from icecdc_dagster.assets.table_metadata import PARTITION_ROW_COUNT, lineage_metadata, replica_fallback
-from icecdc_dagster.batch import CHANGE_TYPE, BatchInfo
+from icecdc_dagster.batch import CHANGE_TYPE, BatchInfo, Checkpoint, resumes_inside, tail_of
 from icecdc_dagster.config import SinkConfig, TableConfig
 from icecdc_dagster.lease import retry
 from icecdc_dagster.lineage import LineageDataset, LineageEmitter, iceberg_dataset
@@ -48,7 +49,7 @@ from icecdc_dagster.lines.batch_metadata import (
 )
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 from icecdc_dagster.sinks.base import Disagreement, Sink
-from icecdc_dagster.steps.batches import batch_info, join_export, uses_row_id
+from icecdc_dagster.steps.batches import batch_info, join_export, tail_events, uses_row_id
 from icecdc_dagster.steps.changelog_store import ChangelogStore
 from icecdc_dagster.steps.open_sink import open_configured_sink
 from icecdc_dagster.writer import resync_command
@@ -111,12 +112,23 @@ def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
                          f"at snapshot {info.snapshot_id}; the other sinks go on from their checkpoints")
     else:
         info = batch_info(source, request)
+    resumed = None if joining else resumed_inside(target, info)
+    if resumed is not None:
+        info = tail_of(info, resumed)
+        context.log.info(f"{target.name}: at snapshot {resumed.snapshot_id}, inside this run's range: applies "
+                         f"only snapshots {info.first_snapshot_id}..{info.snapshot_id}, netted from the source")
     lineage_columns = sink.derived_columns(changelog.data_columns(source), info.identifier_columns, by_row_id)
     with lineage_run(lineage, context, naming.sink_key(sink), table.table_name,
                      inputs=lambda: [iceberg_dataset(catalog.name, catalog.load_table(store.table_name))],
-                     outputs=lambda: _target_dataset(sink, catalog)) as outcome:
-        events = joined_events if joining else store.read_events(info, use_row_id=by_row_id)
+                     outputs=lambda: _target_dataset(sink, catalog)) as outcome, \
+            (changelog.staged_scans(session) if resumed is not None else nullcontext()):
+        if resumed is not None:
+            events = tail_events(session, catalog.name, source, request, info, by_row_id)
+        else:
+            events = joined_events if joining else store.read_events(info, use_row_id=by_row_id)
         result = target.apply(info, events)
+        if resumed is not None:
+            result.details["resumed_after_snapshot_id"] = str(resumed.snapshot_id)
         applied = {} if result.skipped else event_counts(events)
         found = [] if result.skipped else target.disagreements(info, applied, result)
         if lineage is not None:
@@ -188,6 +200,15 @@ def counts_check(context: AssetExecutionContext, table: TableConfig, sink: SinkC
         figures["recover"] = resync_command(table.table_name)
     return [AssetCheckResult(asset_key=key.asset_key, check_name=key.name, passed=since is None,
                              severity=AssetCheckSeverity.ERROR, metadata=where.with_figures(figures))]
+
+
+def resumed_inside(target: Sink, info: BatchInfo) -> Checkpoint | None:
+    """The sink's checkpoint when it lies inside the batch's range (``batch.resumes_inside``: a run killed
+    between two sinks' commits), else None. Read only for a range: a one-snapshot batch has no inside."""
+    if len(info.snapshot_ids) < 2:
+        return None
+    checkpoint = target.read_checkpoint()
+    return checkpoint if resumes_inside(checkpoint, info) else None
 
 
 def joins_line(has_batches: bool, target: Sink) -> bool:

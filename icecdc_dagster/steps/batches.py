@@ -9,8 +9,10 @@ from icecdc_dagster import changelog
 from icecdc_dagster.batch import CHANGE_TYPES, BatchInfo
 from icecdc_dagster.changelog import uses_row_lineage
 from icecdc_dagster.changelog.ordinals import OrdinalAnchor, sequence_number
+from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import SupersededPartitionError
 from icecdc_dagster.steps import lifecycle
+from icecdc_dagster.writer import columns_by_field_id
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -157,6 +159,34 @@ def join_export(spark: "SparkSession", catalog_name: str, table: "Table", reques
     events = changelog.to_events(rows, request.table_name, request.identifier_columns, info.operation, last,
                                  use_row_id=use_row_id, unique_ids=True)  # the export checked its keys
     return info, events
+
+
+def tail_events(spark: "SparkSession", catalog_name: str, table: "Table", request: BatchRequest, tail: BatchInfo,
+                use_row_id: bool) -> Any:
+    """The CDC events of ``tail`` (``batch.tail_of``: a range's snapshots after a sink's checkpoint inside
+    it): the net changes of exactly those snapshots, read from the source's history like any range batch
+    (the stored batch nets the whole range, which a sink already inside it cannot take), presented in the
+    source schema of the batch's last snapshot as the store presents its batches. Lazy: use the events
+    inside ``changelog.staged_scans``.
+
+    Raises:
+        SnapshotNotFoundError: a snapshot of the tail is no longer in the source's history.
+        DuplicateKeyChangeError, IdentifierColumnError: as for the range's own batch.
+    """
+    start = tail.accepted_predecessors[0]
+    rows = changelog.changes(spark, catalog_name, table, (start, tail.snapshot_id), request.identifier_columns,
+                             net=True, anchor=request.anchor).rows
+    keys = request.identifier_columns
+    current = table.schema()
+    want = table.schemas().get(tail.schema_id) if tail.schema_id is not None else None
+    if want is not None and want.schema_id != current.schema_id:  # the source changed after the batch's snapshot
+        names = {f.field_id: f.name for f in want.fields}
+        keys = tuple(names.get(current.find_field(k).field_id, k) for k in keys)
+        data = {f.name for f in current.fields}
+        rows = rows.select(*columns_by_field_id(want.fields, current, {i: i for i in names}),
+                           *[column(c) for c in rows.columns if c not in data])
+    return changelog.to_events(rows, request.table_name, keys, tail.operation, tail.snapshot_id,
+                               use_row_id=use_row_id)
 
 
 def row_stats(computed: ComputedBatch, counts: dict[str, int]) -> dict[str, Any]:

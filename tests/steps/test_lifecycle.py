@@ -4,7 +4,7 @@ diagnosis / retention warning on real Iceberg table metadata (pyiceberg, no Spar
 import pyarrow as pa
 import pytest
 
-from icecdc_dagster.batch import BatchInfo, Checkpoint, Decision, decide
+from icecdc_dagster.batch import BatchInfo, Checkpoint, Decision, decide, resumes_inside, tail_of
 from icecdc_dagster.errors import CheckpointError, SupersededPartitionError, TableRolledBackError
 from icecdc_dagster.sinks.opensearch.sink import version_offset
 from icecdc_dagster.steps import lifecycle
@@ -44,6 +44,24 @@ def test_sequence_numbers_only_compare_within_a_line():
     assert decide("s", new, _info(12, 2, export=True, line="12@resync1")) is Decision.ALREADY_APPLIED
     assert decide("s", new, _info(14, 3, preds=(12,), line="12@resync1")) is Decision.APPLY
     assert decide("s", old, _info(13, 9, preds=(12,))) is Decision.ALREADY_APPLIED   # unchanged within a line
+
+
+def test_a_sink_inside_a_range_takes_its_tail_and_nothing_else():
+    """Range 21..24 after 20: a sink at 22 is inside it (its tail is 23..24, after 22 only); at 20 it takes the
+    range, at 24 it has it; outside the range, or on another line, it is not inside."""
+    whole = BatchInfo("db.t", 24, 8, 21, (20,), "overwrite", 0, is_export=True, snapshot_ids=(21, 22, 23, 24))
+    at = Checkpoint(22, 6)
+    assert resumes_inside(at, whole)
+    with pytest.raises(CheckpointError, match="inside that range, so it takes only the range's tail"):
+        decide("s", at, whole)
+    tail = tail_of(whole, at)
+    assert (tail.first_snapshot_id, tail.snapshot_ids, tail.accepted_predecessors) == (23, (23, 24), (22,))
+    assert (tail.snapshot_id, tail.sequence_number, tail.is_export) == (24, 8, False)
+    assert decide("s", at, tail) is Decision.APPLY
+    assert decide("s", Checkpoint(20, 4), whole) is Decision.APPLY
+    assert decide("s", Checkpoint(24, 8), whole) is Decision.ALREADY_APPLIED
+    for outside in (None, Checkpoint(20, 4), Checkpoint(24, 8), Checkpoint(19, 3), Checkpoint(22, 6, "9@resync1")):
+        assert not resumes_inside(outside, whole)
 
 
 @pytest.fixture
