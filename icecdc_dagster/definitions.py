@@ -189,7 +189,8 @@ def _build_definitions(config: PipelineConfig, check_tables: bool, rebuilt: Coll
         store = f"{config.catalog.name}.{changelog_table_name(table.table_name)}"
         assets.append(build_changelog_asset(table, lineage, remembered.get(store, {})))
         assets.extend(build_sink_asset(table, sink, lineage,
-                                       definition_metadata(config.catalog.name, table, sink, source, remembered))
+                                       definition_metadata(config.catalog.name, table, sink, source, remembered),
+                                       config.source)
                       for sink in table.sinks)
         checks.append(build_line_checks(table, config.source))
         assets.append(build_maintenance_asset(table, tuple(entries_by_target.get(table.table_name, ()))))

@@ -13,6 +13,19 @@ from typing import ClassVar
 RETRY_COMMAND = "fix the cause, then run icecdc sync --config {config} --retry-failed"
 RESYNC_COMMAND = "icecdc resync --config {config} --table {table}"
 CONFIG_COMMAND = "fix {config}, then run icecdc sync --config {config} --retry-failed"
+PIPELINE_FILE = "<pipeline.yaml>"  # a command's pipeline file where the code that renders it does not know it
+
+
+def recovery_command(template: str, table_name: str, config_path: str | None = None) -> str:
+    """A recovery command (``RETRY_COMMAND``, ``RESYNC_COMMAND``, ...) for a table, rendered in one place so
+    that every message, check and status line names the same command; the engine knows no pipeline file
+    (``config_path`` None: ``<pipeline.yaml>``), the Dagster layer and the CLI pass theirs."""
+    return template.format(config=config_path or PIPELINE_FILE, table=table_name)
+
+
+def resync_command(table_name: str, config_path: str | None = None) -> str:
+    """The command that rebuilds a table's line: a full export into every sink (see :func:`recovery_command`)."""
+    return recovery_command(RESYNC_COMMAND, table_name, config_path)
 
 
 class IcecdcError(Exception):

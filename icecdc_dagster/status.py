@@ -9,7 +9,9 @@ from dagster import AssetKey, DagsterInstance, Definitions
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import line_record, naming
 from icecdc_dagster.config import IngestConfig, SinkConfig, TableConfig
+from icecdc_dagster.errors import resync_command
 from icecdc_dagster.ingest.ingester import expired_files
+from icecdc_dagster.inputs.registry import open_input
 from icecdc_dagster.lines import line as lines
 from icecdc_dagster.lines.batch_metadata import BatchMetadata
 from icecdc_dagster.lines.window import TableWindow, WholeLine, diagnose, discover_new_keys, line_view
@@ -126,7 +128,7 @@ def ingest_status(instance: DagsterInstance, entry: IngestConfig, defs: Definiti
                           [k for k in keys if statuses.get(k) is not KeyStatus.DONE],
                           [k for k in waiting if statuses.get(k) is KeyStatus.FAILED])
     if entry.input is not None:  # broker metadata only: what waits, not what Dagster knows
-        with entry.input.open() as reader:
+        with open_input(entry.input) as reader:
             lag = reader.lag()
         status.files, status.consumer_lag, status.unacknowledged = 0, lag.waiting, lag.unacknowledged
     elif defs is not None:
@@ -234,7 +236,7 @@ def divergence_warning(instance: DagsterInstance, table: TableConfig, sink: Sink
     return (f"{sink.name} diverged from {table.table_name} at snapshot {latest.diverged_at_snapshot_id}: its counts "
             f"contradicted the batch's events (sink_disagreements; check sink_counts_agree fails): the source holds "
             f"keys twice, or something else wrote the target; deduplicate, then "
-            f"{lifecycle.recovery_command(config_path, table.table_name)}")
+            f"{resync_command(table.table_name, config_path)}")
 
 
 def left_behind(instance: DagsterInstance, catalog_name: str, table: TableConfig) -> list[LeftBehind]:

@@ -139,3 +139,10 @@ def test_the_most_severe_failure_of_a_run_is_kept_and_backoff_doubles(instance):
     streak = retry.Attempts(runs=3, spent=0, transient_streak=3,
                             latest=retry.Failure("transient", "LineBusyError", "busy", time.time()))
     assert streak.backoff_s() == min(retry.RETRY_BACKOFF_MAX_S, retry.RETRY_BACKOFF_S * 4)
+
+
+def test_one_place_renders_the_recovery_commands():
+    assert errors.resync_command("db.t", "/etc/p.yaml") == "icecdc resync --config /etc/p.yaml --table db.t"
+    assert errors.resync_command("db.t") == "icecdc resync --config <pipeline.yaml> --table db.t"   # the engine's
+    assert errors.recovery_command(errors.RETRY_COMMAND, "db.t", "p.yaml") == \
+        "fix the cause, then run icecdc sync --config p.yaml --retry-failed"

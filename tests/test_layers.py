@@ -64,9 +64,9 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _runtime_imports(path: Path, modules: set[str]) -> set[str]:
-    """Our modules a file imports when it runs (module level or in a function), not those named only
-    for type checking (``if TYPE_CHECKING:``)."""
+def _runtime_imports(path: Path, modules: set[str], type_checking: bool = False) -> set[str]:
+    """Our modules a file imports when it runs (module level or in a function), and with ``type_checking``
+    also those named only for type checking (``if TYPE_CHECKING:``)."""
     found: set[str] = set()
 
     def resolve(name: str) -> str | None:
@@ -77,7 +77,7 @@ def _runtime_imports(path: Path, modules: set[str]) -> set[str]:
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            if not type_checking and isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
                 continue
             if isinstance(child, ast.Import):
                 found.update(r for a in child.names if a.name.startswith("icecdc_dagster")
@@ -90,10 +90,39 @@ def _runtime_imports(path: Path, modules: set[str]) -> set[str]:
     return found - {_module_name(path)}
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph(type_checking: bool = False) -> dict[str, set[str]]:
     files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     modules = set(files) - {""}
-    return {name: _runtime_imports(path, modules) for name, path in files.items() if name}
+    return {name: _runtime_imports(path, modules, type_checking) for name, path in files.items() if name}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every set of modules that reach each other through imports (Tarjan's strongly connected components
+    of more than one module), whatever the cycle's length."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph.get(module, ())):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = stack[stack.index(module):]
+            del stack[stack.index(module):]
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(cycles)
 
 
 def _layer(module: str) -> int:
@@ -122,6 +151,42 @@ def test_no_two_files_import_each_other():
     assert [c for c in two_file_cycles() if c not in KNOWN_CYCLES] == []
 
 
+def test_no_import_cycles_even_for_type_checking():
+    """A folder's files import one way too: a plugin's ``config.py`` does not import its ``reader.py`` back
+    (the registry builds the reader), even where the import is only for type checking."""
+    assert import_cycles(_graph(type_checking=True)) == []
+
+
+def test_import_cycles_are_found_within_a_folder():
+    graph = {"inputs.kind.config": {"inputs.kind.reader"}, "inputs.kind.reader": {"inputs.kind.config"},
+             "a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert import_cycles(graph) == [["a", "b", "c"], ["inputs.kind.config", "inputs.kind.reader"]]
+
+
+# File names that repeat by design: the same role in each plugin folder of a family (``sinks/<kind>/config.py``,
+# ``inputs/<kind>/reader.py``) and each family's own contract and registry (``sinks/base.py``).
+PLUGIN_FAMILIES = {"sinks", "inputs"}
+FAMILY_ROLES = {"base.py", "registry.py"}
+
+
+def _plugin_role(path: Path) -> bool:
+    family = path.parts[0] in PLUGIN_FAMILIES
+    return family and (len(path.parts) == 3 or (len(path.parts) == 2 and path.name in FAMILY_ROLES))
+
+
+def colliding_file_names() -> list[str]:
+    by_name: dict[str, list[Path]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name != "__init__.py":
+            by_name.setdefault(path.name, []).append(path.relative_to(PACKAGE))
+    return sorted(f"{name}: {', '.join(map(str, sorted(paths)))}" for name, paths in by_name.items()
+                  if len(paths) > 1 and not all(map(_plugin_role, paths)))
+
+
+def test_file_names_collide_only_in_plugin_roles():
+    assert colliding_file_names() == []
+
+
 def test_no_private_names_across_modules():
     """``from x import _name`` and ``module._name`` of our own modules: a private name is the module's own."""
     offenders = []
@@ -135,11 +200,6 @@ def test_no_private_names_across_modules():
                       if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in ours
                       and n.attr.startswith("_") and not n.attr.startswith("__")]
     assert offenders == []
-
-
-if __name__ == "__main__":  # python tests/test_layers.py: the graph's problems, for a person to read
-    print("upward imports:", *upward_imports(), sep="\n  ")
-    print("two-file cycles:", *two_file_cycles(), sep="\n  ")
 
 
 # The one module that reads a definitions' raw resources and initialises them outside a run.
@@ -169,3 +229,10 @@ def test_raw_resources_are_read_only_through_the_resolved_module():
     offenders = [hit for path in files if path != RESOLVED_MODULE for hit in _raw_resource_reads(path)]
     assert offenders == []
     assert _raw_resource_reads(RESOLVED_MODULE)  # the rule sees the one module that does it
+
+
+if __name__ == "__main__":  # python tests/test_layers.py: the graph's problems, for a person to read
+    print("upward imports:", *upward_imports(), sep="\n  ")
+    print("two-file cycles:", *two_file_cycles(), sep="\n  ")
+    print("cycles (type checking included):", *import_cycles(_graph(type_checking=True)), sep="\n  ")
+    print("colliding file names:", *colliding_file_names(), sep="\n  ")

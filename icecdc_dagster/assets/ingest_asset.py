@@ -48,6 +48,7 @@ from icecdc_dagster.assets.table_metadata import (
 from icecdc_dagster.config import IngestConfig
 from icecdc_dagster.ingest import dead_letters, routing
 from icecdc_dagster.ingest.ingester import IngestResult, ingest_files, recorded_batches
+from icecdc_dagster.inputs.registry import open_input
 from icecdc_dagster.lineage import BatchFacet, LineageDataset, LineageEmitter, iceberg_dataset, location_dataset
 from icecdc_dagster.lineage.openlineage import RunOutcome
 from icecdc_dagster.lines.batch_metadata import BatchMetadata, seconds_since
@@ -153,7 +154,7 @@ def _stream_batch(context: AssetExecutionContext, session: Any, catalog: Iceberg
     """One bounded batch of the stream input: read, commit, acknowledge. Metadata: the batch's position range,
     messages, re-deliveries the ledger skipped, and the consumer lag after the acknowledgement."""
     assert entry.input is not None
-    with entry.input.open() as reader:
+    with open_input(entry.input) as reader:
         run = ingest_stream_batch(session, catalog.name, entry, reader)
     batch = run.batch
     result = run.result or IngestResult(batch.batch_id or "", (entry.source,), True)

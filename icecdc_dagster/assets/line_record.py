@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from icecdc_dagster.assets import json_file
 from icecdc_dagster.assets.metadata_cache import cache_path
-from icecdc_dagster.errors import RESYNC_COMMAND, DefinitionChangedError
+from icecdc_dagster.errors import DefinitionChangedError, resync_command
 from icecdc_dagster.steps.batches import identifier_columns_of
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def check_pipeline(config: "PipelineConfig", sources: Mapping[str, "Table"], reb
         if source is not None and before is not None and table.table_name not in rebuilt:
             now = list(identifier_columns_of(table.identifier_columns, source))
             if now != list(before):
-                command = RESYNC_COMMAND.format(config=config.source, table=table.table_name)
+                command = resync_command(table.table_name, config.source)
                 raise DefinitionChangedError(
                     f"{config.source}: tables: {table.table_name!r}: identifier_columns changed from {before} to "
                     f"{now}; its sinks hold documents and rows keyed by {before}. Rebuild the line with the new "

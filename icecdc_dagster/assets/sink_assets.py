@@ -36,6 +36,7 @@ from icecdc_dagster.assets.metadata_cache import described_table
 from icecdc_dagster.assets.table_metadata import PARTITION_ROW_COUNT, lineage_metadata, replica_fallback
 from icecdc_dagster.batch import CHANGE_TYPE, BatchInfo, Checkpoint, resumes_inside, tail_of
 from icecdc_dagster.config import SinkConfig, TableConfig
+from icecdc_dagster.errors import resync_command
 from icecdc_dagster.lease import retry
 from icecdc_dagster.lineage import LineageDataset, LineageEmitter, iceberg_dataset
 from icecdc_dagster.lines.batch_metadata import (
@@ -52,15 +53,15 @@ from icecdc_dagster.sinks.base import Disagreement, Sink
 from icecdc_dagster.steps.batches import batch_info, join_export, tail_events, uses_row_id
 from icecdc_dagster.steps.changelog_store import ChangelogStore
 from icecdc_dagster.steps.open_sink import open_configured_sink
-from icecdc_dagster.writer import resync_command
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
 def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitter | None = None,
-                     described: Mapping[str, Any] | None = None) -> AssetsDefinition:
-    """``described``: the target table's metadata known at load (derived from the source schema)."""
+                     described: Mapping[str, Any] | None = None, config_path: str | None = None) -> AssetsDefinition:
+    """``described``: the target table's metadata known at load (derived from the source schema);
+    ``config_path``: the pipeline file, named in the recovery command of a disagreeing batch."""
     resource_key = sink.resource_key()
 
     @asset(
@@ -80,7 +81,7 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitt
     # annotation (a subscripted one reads as the annotation of a single output, and the asset has two).
     def _sink(context: AssetExecutionContext) -> MaterializeResult:  # type: ignore[type-arg]
         with retry.classified(context.instance, context.run_id):
-            result = _apply(context, table, sink, lineage)
+            result = _apply(context, table, sink, lineage, config_path)
         catalog_name = context.resources.catalog.name
         line_record.remember_sink(f"{catalog_name}.{table.table_name}", sink.name, sink.kind, sink.target,
                                   naming.sink_key(sink).to_user_string())
@@ -90,7 +91,7 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitt
 
 
 def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
-           lineage: LineageEmitter | None) -> MaterializeResult[Any]:
+           lineage: LineageEmitter | None, config_path: str | None) -> MaterializeResult[Any]:
     """Apply the run's batch to the sink (a sink joining the running line: its own export)."""
     started = time.monotonic()
     spark: SparkResource = context.resources.spark
@@ -140,7 +141,7 @@ def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
     context.log.info(f"{target.name}: {'skipped (already applied)' if result.skipped else 'applied'} "
                      f"snapshots {info.first_snapshot_id}..{info.snapshot_id}: {result.counts}")
     if found:
-        context.log.warning(disagreement_warning(target.name, info, found))
+        context.log.warning(disagreement_warning(target.name, info, found, config_path))
     checkpoint = result.checkpoint
     described: dict[str, Any] = {**lineage_metadata(naming.source_key(table), lineage_columns),
                                  PARTITION_ROW_COUNT: sum(applied.values())}
@@ -156,7 +157,7 @@ def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
     metadata = recorded.with_figures({**sink_figures(result.counts), **disagreement_figures(found), **result.details})
     # The data version is the source snapshot the sink now holds, as the source observation records it.
     return MaterializeResult(metadata={**metadata, **described}, data_version=DataVersion(str(info.snapshot_id)),
-                             check_results=counts_check(context, table, sink, recorded, found))
+                             check_results=counts_check(context, table, sink, recorded, found, config_path))
 
 
 COUNTS_CHECK_DESCRIPTION = (
@@ -166,7 +167,7 @@ COUNTS_CHECK_DESCRIPTION = (
     "disagrees (a key the source holds twice, or another writer of the target) until a resync.")
 
 
-def disagreement_warning(sink_name: str, info: BatchInfo, found: list[Disagreement]) -> str:
+def disagreement_warning(sink_name: str, info: BatchInfo, found: list[Disagreement], config_path: str | None) -> str:
     """The run log's warning: which counts differed, by how much, why they can, and what recovers."""
     figures = [disagreement_figure(d) for d in found]
     differed = "; ".join(f"{f['count']} {f['found']} but {f['events']} {f['expected']} ({f['difference']:+d}): "
@@ -174,7 +175,7 @@ def disagreement_warning(sink_name: str, info: BatchInfo, found: list[Disagreeme
     return (f"{DISAGREEMENTS}: {sink_name} applied snapshots {info.first_snapshot_id}..{info.snapshot_id} of "
             f"{info.table_name} (batch and checkpoint committed), but its counts contradict the batch's events: "
             f"{differed}. The target no longer equals the source: find the cause (deduplicate the source's "
-            f"keys), then {resync_command(info.table_name)}")
+            f"keys), then {resync_command(info.table_name, config_path)}")
 
 
 def diverged_at(previous: BatchMetadata, line: str | None, info: BatchInfo, found: list[Disagreement]) -> str | None:
@@ -186,7 +187,7 @@ def diverged_at(previous: BatchMetadata, line: str | None, info: BatchInfo, foun
 
 
 def counts_check(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig, recorded: BatchMetadata,
-                 found: list[Disagreement]) -> list[AssetCheckResult]:
+                 found: list[Disagreement], config_path: str | None) -> list[AssetCheckResult]:
     """``sink_counts_agree`` of the batch, when the run selected it. ERROR: a disagreement means the target
     lost or overwrote rows the source has (what ``matches_source_at_checkpoint`` fails on, found here at
     no cost, with the batch that did it)."""
@@ -197,7 +198,7 @@ def counts_check(context: AssetExecutionContext, table: TableConfig, sink: SinkC
     where = BatchMetadata(snapshot_id=recorded.snapshot_id, line=recorded.line, diverged_at_snapshot_id=since)
     figures: dict[str, Any] = disagreement_figures(found)
     if since is not None:
-        figures["recover"] = resync_command(table.table_name)
+        figures["recover"] = resync_command(table.table_name, config_path)
     return [AssetCheckResult(asset_key=key.asset_key, check_name=key.name, passed=since is None,
                              severity=AssetCheckSeverity.ERROR, metadata=where.with_figures(figures))]
 

@@ -10,6 +10,7 @@ from dagster import AssetCheckResult, AssetCheckSeverity
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import TableConfig
+from icecdc_dagster.errors import resync_command
 from icecdc_dagster.lines.window import TableWindow, diagnose, line_view
 from icecdc_dagster.steps import lifecycle
 
@@ -48,4 +49,4 @@ def line_continues(instance: "DagsterInstance", table: TableConfig, source: "Tab
     return AssetCheckResult(asset_key=key, check_name=naming.LINE_CHECK, passed=False,
                             severity=AssetCheckSeverity.ERROR,
                             metadata={**metadata, "problem": problem.kind.value, "message": problem.message,
-                                      "recover": lifecycle.recovery_command(config_path, table.table_name)})
+                                      "recover": resync_command(table.table_name, config_path)})

@@ -173,9 +173,6 @@ class InputConfig(Model):
     def describe(self) -> str:
         raise NotImplementedError
 
-    def open(self) -> StreamInput:
-        raise NotImplementedError
-
 
 class BrokerInputConfig(InputConfig):
     """An input read from a broker (messages, acknowledged after the commit)."""

@@ -27,7 +27,15 @@ from typing import TYPE_CHECKING
 
 from dagster import DagsterRunStatus, RunsFilter
 
-from icecdc_dagster.errors import RETRY_COMMAND, TERMINAL, TRANSIENT, UNCLASSIFIED, classify, recovery_of
+from icecdc_dagster.errors import (
+    RETRY_COMMAND,
+    TERMINAL,
+    TRANSIENT,
+    UNCLASSIFIED,
+    classify,
+    recovery_command,
+    recovery_of,
+)
 from icecdc_dagster.run_tags import (
     FAILED_OVER_TAG,
     FAILURE_CLASS_TAG,
@@ -157,7 +165,7 @@ def attempts_at(instance: "DagsterInstance", line_id: str, key: str) -> Attempts
 def recovery(failure: Failure, line_id: str, config_path: str | None) -> str:
     """The command that continues the line after ``failure`` (its class's, else re-execute)."""
     template = recovery_of(failure.class_name) or RETRY_COMMAND
-    return template.format(config=config_path or "<pipeline.yaml>", table=line_id)
+    return recovery_command(template, line_id, config_path)
 
 
 def waiting_reason(key: str, attempts: Attempts, now: float | None = None) -> str:

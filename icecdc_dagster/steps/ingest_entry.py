@@ -16,6 +16,7 @@ from icecdc_dagster.errors import IngestError
 from icecdc_dagster.ingest import landing, routing
 from icecdc_dagster.ingest.ingester import IngestResult, IngestSettings, recorded_batches
 from icecdc_dagster.inputs.base import Lag, StreamBatch, StreamInput
+from icecdc_dagster.inputs.registry import open_input
 
 
 def ingest_settings(entry: IngestConfig) -> IngestSettings:
@@ -40,7 +41,7 @@ def input_keys(entry: IngestConfig) -> list[str]:
     stream = entry.input
     if stream is None:
         return landing_keys(entry)
-    with stream.open() as reader:
+    with open_input(stream) as reader:
         position = reader.next_position()
     return [] if position is None else [position]
 
@@ -119,7 +120,7 @@ class StreamRun:
 
 def ingest_stream_batch(spark: Any, catalog_name: str, entry: IngestConfig, reader: StreamInput) -> StreamRun:
     """Read a bounded batch, commit it (its position range is the batch id in every commit), then acknowledge:
-    the one contract of every input (``entry.any_input.open()``; landing files too).
+    the one contract of every input (``open_input(entry.any_input)``; landing files too).
 
     A crash after the commit leaves the batch unacknowledged: the broker delivers it again and the ledger
     skips it (acknowledged, not written); a batch committed to only some of its tables is rebuilt with the

@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING
 
 from icecdc_dagster import changelog
 from icecdc_dagster.batch import RESYNC_KEY
-from icecdc_dagster.errors import LineDivergedError, SnapshotExpiredError, TableRecreatedError, TableRolledBackError
+from icecdc_dagster.errors import (
+    LineDivergedError,
+    SnapshotExpiredError,
+    TableRecreatedError,
+    TableRolledBackError,
+    resync_command,
+)
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -63,10 +69,6 @@ def line_token(keys: Sequence[str]) -> str | None:
     """The resync key of the active line, None for the original line."""
     first = active_keys(keys)[:1]
     return first[0] if first and is_resync_key(first[0]) else None
-
-
-def recovery_command(config_path: str | None, table_name: str) -> str:
-    return f"icecdc resync --config {config_path or '<pipeline.yaml>'} --table {table_name}"
 
 
 class Problem(enum.Enum):
@@ -117,7 +119,7 @@ def checkpoint_problem(source: "Table", table_name: str, snapshot_id: int, confi
     ancestry, cut_parent = _ancestry(source)
     if snapshot_id in ancestry or snapshot_id == cut_parent:
         return None
-    cmd = recovery_command(config_path, table_name)
+    cmd = resync_command(table_name, config_path)
     current = ancestry[-1] if ancestry else None
     if source.metadata.snapshot_by_id(snapshot_id) is not None:
         return LineProblem(Problem.ROLLED_BACK, table_name, snapshot_id, (
@@ -140,7 +142,7 @@ def diagnose(source: "Table", table_name: str, keys: Sequence[str], done: Collec
     active = active_keys(keys)
     if not active:
         return None
-    cmd = recovery_command(config_path, table_name)
+    cmd = resync_command(table_name, config_path)
     uuid = table_uuid(source)
     if recorded_uuid and recorded_uuid != uuid:
         return LineProblem(Problem.RECREATED, table_name, snapshot_id_of(active[-1]), (
@@ -163,7 +165,7 @@ def diagnose(source: "Table", table_name: str, keys: Sequence[str], done: Collec
 def pending_problem(source: "Table", table_name: str, key: str, config_path: str | None) -> LineProblem | None:
     """Why the next batch, starting at ``key`` (not a bootstrap), cannot run: it needs its snapshot,
     and (merge-on-read diff) its parent's data."""
-    cmd = recovery_command(config_path, table_name)
+    cmd = resync_command(table_name, config_path)
     snapshot_id = snapshot_id_of(key)
     snapshot = source.metadata.snapshot_by_id(snapshot_id)
     if snapshot is None:

@@ -35,7 +35,6 @@ from icecdc_dagster.writer.field_ids import (
                                          follow_source_schema,
                                          infer_mapping,
                                          load_mapping,
-                                         resync_command,
                                          schema_of,
 )
 from icecdc_dagster.writer.merge import (
@@ -60,7 +59,7 @@ __all__ = [
     "columns_by_field_id", "committed_batch_ids", "committed_summaries", "copy_table", "create_table",
     "declared_columns", "drop_table", "encode_mapping", "ensure_namespace", "fields_by_id", "follow_source_schema",
     "infer_mapping", "java_table", "last_batch", "ledger_dropped_upto", "ledger_entries", "load_mapping",
-    "main_ancestors", "namespace_exists", "recorded_summaries", "resync_command", "schema_of",
+    "main_ancestors", "namespace_exists", "recorded_summaries", "schema_of",
     "set_identifier_fields", "split_top", "table_exists", "table_properties", "widen_columns", "write_batch",
     "write_equality_delta",
 ]

@@ -49,10 +49,6 @@ DROPPED_SUFFIX = "__dropped_"  # a changelog store keeps a dropped source column
 Op = tuple[str, tuple[Any, ...]]  # one call on a Java UpdateSchema: method name, arguments
 
 
-def resync_command(table_name: str) -> str:
-    return f"icecdc resync --config <pipeline.yaml> --table {table_name}"
-
-
 @dataclass(frozen=True)
 class Located:
     """A field with its Iceberg full name parts and the id of the field that contains it."""

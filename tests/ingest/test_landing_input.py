@@ -6,6 +6,7 @@ import json
 import pytest
 
 from icecdc_dagster.config import IngestConfig
+from icecdc_dagster.inputs.registry import open_input
 from icecdc_dagster.steps.ingest_entry import ingest_settings, ingest_stream_batch
 
 
@@ -38,7 +39,7 @@ def test_landing_input_reads_commits_and_acknowledges_bounded_batches(spark, cat
     entry = IngestConfig.model_validate({"name": "l", "target": "db.landed", "identifier_columns": ["id"],
                                          "auto_create": True,
                                          "input": {"landing": {"path": str(landing), "files_per_batch": 2}}})
-    with entry.any_input.open() as reader:
+    with open_input(entry.any_input) as reader:
         assert reader.lag().waiting == 3 and reader.next_position() == "000.json"
         first = ingest_stream_batch(spark, cat, entry, reader)
         assert [m.position.rsplit("/", 1)[-1] for m in first.batch.messages] == ["000.json", "001.json"]

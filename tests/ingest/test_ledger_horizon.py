@@ -11,6 +11,7 @@ import pytest
 
 from icecdc_dagster.ingest import IngestSettings, expired_files, ingest_files, pending_files
 from icecdc_dagster.ingest.horizon import FILE_TIME_PROPERTY
+from icecdc_dagster.inputs.registry import open_input
 from icecdc_dagster.writer import exactly_once
 from icecdc_dagster.writer.exactly_once import java_table, ledger_dropped_upto, ledger_entries, table_properties
 
@@ -131,7 +132,7 @@ def test_stream_ledger_entries_carry_their_commit_time_and_are_pruned_by_the_hor
             monkeypatch.setattr(horizon_module, "now_ms", lambda now=now: now)
             publish_redis(key, [json.dumps({"payload": {"op": "c", "after": {"id": day, "name": f"d{day}"},
                                                         "source": {"table": "t"}}}).encode()])
-            with entry.input.open() as reader:
+            with open_input(entry.input) as reader:
                 run = ingest_stream_batch(spark, cat, entry, reader)
             assert run.result is not None and not run.result.skipped
             stamps.append(now)
@@ -140,7 +141,7 @@ def test_stream_ledger_entries_carry_their_commit_time_and_are_pruned_by_the_hor
         props = table_properties(java_table(spark, f"{cat}.db.horizon"))
         assert ledger_dropped_upto(props) == day0 + DAY * 1000
         assert [e["icecdc.batch-id"] for e in _ledger(spark, cat)] == [run.result.batch_id]
-        with entry.input.open() as reader:                      # nothing waits; the ledger still answers
+        with open_input(entry.input) as reader:                      # nothing waits; the ledger still answers
             idle = ingest_stream_batch(spark, cat, entry, reader)
         assert idle.result is None and idle.lag_after.waiting == 0
         assert _rows(spark, cat) == {0: "d0", 1: "d1", 5: "d5"}

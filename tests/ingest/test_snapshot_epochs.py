@@ -13,6 +13,7 @@ import pytest
 from icecdc_dagster.config import IngestConfig
 from icecdc_dagster.ingest import IngestSettings, ingest_files, snapshot_epoch
 from icecdc_dagster.ingest.snapshot_epoch import Epoch, plan
+from icecdc_dagster.inputs.registry import open_input
 from icecdc_dagster.steps.ingest_entry import ingest_stream_batch
 from tests.ingest.brokers import REDIS_URL, publish_redis, redis_stream
 
@@ -160,7 +161,7 @@ def test_redis_stream_second_snapshot_deletes_rows_deleted_between_attempts(spar
             "input": {"redis_stream": {"url": REDIS_URL, "key": key, "block": "PT0.1S", "max_messages": 2}}})
 
         def drain():
-            with entry.input.open() as reader:
+            with open_input(entry.input) as reader:
                 while ingest_stream_batch(spark, cat, entry, reader).result is not None:
                     pass
 

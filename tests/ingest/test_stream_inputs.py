@@ -15,6 +15,7 @@ import redis
 from icecdc_dagster.config import IngestConfig
 from icecdc_dagster.ingest import IngestSettings, ingest_files
 from icecdc_dagster.ingest.ingester import recorded_batches
+from icecdc_dagster.inputs.registry import open_input
 from icecdc_dagster.steps.ingest_entry import ingest_settings, ingest_stream_batch
 from tests.helpers import TEST_SPARK_CONF, fault_env
 from tests.ingest.brokers import NATS_URL, REDIS_URL, jetstream_subject, publish_nats, publish_redis, redis_stream
@@ -50,7 +51,7 @@ def _rows(spark, cat, table):
 def _drain(spark, cat, entry):
     """Batches until the input has nothing waiting; returns the runs."""
     runs = []
-    with entry.input.open() as reader:
+    with open_input(entry.input) as reader:
         while True:
             run = ingest_stream_batch(spark, cat, entry, reader)
             runs.append(run)
@@ -67,7 +68,7 @@ def test_nats_customers_fixture_in_two_batches(spark, catalog, catalog_settings)
     with jetstream_subject() as (stream, subject):
         seqs = publish_nats(subject, CUSTOMERS)
         entry = _nats_entry(stream, subject, max_messages=4, fetch_wait="PT0.2S")
-        with entry.input.open() as reader:
+        with open_input(entry.input) as reader:
             assert reader.lag().waiting == 7
         runs = _drain(spark, cat, entry)
         assert _rows(spark, cat, "db.customers") == CUSTOMER_ROWS
@@ -107,7 +108,7 @@ class _AckLost(Exception):
 def _commit_without_ack(spark, cat, entry):
     """One batch committed, then the acknowledgement fails (the process 'dies' with the broker's delivery
     outstanding): the reader's connection is dropped without an ack."""
-    reader = entry.input.open()
+    reader = open_input(entry.input)
 
     def die(batch):  # noqa: ANN001, ANN202
         raise _AckLost(batch.batch_id)
@@ -163,7 +164,7 @@ def test_redis_dead_consumers_pending_entries_are_taken_over(spark, catalog, cat
         held = client.xreadgroup("icecdc", "worker-that-died", {key: ">"}, count=4)  # delivered, never acked
         assert [i.decode() for i, _ in held[0][1]] == ids[:4]
         entry = _redis_entry(key, block="PT0.1S")
-        with entry.input.open() as reader:
+        with open_input(entry.input) as reader:
             assert (reader.lag().pending, reader.lag().unacknowledged) == (3, 4)
         runs = _drain(spark, cat, entry)
         assert runs[0].result.batch_id.endswith(f"#{ids[0]}..{ids[3]}")  # the taken-over entries first, in order
@@ -251,6 +252,7 @@ KILLED_STEP = f"TEST_SPARK_CONF = {TEST_SPARK_CONF!r}\n" + """
 import sys
 from icecdc_dagster.config import IngestConfig
 from icecdc_dagster.steps.ingest_entry import ingest_stream_batch
+from icecdc_dagster.inputs.registry import open_input
 from icecdc_dagster.runtime.catalog import CatalogSettings
 from icecdc_dagster.runtime.spark import SparkSettings, attach_catalog, build_spark_session
 
@@ -259,7 +261,7 @@ spark = build_spark_session(SparkSettings(master="local[1]", app_name="killed-st
                                           conf=TEST_SPARK_CONF))
 attach_catalog(spark, CatalogSettings(name=name, uri=uri, warehouse=warehouse))
 entry = IngestConfig.model_validate_json(entry_json)
-with entry.input.open() as reader:
+with open_input(entry.input) as reader:
     ingest_stream_batch(spark, name, entry, reader)   # the fault hook kills the process after the commit
 print("acknowledged", flush=True)
 """

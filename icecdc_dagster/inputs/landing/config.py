@@ -5,8 +5,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from icecdc_dagster.fields import Duration, Flag, LocationOrUri, PositiveInt, parse_duration
-from icecdc_dagster.inputs.base import InputConfig, StreamInput
-from icecdc_dagster.inputs.landing.reader import LandingInput
+from icecdc_dagster.inputs.base import InputConfig
 
 
 class LandingConfig(InputConfig):
@@ -34,6 +33,3 @@ class LandingConfig(InputConfig):
 
     def describe(self) -> str:
         return f"landing files in {self.path}"
-
-    def open(self) -> StreamInput:
-        return LandingInput(self)

@@ -7,18 +7,16 @@ horizon are set aside by the commit (``ingest.horizon``).
 """
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from icecdc_dagster.ingest import landing
 from icecdc_dagster.ingest.ingester import IngestResult, IngestSettings, ingest_files
 from icecdc_dagster.inputs.base import Lag, Message, StreamBatch, StreamInput
-
-if TYPE_CHECKING:
-    from icecdc_dagster.inputs.landing.config import LandingConfig
+from icecdc_dagster.inputs.landing.config import LandingConfig
 
 
 class LandingInput(StreamInput):
-    def __init__(self, config: "LandingConfig") -> None:
+    def __init__(self, config: LandingConfig) -> None:
         self.config = config
         self._waiting: list[landing.LandingFile] | None = None  # after the last read: files still waiting
 

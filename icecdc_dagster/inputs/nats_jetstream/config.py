@@ -5,8 +5,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from icecdc_dagster.fields import Duration, EnvOrText, Secret, parse_duration
-from icecdc_dagster.inputs.base import BrokerInputConfig, StreamInput
-from icecdc_dagster.inputs.nats_jetstream.reader import NatsJetStreamInput
+from icecdc_dagster.inputs.base import BrokerInputConfig
 
 
 class NatsJetStreamConfig(BrokerInputConfig):
@@ -41,6 +40,3 @@ class NatsJetStreamConfig(BrokerInputConfig):
 
     def describe(self) -> str:
         return f"JetStream {self.stream} subject {self.subject} (consumer {self.durable} at {self.url})"
-
-    def open(self) -> StreamInput:
-        return NatsJetStreamInput(self)

@@ -11,19 +11,17 @@ committed ones (acknowledged, not written) and the rest continue in order. The s
 
 import asyncio
 from collections.abc import Awaitable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from icecdc_dagster.errors import StreamInputError
 from icecdc_dagster.inputs.base import Lag, LedgerView, Message, StreamBatch, StreamInput, ledger_view, split_batch
-
-if TYPE_CHECKING:
-    from icecdc_dagster.inputs.nats_jetstream.config import NatsJetStreamConfig
+from icecdc_dagster.inputs.nats_jetstream.config import NatsJetStreamConfig
 
 T = TypeVar("T")
 
 
 class NatsJetStreamInput(StreamInput):
-    def __init__(self, config: "NatsJetStreamConfig") -> None:
+    def __init__(self, config: NatsJetStreamConfig) -> None:
         self.config = config
         self._loop = asyncio.new_event_loop()
         self._nc: Any = None

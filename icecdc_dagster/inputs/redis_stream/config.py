@@ -5,8 +5,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from icecdc_dagster.fields import Duration, EnvOrText, NonNegativeInt, Secret, parse_duration
-from icecdc_dagster.inputs.base import BrokerInputConfig, StreamInput
-from icecdc_dagster.inputs.redis_stream.reader import RedisStreamInput
+from icecdc_dagster.inputs.base import BrokerInputConfig
 
 
 class RedisStreamConfig(BrokerInputConfig):
@@ -44,6 +43,3 @@ class RedisStreamConfig(BrokerInputConfig):
 
     def describe(self) -> str:
         return f"Redis stream {self.key} (group {self.group}, consumer {self.consumer} at {self.url})"
-
-    def open(self) -> StreamInput:
-        return RedisStreamInput(self)

@@ -7,13 +7,11 @@ yet idle for ``claim_min_idle`` stop the read (nothing new is read before them) 
 """
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from icecdc_dagster.errors import StreamInputError
 from icecdc_dagster.inputs.base import Lag, Message, StreamBatch, StreamInput, ledger_view, split_batch
-
-if TYPE_CHECKING:
-    from icecdc_dagster.inputs.redis_stream.config import RedisStreamConfig
+from icecdc_dagster.inputs.redis_stream.config import RedisStreamConfig
 
 
 def entry_key(position: str) -> tuple[int, int]:
@@ -22,7 +20,7 @@ def entry_key(position: str) -> tuple[int, int]:
 
 
 class RedisStreamInput(StreamInput):
-    def __init__(self, config: "RedisStreamConfig") -> None:
+    def __init__(self, config: RedisStreamConfig) -> None:
         import redis
 
         self.config = config

@@ -41,7 +41,7 @@ from icecdc_dagster.batch import (
     decide,
 )
 from icecdc_dagster.column_names import column
-from icecdc_dagster.errors import SchemaChangeError, SinkWriteError
+from icecdc_dagster.errors import SchemaChangeError, SinkWriteError, resync_command
 from icecdc_dagster.runtime.java import java_map
 from icecdc_dagster.sinks.base import ApplyResult, Disagreement
 from icecdc_dagster.sinks.iceberg.agreement import replica_disagreements
@@ -65,7 +65,6 @@ from icecdc_dagster.writer import (
     last_batch,
     load_mapping,
     main_ancestors,
-    resync_command,
     schema_of,
     set_identifier_fields,
     table_exists,
