@@ -30,7 +30,7 @@ TERMINAL = {"IcecdcError", "ConfigError", "RuntimeSetupError", "SnapshotNotFound
             "SupersededPartitionError", "DefinitionChangedError", "DeleteWithoutDocumentIdError",
             "MissingDocumentIdError", "ClassFileError", "ConnectSchemaError", "EventError", "CoercionError",
             "SchemaChangeError", "ReindexError", "StreamInputError", "InstanceNotFoundError",
-            "SnapshotOrderLostError", "EqualityDeleteTargetError", "HiddenLandingFileError"}
+            "SnapshotOrderLostError", "EqualityDeleteTargetError", "HiddenLandingFileError", "UnresolvedResourceError"}
 RESYNC = {"SnapshotNotFoundError", "LineDivergedError", "TableRolledBackError", "SnapshotExpiredError",
           "TableRecreatedError", "CheckpointError", "DefinitionChangedError", "SchemaChangeError",
           "SnapshotOrderLostError"}
