@@ -192,10 +192,14 @@ def test_the_redo_of_a_batch_whose_replica_write_died_before_publishing_agrees(s
     assert spark.table(replica).count() == spark.table(fq).count() == 10
 
 
-def test_sync_names_the_failed_check_and_exits_3(spark, catalog_settings, catalog, tmp_path, monkeypatch, capsys):
+def test_sync_names_the_failed_check_and_exits_3(spark, catalog_settings, catalog, tmp_path, monkeypatch, capsys,
+                                                 opensearch_url):
     """``icecdc sync`` over the duplicate-key batch: every batch applied, but the summary is not ``ok``:
-    it names the failed check (asset, check, snapshot) and exits 3 (neither 0, 1 nor 75), so cron and CI
-    notice; the check stays failed (and the exit 3) on the next sync until ``icecdc resync``."""
+    it names the failed checks (asset, check, snapshot) and exits 3 (neither 0, 1 nor 75), so cron and CI
+    notice; the checks stay failed (and the exit 3) on the next sync until ``icecdc resync``. The replica
+    and the OpenSearch index both report it (the index from its bulk answers: created vs updated)."""
+    from dagster import DagsterInstance
+
     from icecdc_dagster.cli import EXIT_CHECK_FAILED, main
 
     fq = f"{catalog_settings.name}.db.items"
@@ -203,7 +207,8 @@ def test_sync_names_the_failed_check_and_exits_3(spark, catalog_settings, catalo
     spark.sql(f"INSERT INTO {fq} SELECT id, CAST(id AS INT) FROM range(0, 6)")
     path = write_pipeline(tmp_path / "p.yaml", catalog_settings, [{
         "table_name": "db.items", "identifier_columns": ["id"], "max_snapshots_per_run": 1,
-        "sinks": [{"iceberg": {"table_name": "db.items_replica"}}]}])
+        "sinks": [{"iceberg": {"table_name": "db.items_replica"}},
+                  {"opensearch": {"hosts": [opensearch_url], "index": "items"}}]}])
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
     sync = ["sync", "--config", str(path)]
     assert main(sync) == 0 and "db.items: 1/1 runs succeeded; ok" in capsys.readouterr().out   # the export
@@ -212,14 +217,20 @@ def test_sync_names_the_failed_check_and_exits_3(spark, catalog_settings, catalo
     appended = str(catalog.load_table("db.items").current_snapshot().snapshot_id)
     assert main(sync) == EXIT_CHECK_FAILED == 3
     out = capsys.readouterr().out
-    assert (f"db.items: 1/1 runs succeeded; CHECKS FAILED: replica/db/db_items_replica {COUNTS_CHECK} at "
-            f"snapshot {appended}") in out, out
-    assert "; ok" not in out
+    assert "db.items: 1/1 runs succeeded; CHECKS FAILED: " in out and "; ok" not in out, out
+    for sink in (REPLICA, INDEX):
+        assert f"{sink.to_user_string()} {COUNTS_CHECK} at snapshot {appended}" in out, out
+    with DagsterInstance.get() as instance:                                         # the sync's ($DAGSTER_HOME)
+        index = _metadata(instance, INDEX, appended)
+    assert (index["count_insert"], index["sink_created"], index["sink_updated"]) == (2, 0, 2)
+    assert [d["count"] for d in index["sink_disagreements"]] == ["sink_created", "sink_updated"]
 
     spark.sql(f"INSERT INTO {fq} VALUES (30, 30)")                                  # agrees, but diverged before
     later = str(catalog.load_table("db.items").current_snapshot().snapshot_id)
     assert main(sync) == 3
-    assert f"CHECKS FAILED: replica/db/db_items_replica {COUNTS_CHECK} at snapshot {later}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    for sink in (REPLICA, INDEX):
+        assert f"{sink.to_user_string()} {COUNTS_CHECK} at snapshot {later}" in out, out
 
     spark.sql(f"DELETE FROM {fq} WHERE qty = -1")                                   # the cause removed
     assert main(["resync", "--config", str(path), "--table", "db.items"]) == 0

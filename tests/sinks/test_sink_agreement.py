@@ -65,3 +65,27 @@ def test_a_range_of_snapshots_compares_its_net_changes():
     assert replica_disagreements(netted, {INSERT: 3, DELETE: 1}, _result({"inserted": 3, "deleted": 1})) == []
     assert [d.count for d in replica_disagreements(netted, {INSERT: 3}, _result({"inserted": 1, "updated": 2}))] == [
         "inserted", "updated"]
+
+
+def _index(counts, details=None):
+    return ApplyResult("opensearch/items", False, None, counts, details or {"index": "items"})
+
+
+def test_an_index_reports_a_duplicate_source_key_from_its_bulk_answers():
+    from icecdc_dagster.sinks.opensearch.agreement import KEYS_HELD as INDEX_KEYS_HELD
+    from icecdc_dagster.sinks.opensearch.agreement import index_disagreements
+
+    events = {INSERT: 4, UPDATE_BEFORE: 3, UPDATE_AFTER: 3, DELETE: 2}
+    assert index_disagreements(BATCH, events, _index({"created": 4, "updated": 3, "deleted": 2})) == []
+    duplicated = _index({"indexed": 7, "created": 2, "updated": 5})                   # 5 of 7 INSERTs held
+    assert [(d.count, d.expected, d.found, d.cause) for d in index_disagreements(BATCH, {INSERT: 7}, duplicated)] == [
+        ("created", 7, 2, INDEX_KEYS_HELD), ("updated", 0, 5, INDEX_KEYS_HELD)]
+    # Not compared: a redo (the dead attempt's actions answer a conflict or a missing delete), a range, an
+    # export, a batch written during a rebuild.
+    assert index_disagreements(BATCH, {INSERT: 7}, _index({**duplicated.counts, "version_conflicts": 1})) == []
+    assert index_disagreements(BATCH, {DELETE: 2}, _index({"deleted": 1, "delete_not_found": 1})) == []
+    ranged = BatchInfo(table_name="db.items", snapshot_id=9, sequence_number=5, first_snapshot_id=7,
+                       accepted_predecessors=(6,), operation="append", committed_at_ms=0)
+    assert index_disagreements(ranged, {INSERT: 7}, duplicated) == []
+    assert index_disagreements(EXPORT, {INSERT: 7}, duplicated) == []
+    assert index_disagreements(BATCH, {INSERT: 7}, _index(duplicated.counts, {"reindexed": "mapping"})) == []

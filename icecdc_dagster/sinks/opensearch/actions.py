@@ -17,7 +17,8 @@ from icecdc_dagster.errors import SinkWriteError
 RETRYABLE_STATUS = frozenset((429, 500, 502, 503, 504))
 INDEXED, DELETED, DELETE_NOT_FOUND, VERSION_CONFLICT, FAILED, RETRY = (
     "indexed", "deleted", "delete_not_found", "version_conflicts", "failed", "retry")
-COUNT_KEYS = (INDEXED, DELETED, DELETE_NOT_FOUND, VERSION_CONFLICT, FAILED)
+CREATED, UPDATED = "created", "updated"  # how each INDEXED action was answered (a new document, or a newer version)
+COUNT_KEYS = (INDEXED, CREATED, UPDATED, DELETED, DELETE_NOT_FOUND, VERSION_CONFLICT, FAILED)
 
 
 class MissingDocumentIdError(SinkWriteError, ValueError):
@@ -82,6 +83,11 @@ def classify(ok: bool, item: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if status in RETRYABLE_STATUS:
         return RETRY, info
     return FAILED, info
+
+
+def indexed_as(info: dict[str, Any]) -> str:
+    """CREATED or UPDATED: what an INDEXED item's ``result`` says it did (what the counts check compares)."""
+    return CREATED if info.get("result") == "created" else UPDATED
 
 
 def failure_reason(op: str, info: dict[str, Any]) -> str:

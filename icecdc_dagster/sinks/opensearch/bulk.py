@@ -86,6 +86,8 @@ def send_chunk(client: Any, settings: OpenSearchSinkSettings, chunk: Chunk,
                 summary.add_failure(a.failure_reason(act[0], info), limit)
             else:
                 summary.counts[outcome] += 1
+                if outcome == a.INDEXED:
+                    summary.counts[a.indexed_as(info)] += 1
         unanswered = pending[len(items):]
         if not retry_items and not unanswered:
             break

@@ -38,6 +38,7 @@ from icecdc_dagster.sinks.base import ApplyResult, Disagreement
 from icecdc_dagster.sinks.opensearch import checkpoint as cp
 from icecdc_dagster.sinks.opensearch import versions as vs
 from icecdc_dagster.sinks.opensearch.actions import FAILED, WriteSummary
+from icecdc_dagster.sinks.opensearch.agreement import index_disagreements
 from icecdc_dagster.sinks.opensearch.bulk import write_bulk_rows
 from icecdc_dagster.sinks.opensearch.documents import (
     ICEBERG_METADATA_COLUMNS,
@@ -346,12 +347,10 @@ class OpenSearchSink:
 
     def disagreements(self, batch: BatchInfo, event_counts: Mapping[str, int],
                       result: ApplyResult) -> list[Disagreement]:
-        """None to report: the index's counts cannot tell what the batch's events would contradict. An
-        INDEX counts ``indexed`` whether the document existed or not (an INSERT of an id the index holds
-        looks like any other), and a redo after a crash between the bulk and the checkpoint answers
-        ``version_conflicts`` and ``delete_not_found`` legitimately. An action the index rejects already
-        fails the batch (:meth:`_failure`)."""
-        return []
+        """The bulk's ``created`` / ``updated`` / ``deleted`` answers against the batch's INSERT /
+        UPDATE_AFTER / DELETE events, for a single-snapshot batch that is not a redo (see
+        ``opensearch.agreement``). An action the index rejects already fails the batch (:meth:`_failure`)."""
+        return index_disagreements(batch, event_counts, result)
 
     def _details(self, live: vs.Version | None) -> dict[str, Any]:
         return {"index": self.alias, "index_version": live.name if live is not None else "none"}
