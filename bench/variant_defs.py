@@ -22,17 +22,19 @@ from icecdc_dagster.checks import line_continues, stuck
 from icecdc_dagster.checks.line_checks import source_or_none
 from icecdc_dagster.config import TableConfig, load_config
 from icecdc_dagster.definitions import build_definitions
+from icecdc_dagster.lease.executor import line_executor
+from icecdc_dagster.resources.keys import CATALOG_KEY
 
 LINE_CHECKS_ENV = "ICECDC_BENCH_LINE_CHECKS"
 
 
 def two_line_checks(table: TableConfig, config_path: str | None) -> list[AssetChecksDefinition]:
-    @asset_check(asset=naming.changelog_key(table), name=naming.LINE_CHECK, required_resource_keys={"catalog"},
+    @asset_check(asset=naming.changelog_key(table), name=naming.LINE_CHECK, required_resource_keys={CATALOG_KEY},
                  blocking=False)
     def _line(context: AssetCheckExecutionContext) -> AssetCheckResult:
         return line_continues.line_continues(context.instance, table, source_or_none(context, table), config_path)
 
-    @asset_check(asset=naming.changelog_key(table), name=naming.STUCK_CHECK, required_resource_keys={"catalog"},
+    @asset_check(asset=naming.changelog_key(table), name=naming.STUCK_CHECK, required_resource_keys={CATALOG_KEY},
                  blocking=False)
     def _stuck(context: AssetCheckExecutionContext) -> AssetCheckResult:
         return stuck.no_stuck_snapshots(context.instance, table, source_or_none(context, table),
@@ -52,4 +54,4 @@ def defs() -> Definitions:
         for table in config.tables:
             checks += two_line_checks(table, config.source)
     return Definitions(assets=shipped.assets, asset_checks=checks, sensors=shipped.sensors, schedules=shipped.schedules,
-                       resources=shipped.resources, executor=shipped.executor)
+                       resources=shipped.resources, executor=line_executor)  # as definitions.defs()

@@ -33,6 +33,7 @@ from icecdc_dagster.errors import ConfigError, UnsupportedFormatVersionError
 from icecdc_dagster.lease.executor import line_executor
 from icecdc_dagster.lineage import LineageEmitter
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
+from icecdc_dagster.resources.keys import CATALOG_KEY, SPARK_KEY
 from icecdc_dagster.resources.secrets import env_var
 from icecdc_dagster.sensors.ingest_sensor import build_ingest_sensor
 from icecdc_dagster.sensors.snapshots import build_snapshot_sensor, build_tables_sensor
@@ -46,11 +47,11 @@ if TYPE_CHECKING:
 
 def build_resources(config: PipelineConfig) -> dict[str, Any]:
     resources: dict[str, Any] = {
-        "catalog": IcebergCatalogResource(type=config.catalog.type, name=config.catalog.name, uri=config.catalog.uri,
+        CATALOG_KEY: IcebergCatalogResource(type=config.catalog.type, name=config.catalog.name, uri=config.catalog.uri,
                                           warehouse=config.catalog.warehouse,
                                           password=env_var(config.catalog.password),
                                           properties={k: env_var(v) for k, v in config.catalog.properties.items()}),
-        "spark": SparkResource(master=config.spark.master, app_name=config.spark.app_name,
+        SPARK_KEY: SparkResource(master=config.spark.master, app_name=config.spark.app_name,
                                conf={k: str(v) for k, v in config.spark.conf.items()}, jars=list(config.spark.jars),
                                spark_config=dict(config.spark.spark_config)),
     }
@@ -152,6 +153,7 @@ def _build_definitions(config: PipelineConfig, check_tables: bool, rebuilt: Coll
     # assets' definition metadata, so an asset page shows its columns without another catalog call.
     # The tables the assets write: derived from the source (replicas) or remembered from the last
     # batch that wrote them (changelog store, ingest targets): no catalog call either.
+    naming.check_unique_keys(config)
     sources = check_tables_exist(config) if check_tables else {}
 
     line_record.check_pipeline(config, sources, rebuilt)
@@ -196,20 +198,24 @@ def _build_definitions(config: PipelineConfig, check_tables: bool, rebuilt: Coll
         assets.append(build_maintenance_asset(table, tuple(entries_by_target.get(table.table_name, ()))))
         schedules.append(build_maintenance_schedule(table))
         if config.snapshot_sensors == "per_table":
-            sensors.append(build_snapshot_sensor(table, config.source, resources["catalog"]))
+            sensors.append(build_snapshot_sensor(table, config.source, resources[CATALOG_KEY]))
 
     if config.snapshot_sensors == "one" and config.tables:
-        sensors.append(build_tables_sensor(config.tables, config.source, resources["catalog"]))
+        sensors.append(build_tables_sensor(config.tables, config.source, resources[CATALOG_KEY]))
     for table in config.tables:
         checks.extend(build_consistency_checks(table))
-    # One process per run keeps one warm SparkSession for every step of the batch; the executor
-    # records the worker on the run and holds the line's lock (one writer per line, crash safe).
+    # No code-location-wide executor: merged into a user's project it would become theirs too. Our
+    # sensors' and schedules' jobs carry the line executor themselves (``lease.executor.line_job``).
     return Definitions(assets=assets, asset_checks=checks, sensors=sensors, schedules=schedules,
-                       resources=resources,
-                       executor=line_executor)
+                       resources=resources)
 
 
 @definitions
 def defs() -> Definitions:
-    """What ``dagster dev``, the daemon and run workers load: the pipeline file named by ``$ICECDC_CONFIG``."""
-    return build_definitions(load_config())
+    """What ``dagster dev``, the daemon and run workers load: the pipeline file named by ``$ICECDC_CONFIG``.
+
+    Our own code location, so the line executor is its default too: a partition materialised from the
+    asset graph (Dagster's implicit asset job) runs in one process and holds the line's lock. One
+    process per run keeps one warm SparkSession for every step of the batch."""
+    return Definitions.merge(build_definitions(load_config()), Definitions(executor=line_executor))
+

@@ -18,6 +18,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainValidator,
+    PrivateAttr,
     StrictBool,
     StrictInt,
     ValidationInfo,
@@ -152,6 +153,29 @@ def _one_or_many(value: Any) -> Any:
 
 Names = Annotated[tuple[Annotated[str, Field(strict=True, min_length=1)], ...], BeforeValidator(_one_or_many)]
 """Column names: a list, or one name written alone (``identifier_columns: id``)."""
+
+
+def _key_path(value: Any) -> Any:
+    return value.split("/") if isinstance(value, str) else value
+
+
+AssetKeyPath = Annotated[tuple[Annotated[str, Field(strict=True, min_length=1)], ...], BeforeValidator(_key_path),
+                         Field(min_length=1)]
+"""A Dagster asset key: its path as a list (``[demo_replica, orders]``) or one string ``demo_replica/orders``."""
+
+
+class Keyed(Model):
+    """A config object that names assets (a table, a sink, an ingest entry): the keys a translation chose
+    for them (a Component's ``translation``), by asset kind. Set once when definitions are built from a
+    copy of the config, so the sensors, checks, lines and ``icecdc sync`` that read the same copy agree."""
+
+    _translated_keys: dict[str, tuple[str, ...]] = PrivateAttr(default_factory=dict)
+
+    def translated_key(self, kind: str) -> tuple[str, ...] | None:
+        return self._translated_keys.get(kind)
+
+    def translate_key(self, kind: str, path: tuple[str, ...]) -> None:
+        self._translated_keys[kind] = path
 
 
 def local_path(value: str, info: ValidationInfo) -> str:

@@ -15,6 +15,7 @@ from icecdc_dagster.inputs.registry import open_input
 from icecdc_dagster.lines import line as lines
 from icecdc_dagster.lines.batch_metadata import BatchMetadata
 from icecdc_dagster.lines.window import TableWindow, WholeLine, diagnose, discover_new_keys, line_view
+from icecdc_dagster.resources.keys import CATALOG_KEY, SPARK_KEY
 from icecdc_dagster.resources.resolved import resolved_resource
 from icecdc_dagster.sensors.ingest_sensor import ingest_line, unknown_keys
 from icecdc_dagster.steps import lifecycle
@@ -139,8 +140,8 @@ def ingest_status(instance: DagsterInstance, entry: IngestConfig, defs: Definiti
 def _count_expired(defs: Definitions, entry: IngestConfig, status: IngestStatus) -> None:
     """The landing files past the ledger's horizon that no batch records (the ledger's view, through Spark)."""
     try:
-        catalog = resolved_resource(defs, "catalog")
-        spark = resolved_resource(defs, "spark").session(catalog)
+        catalog = resolved_resource(defs, CATALOG_KEY)
+        spark = resolved_resource(defs, SPARK_KEY).session(catalog)
         status.expired_files = len(expired_files(spark, catalog.name, ingest_settings(entry)))
     except Exception as exc:  # noqa: BLE001 - status reports, it does not fail
         status.error = str(exc)[:200]
@@ -181,7 +182,7 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
     """
     from pyiceberg.exceptions import NoSuchTableError
 
-    catalog = resolved_resource(defs, "catalog")
+    catalog = resolved_resource(defs, CATALOG_KEY)
     try:
         source = catalog.load_table(table.table_name)
     except NoSuchTableError:  # created later by an ingest entry
@@ -199,7 +200,7 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
     for sink in table.sinks:
         try:
             if spark is None and sink.needs_spark:
-                spark = resolved_resource(defs, "spark").session(catalog)
+                spark = resolved_resource(defs, SPARK_KEY).session(catalog)
             key = sink.resource_key()
             target = open_configured_sink(sink, table, spark=spark, catalog=catalog, source_table=source,
                                           connection=resolved_resource(defs, key) if key else None)

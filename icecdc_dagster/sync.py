@@ -43,6 +43,7 @@ from icecdc_dagster.lease.run_thread import adopt_spark_session, interrupt_run
 from icecdc_dagster.lines import line as lines
 from icecdc_dagster.lines.window import diagnose
 from icecdc_dagster.progress import SyncProgress
+from icecdc_dagster.resources.keys import CATALOG_KEY
 from icecdc_dagster.resources.resolved import resolved_resource
 from icecdc_dagster.run_tags import WORKER_HEARTBEAT_TAG
 from icecdc_dagster.sensors import ingest_sensor, snapshots
@@ -403,7 +404,7 @@ def _context(defs: Definitions, instance: DagsterInstance, retry_failed: bool = 
 
 def sync_table(defs: Definitions, instance: DagsterInstance, table: TableConfig, max_runs: int = 1000,
                retry_failed: bool = False, context: SyncContext | None = None) -> TableSyncReport:
-    catalog = resolved_resource(defs, "catalog")
+    catalog = resolved_resource(defs, CATALOG_KEY)
     context = _context(defs, instance, retry_failed, context)
     loaded: dict[str, Table] = {}  # the source as the latest evaluation read it (the display's summaries)
 
@@ -426,7 +427,7 @@ def sync_table(defs: Definitions, instance: DagsterInstance, table: TableConfig,
 
 def table_view(context: SyncContext, table: TableConfig, loaded: "dict[str, Table] | None" = None) -> LineDisplay:
     """The display's view of a table line; ``loaded``: where the line's evaluation leaves the source it read."""
-    catalog, table_line = resolved_resource(context.defs, "catalog"), naming.table_line(table)
+    catalog, table_line = resolved_resource(context.defs, CATALOG_KEY), naming.table_line(table)
     read = loaded if loaded is not None else {}
     return LineDisplay(lambda: sync_plan.table_plan(context.instance, table, catalog, context.config_path),
                     lambda planned: sync_plan.table_batch(context.instance, table_line, planned, read.get("source")))
@@ -493,7 +494,7 @@ def resync_table(config: PipelineConfig, defs: Definitions, instance: DagsterIns
     context = _context(defs, instance, False, context)
     if context.config_path is None:
         context.config_path = config.source
-    source = resolved_resource(defs, "catalog").load_table(table.table_name)
+    source = resolved_resource(defs, CATALOG_KEY).load_table(table.table_name)
     current = source.current_snapshot()
     if current is None:
         raise TableHasNoSnapshotError(f"{table.table_name} has no snapshot yet: nothing to re-bootstrap from; "
@@ -510,7 +511,7 @@ def resync_table(config: PipelineConfig, defs: Definitions, instance: DagsterIns
         problem = diagnose(instance, line, source, known, context.config_path)
         key = lifecycle.resync_key(current.snapshot_id, known)
         instance.add_dynamic_partitions(line.partitions_name, [key])
-        for observation in source_observations(table, resolved_resource(defs, "catalog").name, source, [key]):
+        for observation in source_observations(table, resolved_resource(defs, CATALOG_KEY).name, source, [key]):
             instance.report_runless_asset_event(observation)
         superseded = lifecycle.superseded_keys([*known, key])
         instance.report_runless_asset_event(AssetObservation(

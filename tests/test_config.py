@@ -6,6 +6,7 @@ import pytest
 
 from icecdc_dagster.config import EnvRef, OpenSearchSinkConfig, load_config, parse_config, parse_duration
 from icecdc_dagster.errors import ConfigError
+from icecdc_dagster.resources.keys import CATALOG_KEY
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "two_tables.yaml"
 
@@ -130,7 +131,7 @@ def test_write_mode_is_checked_at_load(tmp_path, mode, fragment):
     (_sink(mapping={"properties": {}}, template_name="t"), "set either 'mapping' or 'template_name'"),
     (_sink(refresh="sometimes"), "opensearch.refresh: expected true or false"),
     (_sink(chunk_size="500"), "opensearch.chunk_size: expected a valid integer"),
-    (_sink(chunk_sise=5), "opensearch.chunk_sise: unknown key (expected one of: ca_certs, chunk_size"),
+    (_sink(chunk_sise=5), "opensearch.chunk_sise: unknown key (expected one of: asset_key, ca_certs, chunk_size"),
     ({"tables": [{"table_name": "db.t", "sinks": [{"opensearch": {"index": "a"}, "iceberg": {"table_name": "a.b"}}]}]},
      "sinks[0]: a sink is one of iceberg, opensearch"),
     ({"tables": [{"table_name": "db.t", "sinks": [{"iceberg": {"table_name": "nodot"}}]}]},
@@ -182,7 +183,7 @@ def test_rest_catalog_properties_reach_both_engines_and_secrets_come_from_the_en
 
     from icecdc_dagster.definitions import build_resources
 
-    resource = build_resources(config)["catalog"]
+    resource = build_resources(config)[CATALOG_KEY]
     assert resource.properties["token"] == EnvVar("REST_TOKEN") and resource.warehouse == "quickstart_catalog"
     # outside a run the one usable resource is the initialised one; the raw one refuses to connect
     from icecdc_dagster.errors import UnresolvedResourceError
@@ -194,8 +195,8 @@ def test_rest_catalog_properties_reach_both_engines_and_secrets_come_from_the_en
         resource.settings()
     assert "s3cr3t" not in str(raw.value)
     monkeypatch.delenv("REST_TOKEN")
-    with pytest.raises(ConfigError, match="resource 'catalog': environment variable REST_TOKEN is not set"):
-        initialized(build_resources(config)["catalog"], "catalog")
+    with pytest.raises(ConfigError, match="resource 'icecdc_catalog': environment variable REST_TOKEN is not set"):
+        initialized(build_resources(config)[CATALOG_KEY], CATALOG_KEY)
     with pytest.raises(ConfigError, match="catalog.properties.token: environment variable REST_TOKEN is not set"):
         config.catalog.settings()
 

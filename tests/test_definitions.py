@@ -67,13 +67,13 @@ def test_two_tables_give_source_changelog_and_sink_assets_with_lineage(two_table
                                                                            ("name", "string", True)]
     assert source.metadata["dagster/table_name"] == f"{load_config(two_table_config).catalog.name}.db.orders"
     # The OpenSearch password is an EnvVar, resolved only at run time.
-    resource = defs.resources["opensearch__orders"]
+    resource = defs.resources["icecdc_opensearch__orders"]
     assert "s3cret" not in repr(resource)
     # Outside a run it is usable only as Dagster initialises it; the raw one refuses to connect.
     from icecdc_dagster.errors import UnresolvedResourceError
     from icecdc_dagster.resources.resolved import resolved_resource
 
-    assert resolved_resource(defs, "opensearch__orders").cluster()[2] == "s3cret"
+    assert resolved_resource(defs, "icecdc_opensearch__orders").cluster()[2] == "s3cret"
     with pytest.raises(UnresolvedResourceError, match="password still names? environment"):
         resource.cluster()
 
@@ -168,6 +168,15 @@ def test_batch_runs_carry_the_line_checks_and_maintenance_carries_the_consistenc
     steps = set(defs.resolve_job_def(schedule.job_name).graph.node_dict)
     assert steps == {"maintenance__db__orders_maintenance", "opensearch__orders_opensearch_matches_source_at_checkpoint",
                      "replica__replica__replica_orders_matches_source_at_checkpoint"}
+    # No code-location-wide executor (merged into a user's project it would become theirs): our sensors'
+    # and schedules' jobs carry the line executor themselves; our own code location keeps it as default.
+    from icecdc_dagster.lease.executor import line_executor
+
+    assert defs.executor is None
+    assert defs.resolve_job_def(schedule.job_name).executor_def is line_executor
+    sensor_job = defs.resolve_sensor_def("snapshots__db_orders").job_name
+    assert sensor_job == "icecdc__snapshots__db_orders"
+    assert defs.resolve_job_def(sensor_job).executor_def is line_executor
 
 
 def test_remembered_table_metadata_is_rewritten_only_when_the_table_changed(tmp_path, catalog_settings, monkeypatch):
@@ -221,3 +230,25 @@ def test_our_definitions_load_without_dagster_beta_or_preview_warnings(tmp_path)
     noisy = [w for w in caught if issubclass(w.category, (BetaWarning, PreviewWarning))]
     assert noisy == [], [str(w.message) for w in noisy]
     assert len(list(defs.assets or [])) >= 8                            # the demo's graph was built
+
+
+def test_asset_keys_chosen_in_the_pipeline_file_are_used_and_a_key_given_twice_fails_naming_both():
+    """``asset_key`` of a source table and of a sink (a list or 'a/b'): the keys a dbt project's sources
+    expect. Two assets with one key fail at load, naming both declarations."""
+    from icecdc_dagster.assets import naming
+    from icecdc_dagster.config import parse_config
+
+    config = parse_config({"tables": [{"table_name": "db.orders", "asset_key": "raw/orders", "sinks": [
+        {"iceberg": {"table_name": "replica.orders", "asset_key": ["demo_replica", "orders"]}},
+        {"opensearch": {"index": "orders"}}]}]}, "p.yaml")
+    orders = config.tables[0]
+    assert naming.source_key(orders) == AssetKey(["raw", "orders"])
+    assert [naming.sink_key(s) for s in orders.sinks] == [AssetKey(["demo_replica", "orders"]),
+                                                           AssetKey(["opensearch", "orders_opensearch"])]
+    assert naming.table_line(orders).asset_keys[1] == AssetKey(["demo_replica", "orders"])
+    clash = parse_config({"tables": [
+        {"table_name": "db.orders", "sinks": [{"iceberg": {"table_name": "replica.orders", "asset_key": "x/y"}}]},
+        {"table_name": "db.users", "asset_key": ["x", "y"]}]}, "p.yaml")
+    with pytest.raises(ConfigError, match=r"p.yaml: asset key 'x/y' is given to both tables\[0\] \(db.orders\)"
+                                          r".sinks\[0\] \(replica/replica.orders\) and tables\[1\] \(db.users\)$"):
+        build_definitions(clash, check_tables=False)

@@ -16,8 +16,9 @@ PROBE = """
 import json, sys
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_resources
+from icecdc_dagster.resources.keys import CATALOG_KEY, SPARK_KEY
 resources = build_resources(load_config(sys.argv[1]))
-spark, catalog = resources["spark"], resources["catalog"]
+spark, catalog = resources[SPARK_KEY], resources[CATALOG_KEY]
 session = spark.session(catalog)
 conf = session.sparkContext.getConf()
 print(json.dumps({"same": session is spark.spark_session and spark.spark_context is session.sparkContext,

@@ -127,10 +127,10 @@ def build_changelog_asset(table: TableConfig, lineage: LineageEmitter | None = N
                   "identifier_columns": ", ".join(table.identifier_columns) or "(the table's identifier fields)",
                   **(described or {})},
     )
-    def _changelog(context: AssetExecutionContext, spark: SparkResource,
-                   catalog: IcebergCatalogResource) -> MaterializeResult[Any]:
+    def _changelog(context: AssetExecutionContext, icecdc_spark: SparkResource,
+                   icecdc_catalog: IcebergCatalogResource) -> MaterializeResult[Any]:  # parameter = resource key
         with retry.classified(context.instance, context.run_id):
-            return _store_batch(context, table, lineage, spark, catalog)
+            return _store_batch(context, table, lineage, icecdc_spark, icecdc_catalog)
 
     return _changelog
 

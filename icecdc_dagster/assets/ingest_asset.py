@@ -76,8 +76,9 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
                   "identifier_columns": ", ".join(entry.identifier_columns) or "(table's own or none)",
                   **{k: v for k, v in (described or {}).items() if k != ROW_COUNT}},
     )
-    def _ingest(context: AssetExecutionContext, spark: SparkResource,
-                catalog: IcebergCatalogResource) -> MaterializeResult[Any]:
+    def _ingest(context: AssetExecutionContext, icecdc_spark: SparkResource,
+                icecdc_catalog: IcebergCatalogResource) -> MaterializeResult[Any]:  # parameter = resource key
+        spark, catalog = icecdc_spark, icecdc_catalog
         started = time.monotonic()
         session = spark.session(catalog)
         stream = BatchMetadata()
@@ -116,7 +117,7 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
             dead = _target_metadata(catalog, routing.dead_letter_table(target), dead=True)
             if dead:
                 context.log_event(AssetMaterialization(
-                    asset_key=naming.dead_letter_key(target),
+                    asset_key=naming.dead_letter_key(entry, target),
                     metadata={**dead, PARTITION_ROW_COUNT: totals.get("dead_lettered", 0),
                               **BatchMetadata(batch_id=" | ".join(r.batch_id for r in results))}))
         if target and target_asset is not None:
@@ -240,7 +241,7 @@ def build_dead_letter_asset(entries: Sequence[IngestConfig], catalog_name: str,
     assert target is not None
     table = routing.dead_letter_table(target)
     return AssetSpec(
-        key=naming.dead_letter_key(target), deps=[naming.ingest_key(e) for e in entries],
+        key=naming.dead_letter_key(entries[0], target), deps=[naming.ingest_key(e) for e in entries],
         group_name=naming.ingest_group_name(entries[0]), kinds={"iceberg"},
         description=f"Events that could not be written to {target}, with the reason (Iceberg table {table}).",
         metadata={**remembered.get(f"{catalog_name}.{table}", {}), TABLE_NAME: f"{catalog_name}.{table}",

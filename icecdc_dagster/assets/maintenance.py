@@ -23,10 +23,12 @@ from dagster import (
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import IngestConfig, TableConfig
+from icecdc_dagster.lease.executor import line_job
 from icecdc_dagster.lease.holder import Holder
 from icecdc_dagster.lease.line_lock import LineLock, holding
 from icecdc_dagster.lines.line import key_statuses
 from icecdc_dagster.lines.window import TableWindow, line_view
+from icecdc_dagster.resources.keys import CATALOG_KEY, SPARK_KEY
 from icecdc_dagster.steps import lifecycle
 from icecdc_dagster.steps import table_maintenance as maintenance
 from icecdc_dagster.steps.ordering import KeyStatus
@@ -41,9 +43,10 @@ def maintenance_key(table: TableConfig) -> AssetKey:
 
 
 def build_maintenance_schedule(table: TableConfig) -> ScheduleDefinition:
-    return ScheduleDefinition(name="maintenance__" + naming.group_name(table), cron_schedule=table.maintenance_schedule,
-                              target=(AssetSelection.assets(maintenance_key(table))
-                                      | AssetSelection.checks(*naming.consistency_check_keys(table))),
+    name = "maintenance__" + naming.group_name(table)
+    return ScheduleDefinition(name=name, cron_schedule=table.maintenance_schedule,
+                              target=line_job(name, AssetSelection.assets(maintenance_key(table))
+                                              | AssetSelection.checks(*naming.consistency_check_keys(table))),
                               default_status=DefaultScheduleStatus.RUNNING,
                               description=f"Compaction and expiry for the {table.table_name} group, and each "
                                           f"sink's consistency check ({naming.CONSISTENCY_CHECK}).")
@@ -57,7 +60,7 @@ def build_maintenance_asset(table: TableConfig, writers: tuple[IngestConfig, ...
         deps=[naming.changelog_key(table), *(naming.sink_key(s) for s in table.sinks)],
         group_name=naming.group_name(table),
         kinds={"iceberg", "spark"},
-        required_resource_keys={"spark", "catalog"},
+        required_resource_keys={SPARK_KEY, CATALOG_KEY},
         description=(f"Compacts {', '.join(replicas + ([table.table_name] if writers else [])) or 'nothing'} when a "
                      f"partition has more than {table.compact_delete_files} delete files; expires "
                      f"{table.table_name}__changelog batches applied by every sink and older than "
@@ -66,8 +69,8 @@ def build_maintenance_asset(table: TableConfig, writers: tuple[IngestConfig, ...
     def _maintain(context: AssetExecutionContext) -> MaterializeResult[Any]:
         from pyiceberg.exceptions import NoSuchTableError
 
-        catalog = context.resources.catalog
-        spark = context.resources.spark.session(catalog)
+        catalog = getattr(context.resources, CATALOG_KEY)
+        spark = getattr(context.resources, SPARK_KEY).session(catalog)
         holder = Holder.current(role="icecdc maintenance")
         lines = [table.table_name, *(naming.ingest_line_id(e) for e in writers)]
         results: list[maintenance.TableMaintenance] = []

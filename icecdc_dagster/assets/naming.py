@@ -4,22 +4,40 @@ The UI titles a graph node by the last component of its key, so within a table's
 component says what the node is: ``orders`` (the table), ``orders_changelog``, ``orders_maintenance``,
 and each sink by its own target (``demo_replica_orders`` for the replica table ``demo_replica.orders``,
 ``orders_opensearch`` for the index ``orders``); dead letters by their table (``customers_dead_letters``).
+
+Every key can be chosen by the user: ``asset_key`` of a table or a sink in the pipeline file, and any
+asset's key through a Component's ``translation`` (recorded on the config object, by asset kind:
+:class:`icecdc_dagster.fields.Keyed`). The defaults below apply when neither is given.
 """
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from dagster import AssetCheckKey, AssetKey, DynamicPartitionsDefinition
 
-from icecdc_dagster.config import IngestConfig, SinkConfig, TableConfig
+from icecdc_dagster.config import IngestConfig, PipelineConfig, SinkConfig, TableConfig
+from icecdc_dagster.errors import ConfigError
+from icecdc_dagster.fields import Keyed
 from icecdc_dagster.lines.line import Line
+from icecdc_dagster.steps.ingest_entry import fixed_target
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", text)
 
 
+# The asset kinds (a translation's ``{{ kind }}``).
+SOURCE, CHANGELOG, MAINTENANCE, INGEST, DEAD_LETTERS = "source", "changelog", "maintenance", "ingest", "dead_letters"
+
+
+def _chosen(keyed: Keyed, kind: str, given: tuple[str, ...] | None, default: AssetKey) -> AssetKey:
+    translated = keyed.translated_key(kind)
+    return AssetKey(list(translated or given or default.path))
+
+
 def source_key(table: TableConfig) -> AssetKey:
-    return AssetKey(["iceberg", *table.table_name.split(".")])
+    return _chosen(table, SOURCE, table.asset_key, AssetKey(["iceberg", *table.table_name.split(".")]))
 
 
 def _titled(prefix: str, table_name: str, suffix: str) -> AssetKey:
@@ -28,19 +46,19 @@ def _titled(prefix: str, table_name: str, suffix: str) -> AssetKey:
 
 
 def changelog_key(table: TableConfig) -> AssetKey:
-    return _titled("changelog", table.table_name, "changelog")
+    return _chosen(table, CHANGELOG, None, _titled("changelog", table.table_name, "changelog"))
 
 
 def maintenance_key(table: TableConfig) -> AssetKey:
-    return _titled("maintenance", table.table_name, "maintenance")
+    return _chosen(table, MAINTENANCE, None, _titled("maintenance", table.table_name, "maintenance"))
 
 
 def sink_key(sink: SinkConfig) -> AssetKey:
-    """``replica/<ns>/<ns>_<table>``, ``opensearch/<index>_opensearch``: never the source table's title
-    (a replica often keeps the source's table name in another namespace)."""
+    """Default ``replica/<ns>/<ns>_<table>``, ``opensearch/<index>_opensearch``: never the source table's
+    title (a replica often keeps the source's table name in another namespace)."""
     prefix, *name = sink.asset_path()
     last = "_".join(name) if len(name) > 1 else f"{name[0]}_{prefix}"
-    return AssetKey([prefix, *name[:-1], last])
+    return _chosen(sink, sink.asset_prefix, sink.asset_key, AssetKey([prefix, *name[:-1], last]))
 
 
 def group_name(table: TableConfig) -> str:
@@ -65,12 +83,13 @@ def line_checks_name(table: TableConfig) -> str:
 
 
 def ingest_key(entry: IngestConfig) -> AssetKey:
-    return AssetKey(["ingest", _slug(entry.name)])
+    return _chosen(entry, INGEST, None, AssetKey(["ingest", _slug(entry.name)]))
 
 
-def dead_letter_key(table_name: str) -> AssetKey:
-    """The dead-letter table of an ingest entry's fixed target ``table_name``."""
-    return _titled("dead_letters", table_name, "dead_letters")
+def dead_letter_key(entry: IngestConfig, target: str) -> AssetKey:
+    """The dead-letter table of an ingest entry's fixed target ``target`` (one asset for every entry
+    writing that target: a translation gives each the same key)."""
+    return _chosen(entry, DEAD_LETTERS, None, _titled("dead_letters", target, "dead_letters"))
 
 
 def ingest_partitions_def(entry: IngestConfig) -> DynamicPartitionsDefinition:
@@ -124,3 +143,54 @@ def table_line(table: TableConfig) -> Line:
                 asset_keys=tuple(asset_keys(table)), max_keys_per_run=table.max_snapshots_per_run,
                 max_retries=table.max_retries, check_keys=batch_check_keys(table),
                 joinable=tuple(sink_key(s) for s in table.sinks))
+
+
+@dataclass(frozen=True)
+class NamedAsset:
+    """One asset of the pipeline file: its kind (``source``, ``changelog``, ``replica``, ``opensearch``,
+    ``maintenance``, ``ingest``, ``dead_letters``), its key, where the file declares it (named in errors)
+    and the names a translation's ``{{ }}`` templates see."""
+
+    kind: str
+    key: AssetKey
+    where: str
+    keyed: Keyed
+    names: Mapping[str, str]
+
+
+def named_assets(config: PipelineConfig) -> list[NamedAsset]:
+    """Every asset the pipeline file declares, in file order (one per dead-letter table)."""
+    found: list[NamedAsset] = []
+    for i, table in enumerate(config.tables):
+        where = f"tables[{i}] ({table.table_name})"
+        names = {"table_name": table.table_name, "namespace": table.namespace, "table": table.name}
+        found += [NamedAsset(SOURCE, source_key(table), where, table, names),
+                  NamedAsset(CHANGELOG, changelog_key(table), f"{where} changelog", table, names)]
+        found += [NamedAsset(sink.asset_prefix, sink_key(sink), f"{where}.sinks[{j}] ({sink.name})", sink,
+                             {**names, "target": sink.target}) for j, sink in enumerate(table.sinks)]
+        found.append(NamedAsset(MAINTENANCE, maintenance_key(table), f"{where} maintenance", table, names))
+    dead: set[str] = set()
+    for i, entry in enumerate(config.ingest):
+        target = fixed_target(entry)
+        names = {"ingest": entry.name, "target": target or entry.target}
+        found.append(NamedAsset(INGEST, ingest_key(entry), f"ingest[{i}] ({entry.name})", entry, names))
+        if target is not None and target not in dead:
+            dead.add(target)
+            found.append(NamedAsset(DEAD_LETTERS, dead_letter_key(entry, target),
+                                    f"ingest[{i}] ({entry.name}) dead letters", entry, names))
+    return found
+
+
+def check_unique_keys(config: PipelineConfig) -> None:
+    """Two assets of the pipeline file with one key (chosen in the file or by a translation) fail at
+    load, naming both; Dagster's own error would name neither declaration.
+
+    Raises:
+        ConfigError: a key is given twice.
+    """
+    seen: dict[AssetKey, NamedAsset] = {}
+    for asset in named_assets(config):
+        first = seen.setdefault(asset.key, asset)
+        if first is not asset:
+            raise ConfigError(f"{config.source}: asset key {asset.key.to_user_string()!r} is given to both "
+                              f"{first.where} and {asset.where}")

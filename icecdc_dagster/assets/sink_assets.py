@@ -49,6 +49,7 @@ from icecdc_dagster.lines.batch_metadata import (
     sink_figures,
 )
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
+from icecdc_dagster.resources.keys import CATALOG_KEY, SPARK_KEY
 from icecdc_dagster.sinks.base import Disagreement, Sink
 from icecdc_dagster.steps.batches import batch_info, join_export, tail_events, uses_row_id
 from icecdc_dagster.steps.changelog_store import ChangelogStore
@@ -71,7 +72,7 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitt
         backfill_policy=BackfillPolicy.single_run(),
         group_name=naming.group_name(table),
         kinds=set(sink.tags),
-        required_resource_keys={"spark", "catalog", *([resource_key] if resource_key else [])},
+        required_resource_keys={SPARK_KEY, CATALOG_KEY, *([resource_key] if resource_key else [])},
         description=sink.describe(table.table_name),
         metadata={"source_table": table.table_name, "target": sink.asset_name, **(described or {})},
         check_specs=[AssetCheckSpec(naming.COUNTS_CHECK, asset=naming.sink_key(sink), blocking=False,
@@ -82,7 +83,7 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitt
     def _sink(context: AssetExecutionContext) -> MaterializeResult:  # type: ignore[type-arg]
         with retry.classified(context.instance, context.run_id):
             result = _apply(context, table, sink, lineage, config_path)
-        catalog_name = context.resources.catalog.name
+        catalog_name = getattr(context.resources, CATALOG_KEY).name
         line_record.remember_sink(f"{catalog_name}.{table.table_name}", sink.name, sink.kind, sink.target,
                                   naming.sink_key(sink).to_user_string())
         return result
@@ -94,8 +95,8 @@ def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
            lineage: LineageEmitter | None, config_path: str | None) -> MaterializeResult[Any]:
     """Apply the run's batch to the sink (a sink joining the running line: its own export)."""
     started = time.monotonic()
-    spark: SparkResource = context.resources.spark
-    catalog: IcebergCatalogResource = context.resources.catalog
+    spark: SparkResource = getattr(context.resources, SPARK_KEY)
+    catalog: IcebergCatalogResource = getattr(context.resources, CATALOG_KEY)
     session = spark.session(catalog)
     source = catalog.source_table(context.run_id, table.table_name)
     request = batch_request(context, table, source)

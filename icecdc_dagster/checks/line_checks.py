@@ -21,6 +21,7 @@ from icecdc_dagster.assets import naming
 from icecdc_dagster.checks import line_continues, stuck
 from icecdc_dagster.checks.check_run import run_id_of
 from icecdc_dagster.config import TableConfig
+from icecdc_dagster.resources.keys import CATALOG_KEY
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -31,7 +32,7 @@ def source_or_none(context: AssetCheckExecutionContext, table: TableConfig) -> "
     from pyiceberg.exceptions import NoSuchTableError
 
     try:
-        return context.resources.catalog.source_table(run_id_of(context), table.table_name)
+        return getattr(context.resources, CATALOG_KEY).source_table(run_id_of(context), table.table_name)
     except NoSuchTableError:
         return None
 
@@ -44,7 +45,7 @@ def build_line_checks(table: TableConfig, config_path: str | None) -> AssetCheck
                             description=stuck.description(table))]
 
     @multi_asset_check(name=naming.line_checks_name(table), specs=specs, can_subset=True,
-                       required_resource_keys={"catalog"})
+                       required_resource_keys={CATALOG_KEY})
     def _checks(context: AssetCheckExecutionContext) -> Iterator[AssetCheckResult]:
         source = source_or_none(context, table)
         selected = {key.name for key in context.selected_asset_check_keys}

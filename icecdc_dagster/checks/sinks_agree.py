@@ -9,6 +9,7 @@ from icecdc_dagster.assets import naming
 from icecdc_dagster.changelog import row_count
 from icecdc_dagster.config import SinkConfig, TableConfig
 from icecdc_dagster.lines.batch_metadata import BatchMetadata
+from icecdc_dagster.resources.keys import CATALOG_KEY, SPARK_KEY
 from icecdc_dagster.steps.open_sink import sink_context
 
 SAMPLE_SIZE = 20
@@ -26,12 +27,12 @@ def _build_check(table: TableConfig, sink: SinkConfig) -> AssetChecksDefinition:
         name=naming.CONSISTENCY_CHECK,
         description=(f"Row count and a sample of {SAMPLE_SIZE} rows of {table.table_name} at the sink's "
                      f"checkpoint snapshot agree with {sink.asset_name}."),
-        required_resource_keys={"spark", "catalog", *([resource_key] if resource_key else [])},
+        required_resource_keys={SPARK_KEY, CATALOG_KEY, *([resource_key] if resource_key else [])},
         blocking=False,
     )
     def _check(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        catalog = context.resources.catalog
-        spark = context.resources.spark.session(catalog)
+        catalog = getattr(context.resources, CATALOG_KEY)
+        spark = getattr(context.resources, SPARK_KEY).session(catalog)
         source = catalog.load_table(table.table_name)
         opened = sink_context(table, spark=spark, catalog=catalog, source_table=source,
                               connection=getattr(context.resources, resource_key) if resource_key else None)

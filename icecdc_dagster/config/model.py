@@ -21,9 +21,11 @@ from pydantic import (
 
 from icecdc_dagster.errors import ConfigError
 from icecdc_dagster.fields import (
+    AssetKeyPath,
     Duration,
     EnvRef,
     Flag,
+    Keyed,
     LocationOrUri,
     Model,
     Names,
@@ -79,10 +81,13 @@ InputEntry = Annotated[Union[_INPUTS],  # type: ignore[valid-type]  # noqa: UP00
                                                           f"{', '.join(sorted(INPUT_KINDS))})")]
 
 
-class TableConfig(Model):
+class TableConfig(Keyed):
     """One source table followed snapshot by snapshot into its sinks."""
 
     table_name: TableName = Field(description="<namespace>.<table> in the catalog")
+    asset_key: AssetKeyPath | None = Field(
+        default=None, description="the source table's Dagster asset key, a list or 'a/b' (default: iceberg/<namespace>/"
+                                  "<table>); e.g. the key a dbt source of the same table has")
     identifier_columns: Names = Field(default=(), description="row key (default: the table's identifier fields)")
     disable_export: Flag = Field(default=False, description="start from the current snapshot without an export")
     polling_interval: Duration = Field(default="PT30S", description="sensor interval")
@@ -120,7 +125,7 @@ class TableConfig(Model):
         return parse_duration(self.polling_interval)
 
 
-class IngestConfig(Model):
+class IngestConfig(Keyed):
     """Debezium-style change events from landing files or a stream (NATS JetStream, Redis Streams) into Iceberg."""
 
     name: str = Field(min_length=1, description="names the ingest asset, sensor and line")

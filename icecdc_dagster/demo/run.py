@@ -11,6 +11,7 @@ import yaml
 
 from icecdc_dagster.demo import workload
 from icecdc_dagster.lines.batch_metadata import BatchMetadata
+from icecdc_dagster.resources.keys import CATALOG_KEY, SPARK_KEY
 from icecdc_dagster.resources.resolved import resolved_resource
 
 if TYPE_CHECKING:
@@ -92,9 +93,9 @@ def run_demo(directory: Path, opensearch_url: str | None = None, input_kind: str
     # The demo creates its source table below, with the session these definitions build.
     defs = build_definitions(config, check_tables=False)
     instance = DagsterInstance.get()
-    catalog = resolved_resource(defs, "catalog")
+    catalog = resolved_resource(defs, CATALOG_KEY)
     started = time.monotonic()
-    spark = resolved_resource(defs, "spark").session(catalog)
+    spark = resolved_resource(defs, SPARK_KEY).session(catalog)
     name = config.catalog.name
     print(f"demo: warehouse and catalog in {directory}")
     fresh = not spark.catalog.tableExists(f"{name}.{workload.SOURCE_TABLE}")

@@ -32,6 +32,8 @@ from icecdc_dagster.lease.lock_contract import LineLockContract
 
 if TYPE_CHECKING:
     from dagster import InitExecutorContext
+    from dagster._core.definitions.asset_selection import CoercibleToAssetSelection
+    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
     from dagster._core.execution.context.system import PlanOrchestrationContext
     from dagster._core.execution.plan.plan import ExecutionPlan
 
@@ -91,3 +93,18 @@ line_executor = ExecutorDefinition(
     executor_creation_fn=_create_line_executor,
     description="In-process executor that records the worker on the run and holds the line's lock.",
 )
+
+
+def line_job(name: str, selection: "CoercibleToAssetSelection") -> "UnresolvedAssetJobDefinition":
+    """The job our sensors and schedules launch: ``selection`` with :data:`line_executor` on the job itself.
+
+    Not on the code location (``Definitions(executor=...)``): merged into a user's project, that would
+    conflict with their executor or silently become the executor of their own jobs. Our runs carry it
+    wherever our definitions go; theirs keep theirs. The name is prefixed so it cannot collide with a
+    user's job."""
+    from dagster import define_asset_job
+
+    return define_asset_job(name=JOB_PREFIX + name, selection=selection, executor_def=line_executor)
+
+
+JOB_PREFIX = "icecdc__"

@@ -229,7 +229,7 @@ def figure_value(value: Any) -> Any:
 
 def _snapshot(value: str | None) -> int | None:
     try:
-        return int(value) if value not in (None, NONE, "") else None
+        return int(value) if value and value != NONE else None
     except ValueError:  # not a snapshot id: as good as none
         return None
 

@@ -49,10 +49,10 @@ class SparkResource(LazyPySparkResource):
     def _init_session(self) -> None:
         """dagster-pyspark's lazy start, on the process's warm session (no catalog attached yet)."""
         if self._spark_session is None:
-            self._spark_session = build_spark_session(self.settings())
+            self._spark_session = build_spark_session(self.settings())  # type: ignore[assignment]  # None-typed upstream
 
     def session(self, catalog: IcebergCatalogResource) -> "SparkSession":
         """The process's session, attached to ``catalog``."""
         session = build_spark_session(self.settings(), [catalog.settings()])
-        self._spark_session = session
+        self._spark_session = session  # type: ignore[assignment]  # dagster-pyspark declares it None-typed
         return session

@@ -8,6 +8,7 @@ from dagster import DefaultSensorStatus, SensorDefinition, SensorEvaluationConte
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import IngestConfig
+from icecdc_dagster.lease.executor import line_job
 from icecdc_dagster.lines import line
 from icecdc_dagster.steps.ingest_entry import input_keys
 from icecdc_dagster.steps.ordering import Blocked, NextRun
@@ -44,7 +45,7 @@ def build_ingest_sensor(entry: IngestConfig) -> SensorDefinition:
     @sensor(
         name=naming.ingest_sensor_name(entry),
         minimum_interval_seconds=line.minimum_interval(entry.polling_interval_s),
-        asset_selection=[naming.ingest_key(entry)],
+        job=line_job(naming.ingest_sensor_name(entry), [naming.ingest_key(entry)]),
         default_status=DefaultSensorStatus.RUNNING,
         description=(f"Adds each new landing file of {entry.source} as a partition and ingests them in order."
                      if entry.input is None else f"Requests a run (a partition named by the first waiting position) "

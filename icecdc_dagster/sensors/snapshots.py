@@ -38,8 +38,10 @@ from icecdc_dagster.assets.naming import table_line
 from icecdc_dagster.assets.source_table import source_observations
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.lease import retry
+from icecdc_dagster.lease.executor import line_job
 from icecdc_dagster.lines import line
 from icecdc_dagster.lines.window import TableWindow, WholeLine, diagnose, discover_new_keys, line_view
+from icecdc_dagster.resources.keys import CATALOG_KEY
 from icecdc_dagster.resources.resolved import initialized
 from icecdc_dagster.steps import lifecycle
 from icecdc_dagster.steps.ordering import Blocked, NextRun
@@ -167,7 +169,7 @@ class ResolvedCatalog:
 
     def get(self) -> "IcebergCatalogResource":
         """Raises: ConfigError: a variable the catalog's config names is not set."""
-        return initialized(self._resource, "catalog")
+        return initialized(self._resource, CATALOG_KEY)
 
 
 def tick(instance: "DagsterInstance", cursor: str | None, table: TableConfig, catalog: "IcebergCatalogResource",
@@ -212,14 +214,14 @@ def build_snapshot_sensor(table: TableConfig, config_path: str | None = None,
     @sensor(
         name=naming.sensor_name(table),
         minimum_interval_seconds=line.minimum_interval(table.polling_interval_s),
-        asset_selection=naming.asset_keys(table),
+        job=line_job(naming.sensor_name(table), naming.asset_keys(table)),
         default_status=DefaultSensorStatus.RUNNING,
-        required_resource_keys=set() if resolved is not None else {"catalog"},
+        required_resource_keys=set() if resolved is not None else {CATALOG_KEY},
         description=f"Adds each new snapshot of {table.table_name} as a partition and syncs them in order.",
     )
     def _sensor(context: SensorEvaluationContext) -> SensorResult:
         line.share_instance(context)
-        catalog = resolved.get() if resolved is not None else context.resources.catalog
+        catalog = resolved.get() if resolved is not None else getattr(context.resources, CATALOG_KEY)
         return tick(context.instance, context.cursor, table, catalog, config_path)
 
     return _sensor
@@ -241,7 +243,8 @@ def build_tables_sensor(tables: Sequence[TableConfig], config_path: str | None,
     selection = [key for table in tables for key in naming.asset_keys(table)]
     minimum = {table.table_name: line.minimum_interval(table.polling_interval_s) for table in tables}
 
-    @sensor(name=ALL_TABLES_SENSOR, minimum_interval_seconds=min(minimum.values()), asset_selection=selection,
+    @sensor(name=ALL_TABLES_SENSOR, minimum_interval_seconds=min(minimum.values()),
+            job=line_job(ALL_TABLES_SENSOR, selection),
             default_status=DefaultSensorStatus.RUNNING,
             description="Adds each new snapshot of every table as a partition and syncs them in order, each table "
                         "at its own polling interval.")

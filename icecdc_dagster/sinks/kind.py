@@ -12,7 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from icecdc_dagster.fields import Model
+from pydantic import Field
+
+from icecdc_dagster.fields import AssetKeyPath, Keyed
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -51,13 +53,18 @@ class Comparison:
     sampled_rows: int = 0
 
 
-class SinkConfig(Model):
+class SinkConfig(Keyed):
     """One entry of a table's ``sinks:`` list (``- <kind>: {settings}``)."""
 
     kind: ClassVar[str]
     asset_prefix: ClassVar[str]
     tags: ClassVar[frozenset[str]]
     needs_spark: ClassVar[bool] = True  # opening it (for status or checks) needs a SparkSession
+
+    asset_key: AssetKeyPath | None = Field(
+        default=None, description="the sink's Dagster asset key, a list or 'a/b' (default: replica/<ns>/<ns>_<table>, "
+                                  "opensearch/<index>_opensearch); e.g. [demo_replica, orders], the key of a dbt "
+                                  "source demo_replica.orders")
 
     @property
     def target(self) -> str:

@@ -121,7 +121,7 @@ class LedgerRetention:
 
     def stamp(self, entry: Mapping[str, str]) -> int | None:
         value = entry.get(self.stamp_key)
-        return int(value) if value not in (None, "") else None
+        return int(value) if value else None
 
     def drops(self, entry: Mapping[str, str]) -> bool:
         stamp = self.stamp(entry)

@@ -12,6 +12,7 @@ from icecdc_dagster.cli import main
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
 from icecdc_dagster.errors import SupersededPartitionError
+from icecdc_dagster.resources.keys import CATALOG_KEY
 from icecdc_dagster.status import table_status
 from icecdc_dagster.sync import SyncContext, resync_table
 from tests.dagster_layer.harness import drain, tick
@@ -47,7 +48,7 @@ def _setup(spark, catalog_settings, tmp_path, sinks, rows=20):
 def _line_check(defs, instance, table):
     """The ``line_follows_table`` result of the batch checks' step (it runs with ``no_stuck_snapshots``)."""
     checks = next(c for c in defs.asset_checks if AssetCheckKey(CHANGELOG, "line_follows_table") in c.check_keys)
-    context = build_asset_check_context(instance=instance, resources={"catalog": defs.resources["catalog"]})
+    context = build_asset_check_context(instance=instance, resources={CATALOG_KEY: defs.resources[CATALOG_KEY]})
     results = {result.check_name: result for result in checks(context)}
     assert set(results) == {"line_follows_table", "no_stuck_snapshots"}
     return results["line_follows_table"]

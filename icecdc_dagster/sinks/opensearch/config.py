@@ -87,7 +87,7 @@ class OpenSearchSinkConfig(SinkConfig):
         return opensearch_dataset(self.hosts, self.index)
 
     def resource_key(self) -> str:
-        return "opensearch__" + _SLUG.sub("_", self.index)
+        return "icecdc_opensearch__" + _SLUG.sub("_", self.index)
 
     def connection_resource(self) -> "OpenSearchResource":
         # The Dagster adapter: imported here so the engine's sink kinds load without Dagster.
