@@ -179,6 +179,15 @@ class DefinitionChangedError(ConfigError):
     recovery = RESYNC_COMMAND
 
 
+class AccessRefusedError(IcecdcError):
+    """A server refused the secret a setting gave it (a catalog's credential, token or password, an
+    OpenSearch cluster's basic-auth password): names the catalog or host and the setting, never the value.
+    Retrying sends the same secret, so the line stops; nothing was applied."""
+
+    recovery = ("set the setting's environment variable to the right secret, then run icecdc sync --config "
+                "{config} --retry-failed")
+
+
 class UnresolvedResourceError(IcecdcError):
     """A resource was used with its ``EnvVar`` config unresolved (outside Dagster's initialisation): its
     secrets would reach a server as the variables' names. A bug of the caller, never retried."""

@@ -13,7 +13,8 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-from icecdc_dagster.errors import ConfigError
+from icecdc_dagster.errors import AccessRefusedError, ConfigError
+from icecdc_dagster.fields import is_secret_property
 
 SPARK_CATALOG_IMPL = "org.apache.iceberg.spark.SparkCatalog"
 # "rest" and "sql" are tested (a REST server over HTTP; pyiceberg SqlCatalog + Iceberg's JdbcCatalog on one
@@ -118,11 +119,22 @@ class CatalogSettings:
         """The pyiceberg catalog (creates the catalog tables when missing).
 
         Raises:
+            AccessRefusedError: the catalog refused its credential, token or password (names the catalog
+                and the setting; terminal).
             ConfigError: a sql catalog's uri names a database other than SQLite or PostgreSQL.
             sqlalchemy.exc.OperationalError: a sql catalog's database cannot be opened (or its tables made).
             pyiceberg.exceptions.RESTError: a REST catalog refused the connection (``UnauthorizedError``,
                 ``ServerError``... are subclasses); ``requests.exceptions.ConnectionError``: it did not answer.
         """
+        try:
+            return self._load_pyiceberg()
+        except Exception as exc:
+            refused = self.refusal(exc)
+            if refused is None:
+                raise
+            raise refused from None  # the client's exception may quote its request: not chained
+
+    def _load_pyiceberg(self) -> Any:
         from pyiceberg.catalog.sql import SqlCatalog
 
         if self.type != "sql":
@@ -134,3 +146,36 @@ class CatalogSettings:
 
             Path(make_url(self.uri).database or ".").parent.mkdir(parents=True, exist_ok=True)
         return SqlCatalog(self.name, **self.pyiceberg_properties())
+
+    def where(self) -> str:
+        """The catalog as an error names it: its name and server, never a password."""
+        if self.type == "sql":
+            url = make_url(self.uri)
+            return f"catalog {self.name!r} ({url.get_backend_name()} {url.host or ''}:{url.port or ''}/{url.database})"
+        return f"catalog {self.name!r} ({self.uri})"
+
+    def refusal(self, exc: BaseException) -> AccessRefusedError | None:
+        """``exc`` as the catalog refusing a secret (None: it is something else): which setting, and the
+        server's reason with every secret value of these settings blanked out."""
+        from pyiceberg.exceptions import ForbiddenError, OAuthError, UnauthorizedError
+
+        if isinstance(exc, OAuthError):
+            setting = "catalog.properties.credential"
+        elif isinstance(exc, UnauthorizedError | ForbiddenError):
+            setting = "catalog.properties.token" if "token" in self.properties else "catalog.properties.credential"
+        elif type(exc).__name__ == "OperationalError" and any(
+                text in str(exc) for text in ("password authentication failed", "no password supplied")):
+            setting = "catalog.password"
+        else:
+            return None
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        for secret in self.secrets():
+            reason = reason.replace(secret, "***")
+        return AccessRefusedError(f"{self.where()} refused {setting} ({type(exc).__name__}: {reason[:200]}); "
+                                  f"its value is not shown")
+
+    def secrets(self) -> list[str]:
+        """The values an error must never show: the database password and every property that is a secret."""
+        found = [make_url(self.uri).password] if self.type == "sql" else []
+        found += [v for k, v in self.properties.items() if is_secret_property(k)]
+        return [str(v) for v in found if v]

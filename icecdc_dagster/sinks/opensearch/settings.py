@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from icecdc_dagster.errors import ConfigError
+from icecdc_dagster.errors import AccessRefusedError, ConfigError
 
 REFRESH_POLICIES = (True, False, "wait_for")
 _INDEX_NAME = re.compile(r"^[a-z0-9][a-z0-9_.\-+]*$")
@@ -84,11 +84,47 @@ class OpenSearchSinkSettings:
             raise ConfigError(f"{where}: set either 'mapping' or 'template_name', not both")
 
     def client(self) -> Any:
-        """A client that does not retry by itself: the sink's retry loop backs off instead."""
+        """A client that does not retry by itself: the sink's retry loop backs off instead. A 401/403
+        answer raises :class:`AccessRefusedError` (terminal: the same password is refused again)."""
         from opensearchpy import OpenSearch
 
         auth = (self.username, self.password) if self.username is not None else None
         return OpenSearch(
             hosts=list(self.hosts), http_auth=auth, verify_certs=self.verify_certs, ca_certs=self.ca_certs,
             timeout=self.request_timeout_s, max_retries=0, retry_on_timeout=False,
-            pool_maxsize=max(self.parallelism, 1) + 1, http_compress=False)
+            pool_maxsize=max(self.parallelism, 1) + 1, http_compress=False,
+            transport_class=_refusing_transport(), refused=self.refused)
+
+    def refused(self, status: int) -> AccessRefusedError:
+        """The cluster's 401/403 as an error naming the sink, the hosts and the setting (never a value)."""
+        setting = "password" if self.password is not None else "username/password (none set)"
+        return AccessRefusedError(f"opensearch sink for index {self.index!r} at {', '.join(self.hosts)}: the "
+                                  f"cluster refused the basic-auth {setting} (HTTP {status}); its value is not shown")
+
+
+_TRANSPORT: list[type] = []
+
+
+def _refusing_transport() -> type:
+    """opensearch-py's Transport whose 401/403 become :class:`AccessRefusedError`: every request of the
+    sink (bulk writes on executors, checkpoint reads, index creation) stops the line the same way, instead
+    of a 401 being retried or reported as a failed item."""
+    if not _TRANSPORT:
+        from opensearchpy import Transport
+        from opensearchpy.exceptions import AuthenticationException, AuthorizationException
+
+        class RefusingTransport(Transport):
+            def __init__(self, hosts: Any, refused: Any = None, **kwargs: Any) -> None:
+                super().__init__(hosts, **kwargs)
+                self._refused = refused
+
+            def perform_request(self, *args: Any, **kwargs: Any) -> Any:
+                try:
+                    return super().perform_request(*args, **kwargs)
+                except (AuthenticationException, AuthorizationException) as exc:
+                    if self._refused is None:
+                        raise
+                    raise self._refused(exc.status_code) from None
+
+        _TRANSPORT.append(RefusingTransport)
+    return _TRANSPORT[0]
