@@ -30,7 +30,8 @@ TERMINAL = {"IcecdcError", "ConfigError", "RuntimeSetupError", "SnapshotNotFound
             "SupersededPartitionError", "DefinitionChangedError", "DeleteWithoutDocumentIdError",
             "MissingDocumentIdError", "ClassFileError", "ConnectSchemaError", "EventError", "CoercionError",
             "SchemaChangeError", "ReindexError", "StreamInputError", "InstanceNotFoundError",
-            "SnapshotOrderLostError", "EqualityDeleteTargetError", "HiddenLandingFileError", "UnresolvedResourceError"}
+            "SnapshotOrderLostError", "EqualityDeleteTargetError", "HiddenLandingFileError", "UnresolvedResourceError",
+            "AccessRefusedError"}
 RESYNC = {"SnapshotNotFoundError", "LineDivergedError", "TableRolledBackError", "SnapshotExpiredError",
           "TableRecreatedError", "CheckpointError", "DefinitionChangedError", "SchemaChangeError",
           "SnapshotOrderLostError"}
