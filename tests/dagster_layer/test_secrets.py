@@ -122,8 +122,11 @@ def _assert_no_secret_anywhere(texts: list[str], home: Path, secrets: list[str])
 
 
 def _scenario(capfd, caplog, monkeypatch, tmp_path, catalog_block: dict, good: dict[str, str], wrong_var: str,
-              setting: str, where: str, proxy: BasicAuthTlsProxy, client: CatalogSettings) -> list[str]:
-    """The paths in sequence for one pipeline; returns everything printed, for the final scan."""
+              setting: str, where: str, proxy: BasicAuthTlsProxy, client: CatalogSettings,
+              sink_paths: bool = True) -> list[str]:
+    """The paths in sequence for one pipeline; returns everything printed, for the final scan.
+    ``sink_paths``: also the OpenSearch password refused and ``icecdc resync`` (the same whatever the
+    catalog: one scenario walks them)."""
     printed: list[str] = []
     for name, value in good.items():
         monkeypatch.setenv(name, value)
@@ -199,7 +202,19 @@ def _scenario(capfd, caplog, monkeypatch, tmp_path, catalog_block: dict, good: d
         drain(unchecked, instance, loaded.tables[0])
     assert setting in _chain(refused.value), _chain(refused.value)
     monkeypatch.setenv(wrong_var, good[wrong_var])
+    code, out = _icecdc(capfd, "sync", *config)  # the right value again: the next sync converges
+    printed.append(out)
+    assert code == 0, out
+    converged("fixed catalog secret")
 
+    if sink_paths:
+        catalog.load_table("db.items").append(_rows([(11, "d")]))
+        _sink_paths(capfd, monkeypatch, proxy, config, converged, printed)
+    printed.append(caplog.text)
+    return printed
+
+
+def _sink_paths(capfd, monkeypatch, proxy, config, converged, printed) -> None:  # noqa: ANN001
     # 6. A wrong OpenSearch password: the sink's step stops the line naming the host and the setting.
     monkeypatch.setenv("OS_PASSWORD", WRONG["OS_PASSWORD"])
     documents = _documents(proxy)
@@ -209,7 +224,7 @@ def _scenario(capfd, caplog, monkeypatch, tmp_path, catalog_block: dict, good: d
     assert _documents(proxy) == documents  # nothing applied to the index
     monkeypatch.setenv("OS_PASSWORD", OS_PASSWORD)
 
-    # 7. Fixed: the recovery the error names converges, and a resync re-exports through the same secrets.
+    # 7. Fixed: the recovery the error names converges; a resync re-exports through the same secrets.
     code, out = _icecdc(capfd, "sync", *config, "--retry-failed")
     printed.append(out)
     assert code == 0, out
@@ -220,8 +235,6 @@ def _scenario(capfd, caplog, monkeypatch, tmp_path, catalog_block: dict, good: d
     converged("resync")
     assert OS_PASSWORD in proxy.received and WRONG["OS_PASSWORD"] in proxy.received
     assert "OS_PASSWORD" not in proxy.received  # never the variable's name
-    printed.append(caplog.text)
-    return printed
 
 
 @pytest.fixture
@@ -276,7 +289,7 @@ def test_scram_postgres_catalog_password_from_the_environment_on_every_path(
                             {"name": name, "uri": postgres.url(), "warehouse": f"file://{tmp_path}/warehouse",
                              "password": {"env": "CAT_DB_PASSWORD"}},
                             {"CAT_DB_PASSWORD": PG_PASSWORD, "OS_PASSWORD": OS_PASSWORD}, "CAT_DB_PASSWORD",
-                            "catalog.password", f"catalog {name!r}", tls_opensearch, client)
+                            "catalog.password", f"catalog {name!r}", tls_opensearch, client, sink_paths=False)
         log = (postgres.folder / "server.log").read_text()
         assert 'password authentication failed for user "icecdc_lake"' in log  # the server checked it
     _assert_no_secret_anywhere(printed, tmp_path / "home", [PG_PASSWORD, OS_PASSWORD, *WRONG.values()])
