@@ -131,8 +131,10 @@ def _build_spark_session(settings: SparkSettings, catalogs: Sequence[CatalogSett
     if active is None:
         for catalog in catalogs:
             catalog.load_pyiceberg()  # creates catalog tables before Spark looks (SQLite lock)
+        conf = spark_builder_conf(settings, list(catalogs))
+        launch_gateway(conf)
         builder = SparkSession.builder
-        for key, value in spark_builder_conf(settings, list(catalogs)).items():
+        for key, value in conf.items():
             builder = builder.config(key, value)
         active = builder.getOrCreate()
         active.sparkContext.setLogLevel("WARN")
@@ -146,6 +148,41 @@ def _build_spark_session(settings: SparkSettings, catalogs: Sequence[CatalogSett
             attach_catalog(active, catalog)
             _ATTACHED.add(attached)
     return active
+
+
+def launch_gateway(conf: dict[str, str]) -> None:
+    """Start py4j's gateway JVM (with ``conf``, as ``getOrCreate`` would) in a thread of its own, once.
+
+    Why: an interrupt raised in the calling thread (a sync's stop request cancels its run thread that
+    way, see ``lease.run_thread``) must not cut PySpark's launch in half. Cut while it waits for the
+    JVM's port file, PySpark deletes the directory the JVM is about to write into: the JVM's main thread
+    dies before it watches its stdin, and py4j's non-daemon ``GatewayServer`` thread keeps it alive as an
+    orphan (parent pid 1) for ever. A launch that completes leaves a JVM that exits when this process
+    does (it reads its stdin until EOF); the calling thread's interrupt lands once the launch is over.
+
+    Raises:
+        Exception: PySpark's own error when the JVM cannot start (``JAVA_GATEWAY_EXITED``).
+    """
+    from pyspark import SparkConf, SparkContext
+
+    if SparkContext._gateway is not None:  # noqa: SLF001 - launched already (or a session exists)
+        return
+    spark_conf = SparkConf()
+    for key, value in conf.items():
+        spark_conf.set(key, value)
+    errors: list[BaseException] = []
+
+    def launch() -> None:
+        try:
+            SparkContext._ensure_initialized(conf=spark_conf)  # noqa: SLF001 - the launch getOrCreate does
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
+            errors.append(exc)
+
+    launcher = threading.Thread(target=launch, name="icecdc-spark-gateway", daemon=True)
+    launcher.start()
+    launcher.join()
+    if errors:
+        raise errors[0]
 
 
 def attach_catalog(spark: "SparkSession", catalog: CatalogSettings) -> None:

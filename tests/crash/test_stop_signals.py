@@ -68,3 +68,71 @@ def test_sigterm_and_ctrl_c_cancel_the_batch_and_the_next_sync_continues(spark, 
         lake.assert_synced()
     finally:
         instance.dispose()
+
+
+def _session_processes(sid: int) -> list[tuple[int, int, str]]:
+    """(pid, parent pid, command line) of every live process of session ``sid`` but its leader: what a
+    sync started in a session of its own left behind (an orphan keeps its session, its parent is 1)."""
+    import os
+
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == sid:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                command = cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:   # ended meanwhile
+            continue
+        if fields[0] != "Z" and int(fields[3]) == sid:
+            found.append((int(entry), int(fields[1]), command))
+    return found
+
+
+def _gateway_jvm(sid: int) -> int | None:
+    return next((pid for pid, _, command in _session_processes(sid) if "SparkSubmit" in command), None)
+
+
+@pytest.mark.long
+def test_a_signal_during_spark_start_up_leaves_no_jvm(spark, catalog_settings, catalog, tmp_path):
+    """SIGTERM, or Ctrl-C (SIGINT to the whole foreground group), while py4j's gateway JVM starts (before the
+    session exists): the sync exits 143 / 130 and nothing of its process tree is left. Before the fix, every
+    one of these moments left the JVM as an orphan (parent 1) that py4j's non-daemon GatewayServer thread kept
+    alive: the stop request interrupted PySpark's launch, which deleted the JVM's port-file directory."""
+    import os
+    import subprocess
+
+    from tests.crash.scenario import ICECDC
+    from tests.helpers import write_pipeline
+
+    spark.sql(f"CREATE TABLE {catalog_settings.name}.db.items (id BIGINT NOT NULL, v STRING) USING iceberg")
+    spark.sql(f"INSERT INTO {catalog_settings.name}.db.items VALUES (1, 'a'), (2, 'b')")
+    config = write_pipeline(tmp_path / "p.yaml", catalog_settings, [
+        {"table_name": "db.items", "identifier_columns": ["id"], "sinks": [{"iceberg": {"table_name": "db.copy"}}]}])
+    # (signal, to the whole group as a terminal's Ctrl-C does, seconds after the gateway JVM appeared)
+    for signum, group, after_s in ((signal.SIGTERM, False, 0.0), (signal.SIGINT, True, 1.0),
+                                   (signal.SIGTERM, False, 2.5)):
+        log = tmp_path / f"sync-{signum}-{after_s}.log"
+        with open(log, "w") as out:
+            process = subprocess.Popen([ICECDC, "sync", "--config", str(config), "--dagster-home",
+                                        str(tmp_path / "home")], stdout=out, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+        try:
+            while _gateway_jvm(process.pid) is None:
+                assert process.poll() is None, f"the sync ended before Spark started:\n{log.read_text()[-3000:]}"
+                time.sleep(0.02)
+            time.sleep(after_s)
+            assert process.poll() is None, log.read_text()[-3000:]
+            os.killpg(process.pid, signum) if group else process.send_signal(signum)
+            assert process.wait(timeout=300) == 128 + signum, log.read_text()[-3000:]
+            deadline = time.monotonic() + 120     # the gateway JVM exits on its stdin's EOF: give it time
+            while _session_processes(process.pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert _session_processes(process.pid) == [], (signum, after_s, log.read_text()[-3000:])
+        finally:
+            for pid, _, _ in _session_processes(process.pid):
+                os.kill(pid, signal.SIGKILL)
+            if process.poll() is None:
+                process.kill()
