@@ -5,6 +5,7 @@ addition or a widening stays in place; a resync and the migration of a plain ind
 build. After every batch the index is compared, document by document and field by field, with the
 source read by time travel at that snapshot."""
 
+import json
 import threading
 import time
 
@@ -287,17 +288,27 @@ def test_plain_index_is_migrated_once_by_name_while_a_reader_polls_it(spark, cat
 
 def test_a_reader_polling_the_alias_during_a_reindex_never_sees_fewer_documents_or_a_404(
         spark, catalog, catalog_settings, opensearch_url):
-    p = Pipeline(spark, catalog, catalog_settings.name, opensearch_url)
+    """The alias moves in ONE ``_aliases`` call holding both the remove and the add (what makes the move atomic
+    for readers), read from the sink's own requests on the wire."""
+    proxy = CuttableProxy(opensearch_url)
+    p = Pipeline(spark, catalog, catalog_settings.name, proxy.url)
     _create_people(spark, p.fq, rows=300)
     p.sync()
     spark.sql(f"ALTER TABLE {p.fq} RENAME COLUMN qty TO quantity")
     spark.sql(f"DELETE FROM {p.fq} WHERE id % 50 = 0")   # 6 real deletes in the reindexed batch
-    with Reader(opensearch_url) as reader:
-        time.sleep(0.2)
-        result = p.sync()
-        time.sleep(0.2)
-    assert result.details["index_version"] == "people_v2"
-    p.assert_index_equals_source()
+    moved_before = len(proxy.requests("/_aliases"))
+    try:
+        with Reader(opensearch_url) as reader:
+            time.sleep(0.2)
+            result = p.sync()
+            time.sleep(0.2)
+        assert result.details["index_version"] == "people_v2"
+        [move] = [json.loads(body) for body in proxy.requests("/_aliases")[moved_before:]]
+        assert move == {"actions": [{"remove": {"index": "people_v1", "alias": INDEX}},
+                                    {"add": {"index": "people_v2", "alias": INDEX}}]}, move
+        p.assert_index_equals_source()
+    finally:
+        proxy.stop()
     assert reader.errors == [] and len(reader.counts) >= 10
     assert min(reader.counts) >= 300 - 6 and set(reader.counts) <= {300, 294}
     assert reader.counts[0] == 300 and reader.counts[-1] == 294

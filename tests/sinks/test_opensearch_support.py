@@ -85,6 +85,7 @@ class CuttableProxy:
         self.throttle_bulks = throttle_bulks
         self.throttled = 0
         self.bulk_requests = 0
+        self.sent: list[bytearray] = []   # what clients sent, one stream per connection (see ``requests``)
         self.port = 0
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
@@ -117,15 +118,20 @@ class CuttableProxy:
             upstream = socket.create_connection(self.upstream)
             with self._lock:
                 self._sockets += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            stream = bytearray()
+            with self._lock:
+                self.sent.append(stream)
+            threading.Thread(target=self._pump, args=(client, upstream, True, stream), daemon=True).start()
             threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, from_client: bool) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, from_client: bool, stream: bytearray | None = None) -> None:
         while True:
             try:
                 data = src.recv(65536)
             except OSError:
                 data = b""
+            if stream is not None:
+                stream += data
             if from_client and data and b"POST /_bulk" in data and self.throttled < self.throttle_bulks:
                 self.throttled += 1
                 self._answer_429(src, dst, data)
@@ -148,6 +154,24 @@ class CuttableProxy:
                 dst.sendall(data)
             except OSError:
                 return
+
+    def requests(self, path: str) -> list[bytes]:
+        """The bodies of the requests clients sent through the proxy to ``path`` (e.g. ``/_aliases``), in the
+        order each connection sent them (HTTP/1.1, Content-Length bodies: what opensearch-py sends)."""
+        bodies = []
+        with self._lock:
+            streams = [bytes(stream) for stream in self.sent]
+        for stream in streams:
+            while b"\r\n\r\n" in stream:
+                head, rest = stream.split(b"\r\n\r\n", 1)
+                lines = head.split(b"\r\n")
+                length = next((int(line.split(b":", 1)[1]) for line in lines[1:]
+                               if line.lower().startswith(b"content-length:")), 0)
+                target = lines[0].split(b" ")[1].split(b"?")[0].decode()
+                if target == path:
+                    bodies.append(rest[:length])
+                stream = rest[length:]
+        return bodies
 
     @staticmethod
     def _answer_429(client: socket.socket, upstream: socket.socket, data: bytes) -> None:
