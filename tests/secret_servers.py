@@ -43,17 +43,23 @@ def self_signed_certificate(folder: Path) -> tuple[Path, Path]:
 
 @dataclass
 class BasicAuthTlsProxy:
-    """HTTPS + basic auth in front of ``upstream`` (an http:// URL); :attr:`url` is https://127.0.0.1:port."""
+    """HTTPS + basic auth in front of ``upstream`` (an http:// URL); :attr:`url` is https://127.0.0.1:port.
+
+    ``tls=False`` and no ``password``: a plain recording proxy (what a server received, e.g. the REST
+    catalog's token requests and bearer headers). Every request is kept in :attr:`requests` (its request
+    line, headers and body, as text)."""
 
     upstream: str
-    username: str
-    password: str
+    username: str | None
+    password: str | None
     folder: Path
+    tls: bool = True
     received: list[str] = field(default_factory=list)  # every password a request carried, in order
+    requests: list[str] = field(default_factory=list)
     refused: int = 0
 
     def __post_init__(self) -> None:
-        self.ca_certs, key = self_signed_certificate(self.folder)
+        self.ca_certs, key = self_signed_certificate(self.folder) if self.tls else (None, None)
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -63,11 +69,11 @@ class BasicAuthTlsProxy:
                 pass
 
             def _handle(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
+                body = _read_body(self)
+                proxy.requests.append(f"{self.requestline}\n{self.headers}\n{(body or b'').decode('latin-1')}")
                 user, password = _basic_auth(self.headers.get("Authorization"))
                 proxy.received.append(password or "")
-                if (user, password) != (proxy.username, proxy.password):
+                if proxy.password is not None and (user, password) != (proxy.username, proxy.password):
                     proxy.refused += 1
                     payload = b'{"error":{"type":"security_exception","reason":"unauthorized"},"status":401}'
                     self.send_response(401)
@@ -79,7 +85,9 @@ class BasicAuthTlsProxy:
                     return
                 target = urlsplit(proxy.upstream)
                 upstream = http.client.HTTPConnection(target.hostname, target.port, timeout=120)
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("authorization", "host")}
+                dropped = ("host", "transfer-encoding", "content-length", "expect") + (
+                    ("authorization",) if proxy.password is not None else ())
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
                 try:
                     upstream.request(self.command, self.path, body=body, headers=headers)
                     answer = upstream.getresponse()
@@ -99,16 +107,32 @@ class BasicAuthTlsProxy:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(self.ca_certs, key)
-        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
-        self.url = f"https://127.0.0.1:{self._server.server_address[1]}"
+        if self.tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(self.ca_certs, key)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+        self.url = f"{'https' if self.tls else 'http'}://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, name="tls-proxy", daemon=True)
         self._thread.start()
 
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def _read_body(handler: BaseHTTPRequestHandler) -> bytes | None:
+    """A request's body, by Content-Length or chunked (Java's HTTP client may send either)."""
+    if handler.headers.get("Transfer-Encoding", "").lower() == "chunked":
+        chunks = []
+        while True:
+            size = int(handler.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                handler.rfile.readline()
+                return b"".join(chunks)
+            chunks.append(handler.rfile.read(size))
+            handler.rfile.readline()
+    length = int(handler.headers.get("Content-Length") or 0)
+    return handler.rfile.read(length) if length else None
 
 
 def _basic_auth(header: str | None) -> tuple[str | None, str | None]:

@@ -250,9 +250,12 @@ def test_rest_credential_token_and_opensearch_password_from_the_environment_on_e
     server = start_rest_server(RestServerOptions(db=tmp_path / "rest" / "catalog.db",
                                                  warehouse=f"file://{tmp_path}/rest/warehouse", name=name,
                                                  token=TOKEN, credential=CREDENTIAL))
+    # What the catalog server received, recorded on the way (the test's own client goes around it).
+    recorder = BasicAuthTlsProxy(server.url, None, None, tmp_path, tls=False)
     try:
-        uri = f"{server.url}/{name}"
-        client = CatalogSettings(name=name, uri=uri, warehouse=None, type="rest", properties={"token": TOKEN})
+        uri = f"{recorder.url}/{name}"
+        client = CatalogSettings(name=name, uri=f"{server.url}/{name}", warehouse=None, type="rest",
+                                 properties={"token": TOKEN})
         # The OAuth2 client credential (exchanged for the token at /v1/oauth/tokens).
         printed = _scenario(capfd, caplog, monkeypatch, tmp_path / "credential",
                             {"type": "rest", "name": name, "uri": uri,
@@ -275,7 +278,13 @@ def test_rest_credential_token_and_opensearch_password_from_the_environment_on_e
         printed.append(out)
         assert code == 2 and f"catalog {name!r}" in out and "catalog.properties.token" in out, out
     finally:
+        recorder.close()
         server.close()
+    received = "\n".join(recorder.requests)
+    client_secret = CREDENTIAL.split(":")[1]
+    assert "oauth/tokens" in received and client_secret in received and f"Bearer {TOKEN}" in received
+    assert WRONG["CAT_CREDENTIAL"].split(":")[1] in received and f"Bearer {WRONG['CAT_TOKEN']}" in received
+    assert "CAT_CREDENTIAL" not in received and "CAT_TOKEN" not in received  # never a variable's name
     _assert_no_secret_anywhere(printed, home, [CREDENTIAL, TOKEN, OS_PASSWORD, *WRONG.values()])
 
 
