@@ -240,7 +240,7 @@ class Phases:
 
     # (module, attribute, phase): functions looked up through these module attributes at call time
     PATCHED = (("icecdc_dagster.ingest.ingester", "read_ledger", "ledger read (is the batch committed?)"),
-               ("icecdc_dagster.ingest.ingester", "write_batch", "write: collapse per key + its aggregate"),
+               ("icecdc_dagster.ingest.commit", "write_batch", "write: collapse per key + its aggregate"),
                ("icecdc_dagster.writer.merge", "is_committed", "write: ledger check"),
                ("icecdc_dagster.writer.merge", "staged_commit", "write: staging branch, refreshes"),
                ("icecdc_dagster.writer.merge", "batch_counts", "write: exact counts (delete-key join)"),

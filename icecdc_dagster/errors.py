@@ -8,6 +8,7 @@ names the cause and ``recovery``, the one command that continues it). The retry 
 for any exception, also for one that crossed a Spark executor (then only its name is left).
 """
 
+import re
 from typing import ClassVar
 
 RETRY_COMMAND = "fix the cause, then run icecdc sync --config {config} --retry-failed"
@@ -223,6 +224,22 @@ def classify(exc: BaseException) -> tuple[str, str]:
         deepest = max(named, key=lambda cls: len(cls.__mro__))
         return (TRANSIENT if deepest.transient else TERMINAL), deepest.__name__
     return UNCLASSIFIED, type(exc).__name__
+
+
+def failure_reference() -> str:
+    """The table of every error class for docs/failures.md (``tests/test_errors.py`` keeps the page equal to it):
+    what it means, its kind (what the line does with it) and the command that continues the line."""
+    rows = ["| error | is a | kind | what it means | to continue |", "| --- | --- | --- | --- | --- |"]
+    for cls in error_classes():
+        meaning = " ".join((cls.__doc__ or "").split())
+        sentence = re.match(r"(.+?[.)])(?= [A-Z(`]|$)", meaning)
+        parent = cls.__mro__[1].__name__
+        kind = TRANSIENT if cls.transient else TERMINAL
+        command = recovery_command(cls.recovery, "<table>", "<pipeline.yaml>").replace("|", "\\|")
+        then = "retried with backoff: nothing to do" if cls.transient else f"`{command}`"
+        rows.append(f"| `{cls.__name__}` | `{parent}` | {kind} | {sentence.group(1) if sentence else meaning} "
+                    f"| {then} |")
+    return "\n".join(rows) + "\n"
 
 
 def recovery_of(class_name: str) -> str | None:

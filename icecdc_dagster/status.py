@@ -10,7 +10,7 @@ from icecdc_dagster import changelog
 from icecdc_dagster.assets import line_record, naming
 from icecdc_dagster.config import IngestConfig, SinkConfig, TableConfig
 from icecdc_dagster.errors import resync_command
-from icecdc_dagster.ingest.ingester import expired_files
+from icecdc_dagster.ingest import expired_files
 from icecdc_dagster.inputs.registry import open_input
 from icecdc_dagster.lines import line as lines
 from icecdc_dagster.lines.batch_metadata import BatchMetadata

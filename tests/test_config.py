@@ -97,7 +97,7 @@ def test_every_opensearch_engine_setting_is_reachable_from_yaml(monkeypatch):
 def test_every_ingest_engine_setting_is_reachable_from_yaml(tmp_path):
     from dataclasses import fields
 
-    from icecdc_dagster.ingest.ingester import IngestSettings
+    from icecdc_dagster.ingest import IngestSettings
     from icecdc_dagster.steps.ingest_entry import ingest_settings
 
     entry = {"name": "cdc", "landing": "landing", "target": "db.{source.table}", "auto_create": True,

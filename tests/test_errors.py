@@ -147,3 +147,16 @@ def test_one_place_renders_the_recovery_commands():
     assert errors.resync_command("db.t") == "icecdc resync --config <pipeline.yaml> --table db.t"   # the engine's
     assert errors.recovery_command(errors.RETRY_COMMAND, "db.t", "p.yaml") == \
         "fix the cause, then run icecdc sync --config p.yaml --retry-failed"
+
+
+def test_the_failures_page_lists_every_error_as_the_tree_decides():
+    """docs/failures.md's table is the tree's own (``errors.failure_reference``): a new class, kind or recovery
+    changes the page, or this fails (regenerate the block between the markers)."""
+    _import_everything()
+    page = (Path(icecdc_dagster.__file__).parent.parent / "docs" / "failures.md").read_text()
+    block = page.split("<!-- BEGIN failure_reference -->\n", 1)[1].split("<!-- END failure_reference -->", 1)[0]
+    assert block == errors.failure_reference()
+    listed = {line.split("`")[1] for line in block.splitlines()[2:]}
+    assert listed == {cls.__name__ for cls in errors.error_classes()}
+    assert "| `SnapshotExpiredError` | `LineDivergedError` | terminal |" in block
+    assert "| `LineBusyError` | `IcecdcError` | transient |" in block and "retried with backoff" in block

@@ -46,8 +46,7 @@ from icecdc_dagster.assets.table_metadata import (
     source_fallback,
 )
 from icecdc_dagster.config import IngestConfig
-from icecdc_dagster.ingest import dead_letters, routing
-from icecdc_dagster.ingest.ingester import IngestResult, ingest_files, recorded_batches
+from icecdc_dagster.ingest import IngestResult, dead_letters, ingest_files, recorded_batches, routing
 from icecdc_dagster.inputs.registry import open_input
 from icecdc_dagster.lineage import BatchFacet, LineageDataset, LineageEmitter, iceberg_dataset, location_dataset
 from icecdc_dagster.lineage.openlineage import RunOutcome

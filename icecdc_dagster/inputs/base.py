@@ -17,7 +17,7 @@ from pydantic import Field
 
 from icecdc_dagster.errors import StreamInputError
 from icecdc_dagster.fields import Model, PositiveInt
-from icecdc_dagster.ingest.ingester import IngestResult, IngestSettings, ingest_records
+from icecdc_dagster.ingest import IngestResult, IngestSettings, ingest_records
 
 RANGE_SEPARATOR = ".."
 

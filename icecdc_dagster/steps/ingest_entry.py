@@ -13,8 +13,7 @@ from typing import Any
 
 from icecdc_dagster.config import IngestConfig
 from icecdc_dagster.errors import IngestError
-from icecdc_dagster.ingest import landing, routing
-from icecdc_dagster.ingest.ingester import IngestResult, IngestSettings, recorded_batches
+from icecdc_dagster.ingest import IngestResult, IngestSettings, landing, recorded_batches, routing
 from icecdc_dagster.inputs.base import Lag, StreamBatch, StreamInput
 from icecdc_dagster.inputs.registry import open_input
 
@@ -61,7 +60,7 @@ class Batch:
 def batches_for(entry: IngestConfig, keys: Sequence[str], recorded: Mapping[str, bool]) -> list[Batch]:
     """The engine batches of a run over partition keys (file names), in key order.
 
-    ``recorded``: batch id -> fully committed (``ingest.ingester.recorded_batches``). A key whose
+    ``recorded``: batch id -> fully committed (``ingest.recorded_batches``). A key whose
     file belongs to a recorded batch becomes that batch; consecutive other keys form one new batch.
     A landing file that is gone is matched by URI (an ingested file may have been cleaned up);
     a gone file that no batch records is an error.

@@ -26,17 +26,9 @@ from pyspark.sql import types as T
 
 from icecdc_dagster.ingest import debezium, landing, landing_lines, native
 from icecdc_dagster.ingest import schema_inference as si
-from icecdc_dagster.ingest.ingester import (
-    NOTES,
-    ORDER_FILE_SHIFT,
-    PYTHON_RULES,
-    RAW,
-    REASON,
-    SOURCE_OFFSET,
-    WIDEN,
-    _python_partition,
-    _rows_schema,
-)
+from icecdc_dagster.ingest.columns import NOTES, RAW, REASON, SOURCE_OFFSET, WIDEN
+from icecdc_dagster.ingest.line_parsing import ORDER_FILE_SHIFT
+from icecdc_dagster.ingest.targets import PYTHON_RULES, python_partition, rows_schema
 
 SCHEMA = T.StructType([
     T.StructField("id", T.LongType(), False), T.StructField("s", T.StringType()), T.StructField("d", T.DoubleType()),
@@ -96,7 +88,7 @@ class _Line:
 def _by_python_rules(raws: list[str], uri: str, schema: T.StructType) -> Iterator[tuple]:
     columns = [(f.name, f.dataType.json(), f.nullable) for f in schema.fields]
     offsets = _offsets(raws)
-    rows = _python_partition(columns, KEYS, set(schema.names), False)(
+    rows = python_partition(columns, KEYS, set(schema.names), False)(
         _Line(o, r, uri) for o, r in zip(offsets, raws, strict=True))
     notes_at = len(schema.fields) + 6
     for row in rows:
@@ -127,12 +119,12 @@ def _compare(spark, tmp_path, raws: list[str], schema: T.StructType = SCHEMA,
     try:
         fast, routed = native.split(classified)
         columns = [(f.name, f.dataType.json(), f.nullable) for f in schema.fields]
-        slow = spark.createDataFrame(routed.rdd.mapPartitions(_python_partition(columns, KEYS, set(schema.names),
-                                                                                False)), _rows_schema(schema.fields))
+        slow = spark.createDataFrame(routed.rdd.mapPartitions(python_partition(columns, KEYS, set(schema.names),
+                                                                                False)), rows_schema(schema.fields))
         strip = F.map_filter(NOTES, lambda k, _: k != PYTHON_RULES).alias(NOTES)
         kept = [F.col("`" + c.replace("`", "``") + "`") for c in fast.columns if c not in (NOTES, WIDEN)]
         got = fast.unionByName(slow).select(*kept, strip)
-        expected = spark.createDataFrame(list(_by_python_rules(raws, uri, schema)), _rows_schema(schema.fields)).select(
+        expected = spark.createDataFrame(list(_by_python_rules(raws, uri, schema)), rows_schema(schema.fields)).select(
             *kept, NOTES)
         # maps are not comparable in Spark: compare their entries as sorted arrays; the raw line is kept
         # only where something reads it (dead letters, lines for the Python rules)

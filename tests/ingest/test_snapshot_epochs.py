@@ -119,7 +119,7 @@ def test_a_batch_failing_between_marks_and_target_is_completed_to_the_same_table
     """The hardest batch: it ends one epoch and starts the next (the marks table now holds the new epoch's
     marks), then fails before the target commits. Re-run, it skips the marks (their own ledger) and sweeps
     with the marks as they were before the batch: the same table as an attempt that never failed."""
-    from icecdc_dagster.ingest import ingester as pipeline
+    from icecdc_dagster.ingest import commit as pipeline
 
     cat = catalog_settings.name
     landing = tmp_path / "landing"

@@ -13,8 +13,7 @@ import pytest
 import redis
 
 from icecdc_dagster.config import IngestConfig
-from icecdc_dagster.ingest import IngestSettings, ingest_files
-from icecdc_dagster.ingest.ingester import recorded_batches
+from icecdc_dagster.ingest import IngestSettings, ingest_files, recorded_batches
 from icecdc_dagster.inputs.registry import open_input
 from icecdc_dagster.steps.ingest_entry import ingest_settings, ingest_stream_batch
 from tests.helpers import TEST_SPARK_CONF, fault_env

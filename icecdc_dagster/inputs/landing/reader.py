@@ -9,8 +9,7 @@ horizon are set aside by the commit (``ingest.horizon``).
 from collections.abc import Mapping
 from typing import Any
 
-from icecdc_dagster.ingest import landing
-from icecdc_dagster.ingest.ingester import IngestResult, IngestSettings, ingest_files
+from icecdc_dagster.ingest import IngestResult, IngestSettings, ingest_files, landing
 from icecdc_dagster.inputs.base import Lag, Message, StreamBatch, StreamInput
 from icecdc_dagster.inputs.landing.config import LandingConfig
 
