@@ -155,7 +155,9 @@ def test_the_failures_page_lists_every_error_as_the_tree_decides():
     _import_everything()
     page = (Path(icecdc_dagster.__file__).parent.parent / "docs" / "failures.md").read_text()
     block = page.split("<!-- BEGIN failure_reference -->\n", 1)[1].split("<!-- END failure_reference -->", 1)[0]
-    assert block == errors.failure_reference()
+    assert block == errors.failure_reference(), (
+        "docs/failures.md is stale: replace the block between its markers with the output of "
+        "python -c 'import icecdc_dagster.definitions, icecdc_dagster.errors as e; print(e.failure_reference(), end=\"\")'")
     listed = {line.split("`")[1] for line in block.splitlines()[2:]}
     assert listed == {cls.__name__ for cls in errors.error_classes()}
     assert "| `SnapshotExpiredError` | `LineDivergedError` | terminal |" in block
