@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pyspark.sql import types as T
 
 from icecdc_dagster import changelog
 from icecdc_dagster.batch import CHANGE_TYPE, COMMIT_SNAPSHOT_ID, DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
@@ -197,16 +198,43 @@ COW_KINDS = [  # version, keyed, maps allowed, binary allowed, the view is an or
 ]
 
 
+# The default run's one example is Hypothesis' simplest draw: an unpartitioned table and a MERGE whose updates
+# write the rows it found (minimal values), so nothing but carry-overs. It is made to hold what the Arrow path
+# is for: a partitioned table, updates that change non-key values (to NULL, from the simplest non-null value),
+# and a compaction between them.
+RICH_STEPS = [("set_null", [0, 1], 0), ("compact",), ("set_null", [2], 1)]
+
+
+def arrow_readable(dtype) -> bool:  # noqa: ANN001
+    """No list of structs or map of struct values inside (pyiceberg reads their nulls wrong: the Spark way,
+    see ``schema_supported``): a table of such columns never exercises the Arrow path."""
+    if isinstance(dtype, T.ArrayType):
+        return not isinstance(dtype.elementType, T.StructType) and arrow_readable(dtype.elementType)
+    if isinstance(dtype, T.MapType):
+        return not isinstance(dtype.valueType, T.StructType) and all(
+            arrow_readable(t) for t in (dtype.keyType, dtype.valueType))
+    if isinstance(dtype, T.StructType):
+        return all(arrow_readable(f.dataType) for f in dtype.fields)
+    return True
+
+
+def rich_table(table) -> bool:  # noqa: ANN001
+    return bool(table.partition) and all(arrow_readable(t) for _, t in table.columns)
+
+
 def check_workload(spark, catalog, catalog_name: str, data, version: int, keyed: bool, allow_maps: bool,  # noqa: ANN001
-                   allow_binary: bool, view: bool) -> None:
-    table = data.draw(tables(version, "copy-on-write", keyed, allow_maps, allow_binary), label="table")
+                   allow_binary: bool, view: bool, rich: bool = False) -> None:
+    drawn = tables(version, "copy-on-write", keyed, allow_maps, allow_binary)
+    table = data.draw(drawn.filter(rich_table) if rich else drawn, label="table")
     workload = Workload(spark, catalog_name, table)
-    for step in data.draw(programs(table), label="program"):
+    program = data.draw(programs(table), label="program") + (RICH_STEPS if rich else [])
+    for step in program:
         workload.run(step)
     keys = (table.key,) if keyed else ()
     columns = compared_columns(table)
-    compare_paths(spark, catalog, catalog_name, workload.name, keys, columns,
-                  view_names=table.names if view else None)
+    groups = compare_paths(spark, catalog, catalog_name, workload.name, keys, columns,
+                           view_names=table.names if view else None)
+    assert groups > 0, f"the Arrow path never ran on {table}"
     source = catalog.load_table(workload.name)
     for plan in changelog.snapshots_after(source, None):  # and the Arrow path replays the table's history
         rows = changelog.changes(spark, catalog_name, source, plan.snapshot_id, keys,
@@ -221,7 +249,8 @@ def check_workload(spark, catalog, catalog_name: str, data, version: int, keyed:
 @given(data=st.data())
 def test_arrow_path_matches_spark_path_and_view(spark, catalog, catalog_settings, version, keyed, allow_maps,
                                                 allow_binary, view, data):
-    check_workload(spark, catalog, catalog_settings.name, data, version, keyed, allow_maps, allow_binary, view)
+    check_workload(spark, catalog, catalog_settings.name, data, version, keyed, allow_maps, allow_binary, view,
+                   rich=True)
 
 
 @pytest.mark.slow
