@@ -4,7 +4,8 @@ Spark, Iceberg, osmem-server and a real Dagster instance.
 - A sink added after N snapshots takes its own export, the other sink goes on from its checkpoint:
   its checkpoint and snapshot count are unchanged by the join, and both equal the source afterwards.
   Added while nothing is pending, the join runs the new sink alone at the line's applied snapshot;
-  added with a batch pending, it exports at that batch's snapshot in the batch's run.
+  added with several snapshots pending and a small ``max_snapshots_per_run``, it exports in the line's next
+  batch run at that batch's last snapshot, which is not the table's current one.
 - A removed sink leaves the others untouched; ``icecdc status`` lists its target and last checkpoint.
 - Changed identifier columns are refused at load, naming the ``icecdc resync`` command.
 - A table added to the file starts by itself (its export).
@@ -14,6 +15,7 @@ import pytest
 from dagster import AssetKey, AssetRecordsFilter
 from opensearchpy import OpenSearch
 
+from icecdc_dagster.assets import naming
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
 from icecdc_dagster.errors import DefinitionChangedError
@@ -28,8 +30,8 @@ OPENSEARCH = AssetKey(["opensearch", f"{INDEX}_opensearch"])
 REPLICA, REPLICA2 = "db.items_rep", "db.items_rep2"
 
 
-def _entry(*sinks: dict, identifier_columns: tuple[str, ...] = ("id",)) -> dict:
-    return {"table_name": "db.items", "identifier_columns": list(identifier_columns), "sinks": list(sinks)}
+def _entry(*sinks: dict, identifier_columns: tuple[str, ...] = ("id",), **extra) -> dict:
+    return {"table_name": "db.items", "identifier_columns": list(identifier_columns), "sinks": list(sinks), **extra}
 
 
 REPLICA_SINK = {"iceberg": {"table_name": REPLICA}}
@@ -117,14 +119,26 @@ def test_a_sink_added_to_a_running_line_takes_its_own_export_and_the_other_goes_
     metadata = record.asset_materialization.metadata
     assert metadata["joined_line_export"].value is True and metadata["is_export"].value is True
 
-    # A sink added while a batch is pending joins in that batch's run, at its snapshot; the sink added
-    # before follows the line like the first one: one batch, one replica commit.
+    # A sink added while several snapshots are pending and max_snapshots_per_run is small joins in the
+    # line's next batch run, exporting at that batch's last snapshot: the one the line applies next, not the
+    # table's current one. Then it follows the line; the sink added before follows it like the first one.
     _commit(spark, cat, 3)
+    _commit(spark, cat, 4)                                                        # 6 snapshots pending
     both = [REPLICA_SINK, _opensearch_sink(opensearch_url), REPLICA2_SINK]
-    _, _, (report,) = _sync(tmp_path, catalog_settings, instance, [_entry(*both)])
-    assert len(report.runs) == 1
+    config, _, (report,) = _sync(tmp_path, catalog_settings, instance, [_entry(*both, max_snapshots_per_run=2)])
+    assert len(report.runs) == 3
     current = str(catalog.load_table("db.items").current_snapshot().snapshot_id)
-    assert _replica_state(catalog, REPLICA) == (before[0] + 1, current)           # its batch, not an export
+    next_applied = report.runs[0][1]
+    assert next_applied != current
+    (joined,) = instance.fetch_materializations(AssetRecordsFilter(asset_key=naming.sink_key(
+        config.tables[0].sinks[2])), limit=1, ascending=True).records
+    joined_metadata = joined.asset_materialization.metadata
+    assert joined_metadata["joined_line_export"].value is True
+    assert joined_metadata["checkpoint_snapshot_id"].value == joined_metadata["snapshot_id"].value == next_applied
+    exported = [s for s in catalog.load_table(REPLICA2).snapshots()
+                if s.summary.additional_properties.get(SOURCE_SNAPSHOT_PROPERTY)][0]
+    assert exported.summary.additional_properties[SOURCE_SNAPSHOT_PROPERTY] == next_applied
+    assert _replica_state(catalog, REPLICA) == (before[0] + 3, current)           # its batches, not an export
     assert _replica_state(catalog, REPLICA2)[1] == current
     (record,) = instance.fetch_materializations(OPENSEARCH, limit=1).records
     assert "joined_line_export" not in record.asset_materialization.metadata
