@@ -8,7 +8,7 @@ corrupt the target, whatever the orchestrator does.
 
 import enum
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from icecdc_dagster.errors import CheckpointError
 
@@ -110,7 +110,7 @@ def decide(sink_name: str, checkpoint: Checkpoint | None, batch: BatchInfo) -> D
         raise CheckpointError(
             f"{sink_name}: refusing snapshots {batch.first_snapshot_id}..{batch.snapshot_id} of {batch.table_name} "
             f"as one batch: the sink is at snapshot {checkpoint.snapshot_id} inside that range, so it takes only "
-            f"the range's tail after it (batch.tail_of)")
+            f"the range's tail after it (steps.batches.segments)")
     raise CheckpointError(
         f"{sink_name}: refusing snapshot {batch.snapshot_id} of {batch.table_name}: the sink is at "
         f"snapshot {checkpoint.snapshot_id} (sequence {checkpoint.sequence_number}) but this batch "
@@ -123,20 +123,10 @@ def resumes_inside(checkpoint: Checkpoint | None, batch: BatchInfo) -> bool:
     Each sink commits its own checkpoint, so a run killed between two sinks' commits leaves them at
     different snapshots, and the next run's range starts after the lowest. The range's net changes
     cannot go to a sink that is already inside it (a key it holds that was deleted later in the range
-    nets to nothing); :func:`tail_of` is what it lacks."""
+    nets to nothing): it takes only the snapshots after its checkpoint (``steps.batches.segments``)."""
     return (checkpoint is not None and checkpoint.line == batch.line
             and checkpoint.snapshot_id in batch.snapshot_ids[:-1]
             and checkpoint.sequence_number < batch.sequence_number)
-
-
-def tail_of(batch: BatchInfo, checkpoint: Checkpoint) -> BatchInfo:
-    """The part of ``batch`` after ``checkpoint`` (:func:`resumes_inside`): the same last snapshot, its
-    first snapshot the one after the checkpoint, accepted only after the checkpoint. Never an export:
-    the sink holds the line already."""
-    ids = batch.snapshot_ids
-    tail = ids[ids.index(checkpoint.snapshot_id) + 1:]
-    return replace(batch, first_snapshot_id=tail[0], snapshot_ids=tail,
-                   accepted_predecessors=(checkpoint.snapshot_id,), is_export=False)
 
 
 # A resync line's token is its first key, ``<snapshot id>@resync<n>`` (``steps.lifecycle``).

@@ -12,8 +12,10 @@ the line (``diverged_at_snapshot_id``), until a resync starts a new line.
 """
 
 import time
+from collections import Counter
 from collections.abc import Mapping
 from contextlib import nullcontext
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from dagster import (
@@ -23,20 +25,22 @@ from dagster import (
     AssetExecutionContext,
     AssetsDefinition,
     BackfillPolicy,
+    DagsterRunStatus,
     DataVersion,
     MaterializeResult,
+    RunsFilter,
     asset,
 )
 
-from icecdc_dagster import changelog
+from icecdc_dagster import changelog, run_tags
 from icecdc_dagster.assets import line_record, naming
 from icecdc_dagster.assets.changelog import batch_request
 from icecdc_dagster.assets.lineage import lineage_run
 from icecdc_dagster.assets.metadata_cache import described_table
 from icecdc_dagster.assets.table_metadata import PARTITION_ROW_COUNT, lineage_metadata, replica_fallback
-from icecdc_dagster.batch import CHANGE_TYPE, BatchInfo, Checkpoint, resumes_inside, tail_of
+from icecdc_dagster.batch import CHANGE_TYPE, BatchInfo, Decision, decide, resumes_inside
 from icecdc_dagster.config import SinkConfig, TableConfig
-from icecdc_dagster.errors import resync_command
+from icecdc_dagster.errors import CheckpointError, resync_command
 from icecdc_dagster.lease import retry
 from icecdc_dagster.lineage import LineageDataset, LineageEmitter, iceberg_dataset
 from icecdc_dagster.lines.batch_metadata import (
@@ -50,12 +54,14 @@ from icecdc_dagster.lines.batch_metadata import (
 )
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 from icecdc_dagster.resources.keys import CATALOG_KEY, SPARK_KEY
-from icecdc_dagster.sinks.base import Disagreement, Sink
-from icecdc_dagster.steps.batches import batch_info, join_export, tail_events, uses_row_id
+from icecdc_dagster.sinks.base import ApplyResult, Disagreement, Sink
+from icecdc_dagster.steps import lifecycle
+from icecdc_dagster.steps.batches import BatchRequest, batch_info, join_export, segments, source_batch, uses_row_id
 from icecdc_dagster.steps.changelog_store import ChangelogStore
 from icecdc_dagster.steps.open_sink import open_configured_sink
 
 if TYPE_CHECKING:
+    from dagster import DagsterInstance
     from pyspark.sql import DataFrame
 
 
@@ -114,25 +120,24 @@ def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
                          f"at snapshot {info.snapshot_id}; the other sinks go on from their checkpoints")
     else:
         info = batch_info(source, request)
-    resumed = None if joining else resumed_inside(target, info)
-    if resumed is not None:
-        info = tail_of(info, resumed)
-        context.log.info(f"{target.name}: at snapshot {resumed.snapshot_id}, inside this run's range: applies "
-                         f"only snapshots {info.first_snapshot_id}..{info.snapshot_id}, netted from the source")
+    parts = None if joining else segmented(context.instance, table, target, request, info)
+    if parts is not None:
+        context.log.info(f"{target.name}: applies snapshots {parts[0].snapshot_ids[0]}..{info.snapshot_id} of "
+                         f"{table.table_name} as {describe_segments(parts)}, each from the source (its checkpoint "
+                         f"lies inside the range, or an earlier attempt ended inside it)")
     lineage_columns = sink.derived_columns(changelog.data_columns(source), info.identifier_columns, by_row_id)
     with lineage_run(lineage, context, naming.sink_key(sink), table.table_name,
                      inputs=lambda: [iceberg_dataset(catalog.name, catalog.load_table(store.table_name))],
                      outputs=lambda: _target_dataset(sink, catalog)) as outcome, \
-            (changelog.staged_scans(session) if resumed is not None else nullcontext()):
-        if resumed is not None:
-            events = tail_events(session, catalog.name, source, request, info, by_row_id)
+            (changelog.staged_scans(session) if parts is not None else nullcontext()):
+        if parts is not None:
+            info, result, applied, found = apply_segments(session, catalog.name, source, request, parts, target,
+                                                          by_row_id)
         else:
             events = joined_events if joining else store.read_events(info, use_row_id=by_row_id)
-        result = target.apply(info, events)
-        if resumed is not None:
-            result.details["resumed_after_snapshot_id"] = str(resumed.snapshot_id)
-        applied = {} if result.skipped else event_counts(events)
-        found = [] if result.skipped else target.disagreements(info, applied, result)
+            result = target.apply(info, events)
+            applied = {} if result.skipped else event_counts(events)
+            found = [] if result.skipped else target.disagreements(info, applied, result)
         if lineage is not None:
             outcome.outputs = _target_dataset(sink, catalog)
             for dataset in outcome.outputs:
@@ -204,13 +209,65 @@ def counts_check(context: AssetExecutionContext, table: TableConfig, sink: SinkC
                              severity=AssetCheckSeverity.ERROR, metadata=where.with_figures(figures))]
 
 
-def resumed_inside(target: Sink, info: BatchInfo) -> Checkpoint | None:
-    """The sink's checkpoint when it lies inside the batch's range (``batch.resumes_inside``: a run killed
-    between two sinks' commits), else None. Read only for a range: a one-snapshot batch has no inside."""
+ATTEMPTS_READ = 50   # the line's newest failed runs read for where their batches ended (segments)
+
+
+def segmented(instance: "DagsterInstance", table: TableConfig, target: Sink, request: BatchRequest,
+              info: BatchInfo) -> list[BatchRequest] | None:
+    """The segments this sink applies the run's range in (``steps.batches.segments``), or None: the stored
+    batch as it is. Only a range has segments; one the sink refuses or has goes to ``apply`` unchanged."""
     if len(info.snapshot_ids) < 2:
         return None
     checkpoint = target.read_checkpoint()
-    return checkpoint if resumes_inside(checkpoint, info) else None
+    if not resumes_inside(checkpoint, info):
+        try:
+            if decide(target.name, checkpoint, info) is not Decision.APPLY:
+                return None
+        except CheckpointError:
+            return None   # apply() refuses it, in the same words
+    return segments(request, info, checkpoint, attempted_ends(instance, table))
+
+
+def attempted_ends(instance: "DagsterInstance", table: TableConfig) -> set[int]:
+    """The last snapshots of the line's newest failed (or canceled) runs: where a batch may have stopped
+    half-written in a target that does not publish atomically."""
+    runs = instance.get_runs(RunsFilter(tags={run_tags.TABLE_TAG: naming.table_line(table).line_id},
+                                        statuses=[DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]),
+                             limit=ATTEMPTS_READ)
+    return {lifecycle.snapshot_id_of(r.tags[run_tags.LAST_SNAPSHOT_TAG]) for r in runs
+            if run_tags.LAST_SNAPSHOT_TAG in r.tags}
+
+
+def describe_segments(parts: list[BatchRequest]) -> str:
+    return ", ".join(f"{p.snapshot_ids[0]}..{p.snapshot_ids[-1]}" for p in parts)
+
+
+def apply_segments(session: Any, catalog_name: str, source: Any, request: BatchRequest, parts: list[BatchRequest],
+                   target: Sink, by_row_id: bool) -> tuple[BatchInfo, ApplyResult, dict[str, int], list[Disagreement]]:
+    """Apply each segment in order, each batch computed from the source (``steps.batches.source_batch``).
+    One result: the batch from the first segment's first snapshot to the range's last, the last segment's
+    checkpoint, every segment's counts and events, and where the sink resumed when it was inside the range."""
+    infos, results, applied, counts = [], [], Counter[str](), Counter[str]()
+    found: list[Disagreement] = []
+    for part in parts:
+        info, events = source_batch(session, catalog_name, source, part, by_row_id)
+        result = target.apply(info, events)
+        if not result.skipped:
+            part_counts = event_counts(events)
+            applied.update(part_counts)
+            found += target.disagreements(info, part_counts, result)
+            counts.update(result.counts)
+        infos.append(info)
+        results.append(result)
+    whole = replace(infos[-1], first_snapshot_id=infos[0].first_snapshot_id,
+                    snapshot_ids=tuple(i for info in infos for i in info.snapshot_ids),
+                    accepted_predecessors=infos[0].accepted_predecessors, is_export=infos[0].is_export)
+    details = {**results[-1].details, "applied_in_batches": describe_segments(parts)}
+    ids = request.snapshot_ids
+    if parts[0].snapshot_ids[0] != ids[0]:
+        details["resumed_after_snapshot_id"] = str(ids[ids.index(parts[0].snapshot_ids[0]) - 1])
+    result = ApplyResult(target.name, all(r.skipped for r in results), results[-1].checkpoint, dict(counts), details)
+    return whole, result, dict(applied), found
 
 
 def joins_line(has_batches: bool, target: Sink) -> bool:

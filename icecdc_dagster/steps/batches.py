@@ -1,12 +1,12 @@
 """Turn a run of partition keys (snapshot ids) into a BatchInfo and its change rows."""
 
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from icecdc_dagster import changelog
-from icecdc_dagster.batch import CHANGE_TYPES, BatchInfo
+from icecdc_dagster.batch import CHANGE_TYPES, BatchInfo, Checkpoint, resumes_inside
 from icecdc_dagster.changelog import uses_row_lineage
 from icecdc_dagster.changelog.ordinals import OrdinalAnchor, sequence_number
 from icecdc_dagster.column_names import column
@@ -161,32 +161,54 @@ def join_export(spark: "SparkSession", catalog_name: str, table: "Table", reques
     return info, events
 
 
-def tail_events(spark: "SparkSession", catalog_name: str, table: "Table", request: BatchRequest, tail: BatchInfo,
-                use_row_id: bool) -> Any:
-    """The CDC events of ``tail`` (``batch.tail_of``: a range's snapshots after a sink's checkpoint inside
-    it): the net changes of exactly those snapshots, read from the source's history like any range batch
-    (the stored batch nets the whole range, which a sink already inside it cannot take), presented in the
-    source schema of the batch's last snapshot as the store presents its batches. Lazy: use the events
-    inside ``changelog.staged_scans``.
+def segments(request: BatchRequest, info: BatchInfo, checkpoint: Checkpoint | None,
+             attempted_ends: Collection[int]) -> list[BatchRequest] | None:
+    """How one sink applies the run's range when the stored batch (the range's net changes, or its export)
+    is not exact for it; None when it is.
+
+    - a checkpoint inside the range (``batch.resumes_inside``): only the snapshots after it;
+    - an earlier attempt of the line that ended inside the range (``attempted_ends``: the last snapshots of
+      the line's failed runs) may have written part of its own batch into a target that does not publish a
+      batch atomically (an OpenSearch bulk killed midway). That batch is finished first, exactly as it was,
+      then the rest: a key it wrote that the whole range nets away (inserted, then deleted later) would
+      otherwise stay behind.
+
+    Each segment is a request of consecutive snapshots; the first keeps the range's export when the range
+    starts the line and the sink has no checkpoint.
+    """
+    ids = request.snapshot_ids
+    first = ids.index(checkpoint.snapshot_id) + 1 if resumes_inside(checkpoint, info) and checkpoint else 0
+    cuts = sorted({ids.index(end) + 1 for end in attempted_ends if end in ids[first:-1]})
+    if first == 0 and not cuts:
+        return None
+    bounds = [first, *cuts, len(ids)]
+    return [replace(request, snapshot_ids=ids[a:b], starts_line=request.includes_bootstrap and a == 0)
+            for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def source_batch(spark: "SparkSession", catalog_name: str, table: "Table", request: BatchRequest,
+                 use_row_id: bool) -> tuple[BatchInfo, Any]:
+    """A segment's (:func:`segments`) batch and CDC events, computed from the source's history as the
+    changelog step computes a batch (:func:`compute_batch`: an export, or the net changes of its snapshots),
+    presented in the source schema of its last snapshot as the store presents its batches. Lazy: use the
+    events inside ``changelog.staged_scans``.
 
     Raises:
-        SnapshotNotFoundError: a snapshot of the tail is no longer in the source's history.
+        SnapshotNotFoundError: a snapshot of the segment is no longer in the source's history.
         DuplicateKeyChangeError, IdentifierColumnError: as for the range's own batch.
     """
-    start = tail.accepted_predecessors[0]
-    rows = changelog.changes(spark, catalog_name, table, (start, tail.snapshot_id), request.identifier_columns,
-                             net=True, anchor=request.anchor).rows
-    keys = request.identifier_columns
+    computed = compute_batch(spark, catalog_name, table, request)
+    info, rows, keys = computed.info, computed.rows, request.identifier_columns
     current = table.schema()
-    want = table.schemas().get(tail.schema_id) if tail.schema_id is not None else None
+    want = table.schemas().get(info.schema_id) if info.schema_id is not None else None
     if want is not None and want.schema_id != current.schema_id:  # the source changed after the batch's snapshot
         names = {f.field_id: f.name for f in want.fields}
         keys = tuple(names.get(current.find_field(k).field_id, k) for k in keys)
         data = {f.name for f in current.fields}
         rows = rows.select(*columns_by_field_id(want.fields, current, {i: i for i in names}),
                            *[column(c) for c in rows.columns if c not in data])
-    return changelog.to_events(rows, request.table_name, keys, tail.operation, tail.snapshot_id,
-                               use_row_id=use_row_id)
+    return info, changelog.to_events(rows, request.table_name, keys, info.operation, info.snapshot_id,
+                                     use_row_id=use_row_id, unique_ids=computed.kind == "export")
 
 
 def row_stats(computed: ComputedBatch, counts: dict[str, int]) -> dict[str, Any]:

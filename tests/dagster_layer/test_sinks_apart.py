@@ -73,3 +73,51 @@ def test_a_sink_inside_the_range_takes_only_its_tail_and_both_sinks_equal_the_so
     assert client.get(index=INDEX, id="1")["_version"] == table_now.snapshot_by_id(ids[-4]).sequence_number
     assert client.get(index=INDEX, id="2")["_version"] == table_now.snapshot_by_id(ids[-1]).sequence_number
     assert client.get(index=INDEX, id="0")["_version"] == table_now.snapshot_by_id(ids[0]).sequence_number
+
+
+def test_a_half_written_attempt_is_finished_before_the_longer_range_that_replaced_it(
+        spark, catalog_settings, catalog, instance, tmp_path, opensearch_url, proxy, monkeypatch):
+    """An OpenSearch bulk that stopped midway (the attempt failed; one document it wrote is put back here,
+    as the bulk left it) and a commit after it: the next run's range nets the key away (inserted in the
+    attempt's snapshot, deleted after), so the index finishes the attempt's batch first, then the rest; the
+    replica, which applied the attempt's snapshot, is inside the range and takes the rest only."""
+    from icecdc_dagster.lease import retry
+
+    fq = f"{catalog_settings.name}.db.items"
+    spark.sql(f"""CREATE TABLE {fq} (id BIGINT NOT NULL, name STRING, qty INT) USING iceberg
+                  TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read',
+                                 'write.update.mode'='merge-on-read')""")
+    spark.sql(f"INSERT INTO {fq} SELECT id, concat('n', id), CAST(id AS INT) FROM range(0, 10)")
+    config = load_config(write_pipeline(tmp_path / "p.yaml", catalog_settings, [{
+        "table_name": "db.items", "identifier_columns": ["id"], "max_snapshots_per_run": 10, "max_retries": 3,
+        "sinks": [{"opensearch": {"hosts": [proxy.url], "index": INDEX, "max_retries": 1, "request_timeout_s": 5,
+                                  "parallelism": 1}},
+                  {"iceberg": {"table_name": "db.items_replica"}}]}]))
+    defs = build_definitions(config)
+    table = config.tables[0]
+    assert tick(defs, instance, table).succeeded == [True]
+
+    spark.sql(f"INSERT INTO {fq} VALUES (100, 'new', 100), (101, 'kept', 101)")   # s1
+    s1 = catalog.load_table("db.items").current_snapshot()
+    proxy.cut()
+    monkeypatch.setattr(retry, "RETRY_BACKOFF_S", 0.0)
+    failed = tick(defs, instance, table)
+    assert failed.requested == [(str(s1.snapshot_id), str(s1.snapshot_id))] and failed.succeeded == [False]
+    client = OpenSearch(hosts=[opensearch_url])
+    client.index(index=INDEX, id="100", body={"id": 100, "name": "new", "qty": 100},   # what the bulk wrote
+                 params={"version": s1.sequence_number, "version_type": "external"})
+    proxy.restore()
+
+    spark.sql(f"DELETE FROM {fq} WHERE id = 100")                                 # s2: nets 100 away
+    spark.sql(f"UPDATE {fq} SET qty = 7 WHERE id = 1")                            # s3
+    s3 = catalog.load_table("db.items").current_snapshot().snapshot_id
+    ticks = drain(defs, instance, table)
+    assert [t.requested for t in ticks if t.requested] == [[(str(s1.snapshot_id), str(s3))]]
+    assert all(all(t.succeeded) for t in ticks)
+    expected = _source_rows(spark, fq)
+    assert _documents(opensearch_url) == expected
+    replica = sorted((r.id, r.name, r.qty) for r in spark.table(f"{catalog_settings.name}.db.items_replica").collect())
+    assert replica == expected
+    index = _metadata(instance, OPENSEARCH, str(s3))
+    assert index["applied_in_batches"].startswith(f"{s1.snapshot_id}..{s1.snapshot_id}, ")
+    assert _metadata(instance, REPLICA, str(s3))["resumed_after_snapshot_id"] == str(s1.snapshot_id)

@@ -4,11 +4,11 @@ diagnosis / retention warning on real Iceberg table metadata (pyiceberg, no Spar
 import pyarrow as pa
 import pytest
 
-from icecdc_dagster.batch import BatchInfo, Checkpoint, Decision, decide, resumes_inside, tail_of
+from icecdc_dagster.batch import BatchInfo, Checkpoint, Decision, decide, resumes_inside
 from icecdc_dagster.errors import CheckpointError, SupersededPartitionError, TableRolledBackError
 from icecdc_dagster.sinks.opensearch.sink import version_offset
 from icecdc_dagster.steps import lifecycle
-from icecdc_dagster.steps.batches import keys_to_request
+from icecdc_dagster.steps.batches import BatchRequest, keys_to_request, segments
 from icecdc_dagster.steps.table_maintenance import MAX_SNAPSHOT_AGE_PROPERTY, retention_warning
 
 
@@ -46,18 +46,24 @@ def test_sequence_numbers_only_compare_within_a_line():
     assert decide("s", old, _info(13, 9, preds=(12,))) is Decision.ALREADY_APPLIED   # unchanged within a line
 
 
-def test_a_sink_inside_a_range_takes_its_tail_and_nothing_else():
-    """Range 21..24 after 20: a sink at 22 is inside it (its tail is 23..24, after 22 only); at 20 it takes the
-    range, at 24 it has it; outside the range, or on another line, it is not inside."""
-    whole = BatchInfo("db.t", 24, 8, 21, (20,), "overwrite", 0, is_export=True, snapshot_ids=(21, 22, 23, 24))
+def test_a_sink_inside_a_range_or_after_a_half_written_attempt_applies_it_in_segments():
+    """Range 21..24 after 20. A sink at 22 is inside it: it takes 23..24 only (after 22, nothing else). A sink at
+    20 takes the stored batch, unless an earlier attempt ended inside the range (22): then 21..22 first, as that
+    attempt wrote it, then 23..24. At 24 it has the range; on another line or outside it, it is not inside."""
+    whole = BatchInfo("db.t", 24, 8, 21, (20,), "overwrite", 0, snapshot_ids=(21, 22, 23, 24))
+    request = BatchRequest("db.t", (21, 22, 23, 24), bootstrap_snapshot_id=1, starts_line=False)
     at = Checkpoint(22, 6)
     assert resumes_inside(at, whole)
     with pytest.raises(CheckpointError, match="inside that range, so it takes only the range's tail"):
         decide("s", at, whole)
-    tail = tail_of(whole, at)
-    assert (tail.first_snapshot_id, tail.snapshot_ids, tail.accepted_predecessors) == (23, (23, 24), (22,))
-    assert (tail.snapshot_id, tail.sequence_number, tail.is_export) == (24, 8, False)
-    assert decide("s", at, tail) is Decision.APPLY
+    (tail,) = segments(request, whole, at, attempted_ends={22, 99})
+    assert tail.snapshot_ids == (23, 24) and not tail.includes_bootstrap
+    assert segments(request, whole, Checkpoint(20, 4), attempted_ends={24, 99}) is None
+    halves = segments(request, whole, Checkpoint(20, 4), attempted_ends={22})
+    assert [p.snapshot_ids for p in halves] == [(21, 22), (23, 24)]
+    export = BatchRequest("db.t", (21, 22, 23, 24), bootstrap_snapshot_id=21, starts_line=True)
+    halves = segments(export, whole, None, attempted_ends={23})
+    assert [(p.snapshot_ids, p.includes_bootstrap) for p in halves] == [((21, 22, 23), True), ((24,), False)]
     assert decide("s", Checkpoint(20, 4), whole) is Decision.APPLY
     assert decide("s", Checkpoint(24, 8), whole) is Decision.ALREADY_APPLIED
     for outside in (None, Checkpoint(20, 4), Checkpoint(24, 8), Checkpoint(19, 3), Checkpoint(22, 6, "9@resync1")):
