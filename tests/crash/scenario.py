@@ -200,6 +200,7 @@ class KillResult:
     observed: str            # the phase seen just before the kill ("finished" if the sync ended first)
     run_id: str | None       # the run in flight at the kill, if any
     killed: bool
+    seen: tuple[str, ...] = ()   # the phases observed while waiting for the target, in order
 
 
 def schedule(seed: int, count: int, export_window_s: tuple[float, float] = (0.0, 4.0)) -> list[KillPoint]:
@@ -280,34 +281,70 @@ def observe(instance: DagsterInstance, lake: Lake, known_runs: set[str], sync_pi
     return phase, run
 
 
+# Kill targets inside a catch-up range of the two-sink table (a run over several snapshots of SMALL, the
+# export's range included): in a sink step before either sink has the range, or with the sinks apart (one
+# has committed the range's last snapshot, the other not yet: what the next run must reconcile).
+CATCH_UP_PHASES = ("catch-up sink step", "catch-up sinks apart")
+CATCH_UP_SPREAD_S = {"catch-up sink step": 1.0, "catch-up sinks apart": 0.3}
+
+
+def catch_up_phase(phase: str, run, lake: Lake) -> str:  # noqa: ANN001
+    """``phase`` refined for a sink step of a range run of SMALL: where its two sinks stand."""
+    if phase not in ("opensearch bulk", "replica commit", "checkpoint write") or run is None:
+        return phase
+    first, last = run.tags.get(run_tags.FIRST_SNAPSHOT_TAG), run.tags.get(run_tags.LAST_SNAPSHOT_TAG)
+    if run.tags.get(run_tags.TABLE_TAG) != SMALL or first == last:
+        return phase
+    have = [lake.index_checkpoint() == last, lake.replica_checkpoint(SMALL) == last]
+    return "catch-up sinks apart" if sum(have) == 1 else "catch-up sink step" if not any(have) else phase
+
+
+def sinks_apart(lake: Lake) -> bool:
+    return lake.index_checkpoint() != lake.replica_checkpoint(SMALL)
+
+
 def _matches(target: str, phase: str) -> bool:
     if target == "replica commit":
         return phase in ("replica commit", "checkpoint write")
     return phase == target
 
 
+def _phase(instance: DagsterInstance, lake: Lake, known_runs: set[str], pid: int, target: str) -> tuple[str, object]:
+    """The phase for ``target``. A catch-up target goes by the run's steps alone, not by the age of the sync's
+    JVM: a sync may start a session per line, and a small catch-up run can end within the JVM's warm-up."""
+    if target not in CATCH_UP_PHASES:
+        return observe(instance, lake, known_runs, pid)
+    phase, run = observe(instance, lake, known_runs)
+    return catch_up_phase(phase, run, lake), run
+
+
 def kill_at(process: subprocess.Popen, instance: DagsterInstance, lake: Lake, point: KillPoint,
             known_runs: set[str], poll_s: float = 0.02) -> KillResult:
     """Wait for the target phase, then the seeded delay, then SIGKILL; report what was seen."""
     launched = time.monotonic()
+    seen: list[str] = []
     if point.target == "spark start":
         while process.poll() is None and time.monotonic() - launched < point.delay_s:
             time.sleep(poll_s)
     else:
         # A sync starts its JVM inside its first step: a phase counts once Spark is up.
-        while process.poll() is None and not _matches(point.target,
-                                                      observe(instance, lake, known_runs, process.pid)[0]):
+        while process.poll() is None:
+            phase = _phase(instance, lake, known_runs, process.pid, point.target)[0]
+            if not seen or seen[-1] != phase:
+                seen.append(phase)
+            if _matches(point.target, phase):
+                break
             time.sleep(poll_s)
         deadline = time.monotonic() + point.delay_s
         while process.poll() is None and time.monotonic() < deadline:
             time.sleep(poll_s)
     if process.poll() is not None:
-        return KillResult(point, "finished", None, killed=False)
-    observed, run = observe(instance, lake, known_runs, sync_pid=process.pid)
+        return KillResult(point, "finished", None, killed=False, seen=tuple(seen))
+    observed, run = _phase(instance, lake, known_runs, process.pid, point.target)
     process.send_signal(signal.SIGKILL)
     process.wait()
     in_flight = run.run_id if run is not None and not run.is_finished else None
-    return KillResult(point, observed, in_flight, killed=True)
+    return KillResult(point, observed, in_flight, killed=True, seen=tuple(seen))
 
 
 def assert_killed_run_failed_over(instance: DagsterInstance, result: KillResult) -> None:

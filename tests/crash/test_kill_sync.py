@@ -8,20 +8,30 @@ key, without any batch committed twice and without a lock left behind.
 Default run: a 3,000-row export and 2 kill points. ``-m slow``: a 100,000-row export (replica sink)
 with a 2,000-row table synced into OpenSearch and a replica, 9 kill points. ``ICECDC_CRASH_SEED``
 picks the moments (default 1818).
+
+Issue 42's scenario (``run_catch_up_kills``): kills in a row, a commit round after each and no recovery in
+between, inside catch-up ranges of the table with two sinks (its index and replica left apart), then ONE
+plain sync: exit 0, both sinks equal to the source. Default run: the exports synced, then one kill with
+the sinks apart. ``-m slow``: six kills (the export, then five seeded catch-up moments) for seeds 1818, 7 and 42.
 """
 
 import os
+import random
 import time
 
 import pytest
 
 from tests.crash.scenario import (
+    CATCH_UP_PHASES,
+    CATCH_UP_SPREAD_S,
+    KillPoint,
     KillResult,
     Lake,
     assert_killed_run_failed_over,
     assert_nothing_in_flight,
     kill_at,
     schedule,
+    sinks_apart,
 )
 
 SEED = int(os.environ.get("ICECDC_CRASH_SEED", "1818"))
@@ -79,6 +89,72 @@ def test_sigkill_at_nine_moments_over_a_100k_export(spark, catalog_settings, cat
     results = run_kill_rounds(lake, schedule(SEED, 9, export_window_s=(0.0, 8.0)))
     assert len(results) == 9 and results[0].killed and results[0].run_id
 
+
+
+def catch_up_schedule(seed: int, count: int) -> list[KillPoint]:
+    """The export first, then seeded kills inside catch-up ranges of the two-sink table: during a sink step
+    before either sink has the range, or with its sinks apart (one committed, the other not)."""
+    rng = random.Random(seed)
+    points = [KillPoint("export", rng.uniform(0.0, 1.0))]
+    for _ in range(count - 1):
+        target = rng.choice(CATCH_UP_PHASES)
+        points.append(KillPoint(target, rng.uniform(0, CATCH_UP_SPREAD_S[target])))
+    return points
+
+
+def run_catch_up_kills(lake: Lake, points: list[KillPoint], first_round: int = 0) -> list[tuple[KillResult, bool]]:
+    """Issue 42's scenario: each kill followed by a commit round (three snapshots per table) and no recovery
+    in between, so every sync fails over the last dead run and plans a longer range from the lowest sink;
+    then ONE plain ``icecdc sync``: exit 0, both sinks equal the source. Returns each kill with whether it
+    left the two-sink table's index and replica at different snapshots."""
+    instance = lake.observer()
+    results: list[tuple[KillResult, bool]] = []
+    try:
+        for round_no, point in enumerate(points, start=first_round):
+            if round_no:
+                lake.commit_round(round_no)
+            known = {run.run_id for run in instance.get_runs()}
+            result = kill_at(lake.sync(), instance, lake, point, known)
+            results.append((result, sinks_apart(lake)))
+        lake.commit_round(first_round + len(points))
+        code, out = lake.sync_to_end()                        # one plain sync, no flag
+        assert code == 0, f"the plain sync after {len(points)} kills failed:\n{out[-4000:]}"
+        for result, _ in results:
+            assert_killed_run_failed_over(instance, result)
+        assert_nothing_in_flight(instance)
+        lake.assert_no_lock_left()
+        lake.assert_synced()
+        lake.assert_counts_agreed(instance)
+    finally:
+        for i, (r, apart) in enumerate(results):
+            print(f"kill {i}: target {r.point.target} (+{r.point.delay_s:.2f}s) -> observed {r.observed}, "
+                  f"killed={r.killed}, run in flight={r.run_id}, sinks left apart={apart}; seen {' > '.join(r.seen)}")
+        instance.dispose()
+    return results
+
+
+@pytest.mark.long
+def test_kills_inside_two_sink_catch_up_ranges_then_one_plain_sync_converges(spark, catalog_settings, catalog,
+                                                                            opensearch_url, tmp_path):
+    """Default run: the exports synced, then one kill inside a catch-up range of the small table with its
+    index and replica apart (one committed the range, the other not), a commit round, one plain sync
+    (``-m slow``: six kills from the export on, several seeds)."""
+    lake = Lake(spark, catalog, catalog_settings, tmp_path, opensearch_url, big_rows=1_000, small_rows=200)
+    lake.create()
+    assert lake.sync_to_end()[0] == 0
+    results = run_catch_up_kills(lake, [KillPoint("catch-up sinks apart", 0.0)], first_round=1)
+    ((catch_up, apart),) = results
+    assert catch_up.killed and catch_up.observed == "catch-up sinks apart" and apart
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1818, 7, 42])
+def test_six_kills_over_an_export_and_its_catch_up_ranges_then_one_plain_sync(spark, catalog_settings, catalog,
+                                                                            opensearch_url, tmp_path, seed):
+    lake = Lake(spark, catalog, catalog_settings, tmp_path, opensearch_url, big_rows=20_000, small_rows=1_000)
+    lake.create()
+    results = run_catch_up_kills(lake, catch_up_schedule(seed, 6))
+    assert results[0][0].killed and any(apart for _, apart in results[1:])
 
 
 def kill_when_a_run_starts(lake: Lake, instance, known: set[str], delay_s: float) -> str | None:  # noqa: ANN001
