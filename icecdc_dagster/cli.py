@@ -1,6 +1,7 @@
 """icecdc: run the demo, sync all pending batches now, or show where every sink stands."""
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -35,7 +36,7 @@ def _instance(config: "PipelineConfig", config_path: str | None, dagster_home: s
     ``create``: a command that writes (sync, resync) makes a missing instance, with the crash-safety
     settings; a read (status) never does: it refuses, naming where it looked and what to set.
     """
-    from dagster import DagsterInstance
+    from dagster import DagsterInstance  # dagster: ~4 s, not for --help
 
     home, origin = _home(config, config_path, dagster_home)
     if create:
@@ -88,9 +89,9 @@ def _sync_context(args: argparse.Namespace, stop: "StopRequest", rebuilt: tuple[
                   **options: Any) -> "tuple[PipelineConfig, SyncContext]":
     """The pipeline file, its definitions and the instance, as a sync or resync works with them.
     ``rebuilt``: the table a resync rebuilds (a changed key of it is what the resync is for)."""
-    from icecdc_dagster.config import load_config
-    from icecdc_dagster.definitions import build_definitions
-    from icecdc_dagster.sync import SyncContext
+    from icecdc_dagster.config import load_config  # pyiceberg+pydantic: ~4 s, not for --help
+    from icecdc_dagster.definitions import build_definitions  # dagster+pyspark: ~10 s, not for --help
+    from icecdc_dagster.sync import SyncContext  # dagster+pyspark: ~10 s, not for --help
 
     config = load_config(args.config)
     instance = _instance(config, args.config, args.dagster_home)  # first: the load compares with its line records
@@ -102,7 +103,7 @@ def _sync_context(args: argparse.Namespace, stop: "StopRequest", rebuilt: tuple[
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
-    from icecdc_dagster.sync import StopRequest, sync_all
+    from icecdc_dagster.sync import StopRequest, sync_all  # dagster+pyspark: ~10 s, not for --help
 
     set_process_role("icecdc sync")
     # The command's start: the process start when run as the program (interpreter, imports, Spark included),
@@ -135,7 +136,7 @@ def exit_status(reports: "Sequence[TableSyncReport]") -> int:
 
 
 def cmd_resync(args: argparse.Namespace) -> int:
-    from icecdc_dagster.sync import StopRequest, resync_table
+    from icecdc_dagster.sync import StopRequest, resync_table  # dagster+pyspark: ~10 s, not for --help
 
     set_process_role("icecdc resync")
     with StopRequest().installed() as stop:
@@ -152,9 +153,13 @@ def cmd_resync(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from icecdc_dagster.config import load_config
-    from icecdc_dagster.definitions import build_definitions
-    from icecdc_dagster.status import ingest_status, status_document, table_status
+    from icecdc_dagster.config import load_config  # pyiceberg+pydantic: ~4 s, not for --help
+    from icecdc_dagster.definitions import build_definitions  # dagster+pyspark: ~10 s, not for --help
+    from icecdc_dagster.status import (  # dagster+pyspark: ~9 s, not for --help
+        ingest_status,
+        status_document,
+        table_status,
+    )
 
     config = load_config(args.config)
     instance = _instance(config, args.config, args.dagster_home, create=False)  # a read creates nothing
@@ -162,8 +167,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     tables = [table_status(defs, instance, table, args.config) for table in config.tables]
     ingests = [ingest_status(instance, entry, defs) for entry in config.ingest]
     if args.json:
-        import json
-
         print(json.dumps(status_document(tables, ingests), indent=2))
         return 0
     for rendered in [t.render() for t in tables] + [i.render() for i in ingests]:
@@ -173,10 +176,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_config_schema(args: argparse.Namespace) -> int:
     """The pipeline file's JSON schema (for editors and CI), or its Markdown reference."""
-    import json
-
-    from icecdc_dagster.config import config_schema
-    from icecdc_dagster.config.reference import markdown_reference
+    from icecdc_dagster.config import config_schema  # pyiceberg+pydantic: ~4 s, not for --help
+    from icecdc_dagster.config.reference import markdown_reference  # pyiceberg+pydantic: ~4 s, not for --help
 
     print(markdown_reference() if args.markdown else json.dumps(config_schema(), indent=2))
     return 0
@@ -184,8 +185,8 @@ def cmd_config_schema(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Load the pipeline file and its definitions (tables exist, sinks can follow them), nothing else."""
-    from icecdc_dagster.config import load_config
-    from icecdc_dagster.definitions import build_definitions
+    from icecdc_dagster.config import load_config  # pyiceberg+pydantic: ~4 s, not for --help
+    from icecdc_dagster.definitions import build_definitions  # dagster+pyspark: ~10 s, not for --help
 
     config = load_config(args.config)
     defs = build_definitions(config)
@@ -195,7 +196,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from icecdc_dagster.demo.run import run_demo
+    from icecdc_dagster.demo.run import run_demo  # dagster+pyspark: ~6 s, not for --help
 
     return run_demo(Path(args.dir), opensearch_url=args.opensearch_url, input_kind=args.input)
 

@@ -4,6 +4,7 @@ Nothing is read at import: ``dagster dev`` and run workers call :func:`defs`, th
 :func:`build_definitions` with the file it was given, so ``--config B`` never loads ``$ICECDC_CONFIG``.
 """
 
+import warnings
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
@@ -11,12 +12,15 @@ from dagster import (
     AssetChecksDefinition,
     AssetsDefinition,
     AssetSpec,
+    BetaWarning,
     Definitions,
+    PreviewWarning,
     ScheduleDefinition,
     SensorDefinition,
     SourceAsset,
     definitions,
 )
+from pyiceberg.exceptions import NoSuchTableError
 
 from icecdc_dagster.assets import line_record, metadata_cache, naming
 from icecdc_dagster.assets.changelog import build_changelog_asset
@@ -79,7 +83,6 @@ def check_tables_exist(config: PipelineConfig) -> dict[str, "Table"]:
     writes may not exist yet (its sensor waits for it). Returns the source tables it loaded."""
     if not config.tables and not config.ingest:
         return {}
-    from pyiceberg.exceptions import NoSuchTableError
 
     catalog = config.catalog.settings().load_pyiceberg()
     created_later = {fixed_target(e) for e in config.ingest if e.auto_create}
@@ -137,9 +140,6 @@ def build_definitions(config: PipelineConfig, check_tables: bool = True, rebuilt
     Dagster marks APIs we rely on deliberately (``backfill_policy``, ``observable_source_asset``,
     partitioned checks) as beta/preview and warns at every load (``dagster dev``, each run worker):
     noise our users cannot act on, so it is silenced here, for our definitions only."""
-    import warnings
-
-    from dagster import BetaWarning, PreviewWarning
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BetaWarning)

@@ -5,6 +5,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dagster import AssetKey, DagsterInstance, Definitions
+from pyiceberg.exceptions import NoSuchTableError
 
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import line_record, naming
@@ -180,8 +181,6 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
     latest materialisations (``lines.window.line_view``) and aggregate counts of its keys,
     whatever the history; otherwise the whole line once, and its diagnosis.
     """
-    from pyiceberg.exceptions import NoSuchTableError
-
     catalog = resolved_resource(defs, CATALOG_KEY)
     try:
         source = catalog.load_table(table.table_name)

@@ -24,12 +24,18 @@ from dagster import (
     AssetCheckEvaluation,
     AssetCheckKey,
     AssetKey,
+    AssetObservation,
     DagsterEventType,
     DagsterInstance,
     DagsterRunStatus,
     Definitions,
 )
+from dagster._core.definitions.job_base import InMemoryJob
+from dagster._core.execution.api import create_execution_plan
+from dagster._core.execution.execute_in_process import merge_run_tags
+from dagster._core.snap import snapshot_from_execution_plan
 from dagster._core.utils import make_new_run_id
+from pyiceberg.exceptions import NoSuchTableError
 
 from icecdc_dagster import sync_plan
 from icecdc_dagster.assets import naming
@@ -249,10 +255,6 @@ def create_selected_run(instance: DagsterInstance, defs: Definitions, run_id: st
     records none, and given a selection it would run every check of the assets). Returns the job to
     execute it with: the implicit asset job with ``execute_in_process``'s executor (the sync holds
     the line's lock itself)."""
-    from dagster._core.execution.api import create_execution_plan
-    from dagster._core.execution.execute_in_process import merge_run_tags
-    from dagster._core.snap import snapshot_from_execution_plan
-
     job = defs.resolve_implicit_global_asset_job_def().as_ephemeral_job(resource_defs={}, input_values={})
     check_selection = frozenset(checks) if checks is not None else None
     subset = job.get_subset(asset_selection=set(assets), asset_check_selection=check_selection)
@@ -273,8 +275,7 @@ def create_selected_run(instance: DagsterInstance, defs: Definitions, run_id: st
 def execute_in_process_run(job: "JobDefinition", run: "DagsterRun", instance: DagsterInstance) -> None:
     """Execute a run made by :func:`create_selected_run` in this thread (Dagster subsets ``job`` by
     the run's selection)."""
-    from dagster._core.definitions.job_base import InMemoryJob
-    from dagster._core.execution.api import execute_run
+    from dagster._core.execution.api import execute_run  # a name clash: this module's own execute_run
 
     execute_run(InMemoryJob(job), run, instance, raise_on_error=False)
 
@@ -409,8 +410,6 @@ def sync_table(defs: Definitions, instance: DagsterInstance, table: TableConfig,
     loaded: dict[str, Table] = {}  # the source as the latest evaluation read it (the display's summaries)
 
     def evaluate() -> tuple[list[str], NextRun | Blocked | None]:
-        from pyiceberg.exceptions import NoSuchTableError
-
         try:
             source = loaded["source"] = catalog.load_table(table.table_name)
         except NoSuchTableError:  # written by an auto-creating ingest entry that has not run yet
@@ -488,8 +487,6 @@ def resync_table(config: PipelineConfig, defs: Definitions, instance: DagsterIns
     converges every sink (OpenSearch: index, then delete documents the export lacks; replica: one
     overwrite), then the usual sync. Earlier partitions stay (lineage) but are superseded. The partition
     is added under the line's lock, with no run of the line in flight, so no old batch can interleave."""
-    from dagster import AssetObservation
-
     table = config.table(table_name)
     context = _context(defs, instance, False, context)
     if context.config_path is None:

@@ -10,6 +10,8 @@ for the display and never fails a sync.
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pyiceberg.exceptions import NoSuchTableError
+
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import IngestConfig, TableConfig
 from icecdc_dagster.lines import line as lines
@@ -42,8 +44,6 @@ class LinePlan:
 def table_plan(instance: "DagsterInstance", table: TableConfig, catalog: "IcebergCatalogResource",
                config_path: str | None) -> LinePlan:
     """The table line's pending keys as its next tick would see them (see ``sensors.snapshots.evaluate``)."""
-    from pyiceberg.exceptions import NoSuchTableError
-
     per_batch = table.max_snapshots_per_run
     try:
         source = catalog.load_table(table.table_name)

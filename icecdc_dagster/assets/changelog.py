@@ -18,6 +18,7 @@ from dagster import (
     MaterializeResult,
     asset,
 )
+from pyiceberg.exceptions import NoSuchTableError
 
 from icecdc_dagster import changelog
 from icecdc_dagster.assets import line_record, naming
@@ -175,8 +176,6 @@ def _store_batch(context: AssetExecutionContext, table: TableConfig, lineage: Li
 
 def _existing(catalog: IcebergCatalogResource, table_name: str) -> list[LineageDataset]:
     """The dataset of a table the step writes, when it exists already (the first batch creates it)."""
-    from pyiceberg.exceptions import NoSuchTableError
-
     try:
         return [iceberg_dataset(catalog.name, catalog.load_table(table_name))]
     except NoSuchTableError:

@@ -30,6 +30,7 @@ from dagster import (
     asset,
 )
 from dagster._core.definitions.data_version import DATA_VERSION_TAG
+from pyiceberg.exceptions import NoSuchTableError
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.lineage import ingest_lineage_run
@@ -203,8 +204,6 @@ def ingest_outcome(outcome: RunOutcome, facet: BatchFacet, catalog: IcebergCatal
 
 
 def _existing(catalog: IcebergCatalogResource, table_name: str | None) -> list[LineageDataset]:
-    from pyiceberg.exceptions import NoSuchTableError
-
     if table_name is None:
         return []
     try:
@@ -258,8 +257,6 @@ def target_lineage(entry: IngestConfig, written: dict[str, Any]) -> dict[str, An
 
 
 def _target_metadata(catalog: IcebergCatalogResource, target: str, dead: bool = False) -> dict[str, Any]:
-    from pyiceberg.exceptions import NoSuchTableError
-
     try:
         return described_table(catalog.name, catalog.load_table(target), docs=DEAD_LETTER_DOCS if dead else None,
                                fallback=None if dead else source_fallback(target))

@@ -20,6 +20,7 @@ from dagster import (
     ScheduleDefinition,
     asset,
 )
+from pyiceberg.exceptions import NoSuchTableError
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.config import IngestConfig, TableConfig
@@ -67,8 +68,6 @@ def build_maintenance_asset(table: TableConfig, writers: tuple[IngestConfig, ...
                      f"{table.changelog_retention}; never expires a snapshot a sink still needs."),
     )
     def _maintain(context: AssetExecutionContext) -> MaterializeResult[Any]:
-        from pyiceberg.exceptions import NoSuchTableError
-
         catalog = getattr(context.resources, CATALOG_KEY)
         spark = getattr(context.resources, SPARK_KEY).session(catalog)
         holder = Holder.current(role="icecdc maintenance")

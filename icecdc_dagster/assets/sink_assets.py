@@ -31,6 +31,7 @@ from dagster import (
     RunsFilter,
     asset,
 )
+from pyiceberg.exceptions import NoSuchTableError
 
 from icecdc_dagster import changelog, run_tags
 from icecdc_dagster.assets import line_record, naming
@@ -286,8 +287,6 @@ def event_counts(events: "DataFrame") -> dict[str, int]:
 
 
 def _target_dataset(sink: SinkConfig, catalog: IcebergCatalogResource) -> list[LineageDataset]:
-    from pyiceberg.exceptions import NoSuchTableError
-
     try:
         dataset = sink.lineage_dataset(catalog.name, catalog.load_table)
     except NoSuchTableError:  # a replica the first batch creates

@@ -38,6 +38,7 @@ from dagster import (
     TableConstraints,
     TableSchema,
 )
+from pyiceberg.types import ListType, MapType, StructType
 
 from icecdc_dagster.changelog import exact_row_count
 from icecdc_dagster.steps.batches import identifier_columns_of, uses_row_id
@@ -103,8 +104,6 @@ def column_schema(schema: "Schema", identifier_columns: Sequence[str] = (), docs
 def type_string(field_type: "IcebergType") -> str:
     """An Iceberg type as the UI shows it, nested types spelled out without field ids (ids are an
     internal of each table: a replica's differ from its source's after a dropped column)."""
-    from pyiceberg.types import ListType, MapType, StructType
-
     if isinstance(field_type, StructType):
         return "struct<" + ", ".join(f"{f.name}: {'required' if f.required else 'optional'} "
                                      f"{type_string(f.field_type)}" for f in field_type.fields) + ">"

@@ -23,8 +23,17 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io import load_file_io
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.schema import Schema
+from pyiceberg.typedef import Record
+from pyiceberg.types import LongType, NestedField
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
 
 from icecdc_dagster.batch import (
     CHANGE_ORDINAL,
@@ -42,11 +51,9 @@ from icecdc_dagster.changelog.plan import ChangedFile, SnapshotPlan
 if TYPE_CHECKING:
     import polars as pl
     from pyiceberg.io import FileIO
-    from pyiceberg.schema import Schema
     from pyiceberg.table import Table
     from pyiceberg.table.metadata import TableMetadata
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
 
 ROW_ID_FIELD_ID = 2147483540  # Iceberg's reserved field ids of the v3 row lineage columns
 LAST_UPDATED_FIELD_ID = 2147483539
@@ -91,7 +98,13 @@ _SUPPORTED_PRIMITIVES = ("boolean", "int", "long", "float", "double", "date", "t
 
 
 def _type_supported(field_type: Any) -> bool:
-    from pyiceberg.types import DecimalType, FixedType, ListType, MapType, StructType
+    from pyiceberg.types import (  # a name clash: the module's StructType is Spark's
+        DecimalType,
+        FixedType,
+        ListType,
+        MapType,
+        StructType,
+    )
 
     if isinstance(field_type, StructType):
         return all(_type_supported(f.field_type) for f in field_type.fields)
@@ -180,12 +193,7 @@ def matched_rows(spark: "SparkSession", context: ReadContext, descriptors: list[
 @functools.lru_cache(maxsize=8)
 def _loaded(context: ReadContext) -> tuple["TableMetadata", "FileIO", "Schema", pa.Schema, pa.Schema]:
     """Parsed metadata, file IO, projected Iceberg schema and Arrow schemas, once per worker process."""
-    from pyiceberg.io import load_file_io
-    from pyiceberg.schema import Schema
-    from pyiceberg.serializers import FromInputFile
-    from pyiceberg.types import LongType, NestedField
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import StructType
+    from pyiceberg.serializers import FromInputFile  # ~0.6 s more, Arrow workers only
 
     io = load_file_io(dict(context.io_properties), context.metadata_location)
     metadata = FromInputFile.table_metadata(io.new_input(context.metadata_location))
@@ -251,9 +259,8 @@ def _with_change_columns(rows: pa.Table, change_type: str, group: dict[str, Any]
 
 def read_group_files(context: ReadContext, files: list[dict[str, Any]]) -> pa.Table:
     """The rows of ``files`` in the table's current schema (Spark's Arrow types), v3 lineage inherited."""
-    from pyiceberg.expressions import AlwaysTrue
-    from pyiceberg.io.pyarrow import ArrowScan
-    from pyiceberg.table import FileScanTask
+    from pyiceberg.io.pyarrow import ArrowScan  # pyiceberg.io.pyarrow: ~3.5 s more; only Arrow workers read files
+    from pyiceberg.table import FileScanTask  # pyiceberg.table: ~1.5 s more; only Arrow workers read files
 
     metadata, io, projected, value_schema, _ = _loaded(context)
     tables = []
@@ -266,9 +273,6 @@ def read_group_files(context: ReadContext, files: list[dict[str, Any]]) -> pa.Ta
 
 
 def _data_file(f: dict[str, Any]) -> Any:
-    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-    from pyiceberg.typedef import Record
-
     # No partition values: a column missing from a file is read as null, or fails loudly when it is the
     # source of an identity partition (pyiceberg would take the value from the partition tuple).
     data_file = DataFile.from_args(content=DataFileContent.DATA, file_path=f["path"],
@@ -283,7 +287,6 @@ def _inherit_lineage(rows: pa.Table, f: dict[str, Any]) -> pa.Table:
     ``_last_updated_sequence_number`` the file's data sequence number (no delete file: position = index)."""
     if f["first_row_id"] is None:
         return rows
-    import numpy as np
 
     first = int(f["first_row_id"])
     row_id = pc.coalesce(rows[ROW_ID], pa.array(np.arange(first, first + rows.num_rows, dtype=np.int64)))
@@ -314,7 +317,7 @@ def unmatched(deleted: pa.Table, added: pa.Table,
     join on every column), then every pair is compared column by column. Rows of a hash with a pair that
     is not equal (a collision) are matched again by a join on every column. ``row_hash``: for tests.
     """
-    import polars as pl
+    import polars as pl  # polars: ~0.3 s more; only Arrow workers match rows
 
     if not deleted.num_rows or not added.num_rows:
         return deleted, added
@@ -338,7 +341,7 @@ def unmatched(deleted: pa.Table, added: pa.Table,
 
 def _hash_keys(hashes: "pl.Series", index: str) -> "pl.DataFrame":
     """(row index, hash[, occurrence of that hash so far: only when a hash repeats])."""
-    import polars as pl
+    import polars as pl  # polars: ~0.3 s more; only Arrow workers match rows
 
     keys = pl.DataFrame({"h": hashes}).with_row_index(index)
     if hashes.n_unique() == hashes.len():
@@ -348,7 +351,7 @@ def _hash_keys(hashes: "pl.Series", index: str) -> "pl.DataFrame":
 
 def _hash_pairs(left: "pl.DataFrame", right: "pl.DataFrame") -> "pl.DataFrame":
     """Rows paired by hash and occurrence (by hash alone when no hash repeats on either side)."""
-    import polars as pl
+    import polars as pl  # polars: ~0.3 s more; only Arrow workers match rows
 
     if OCCURRENCE not in left.columns and OCCURRENCE not in right.columns:
         return left.join(right, on="h", how="inner")
@@ -359,7 +362,7 @@ def _hash_pairs(left: "pl.DataFrame", right: "pl.DataFrame") -> "pl.DataFrame":
 
 
 def _equal_rows(left: "pl.DataFrame", right: "pl.DataFrame") -> "pl.Series":
-    import polars as pl
+    import polars as pl  # polars: ~0.3 s more; only Arrow workers match rows
 
     equal = pl.Series([True] * left.height, dtype=pl.Boolean)
     for name in left.columns:
@@ -368,8 +371,7 @@ def _equal_rows(left: "pl.DataFrame", right: "pl.DataFrame") -> "pl.Series":
 
 
 def _unmatched_mask(height: int, matched: "pl.Series") -> "pl.Series":
-    import numpy as np
-    import polars as pl
+    import polars as pl  # polars: ~0.3 s more; only Arrow workers match rows
 
     mask = np.ones(height, dtype=bool)
     mask[matched.to_numpy()] = False
@@ -386,6 +388,6 @@ def _exact_unmatched(d: "pl.DataFrame", a: "pl.DataFrame") -> tuple["pl.DataFram
 
 def _with_occurrence(df: "pl.DataFrame") -> "pl.DataFrame":
     """``df`` plus the index of each row among the identical rows before it."""
-    import polars as pl
+    import polars as pl  # polars: ~0.3 s more; only Arrow workers match rows
 
     return df.with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).over(df.columns).alias(OCCURRENCE))

@@ -15,6 +15,7 @@ from dagster import (
     AssetCheckSpec,
     multi_asset_check,
 )
+from pyiceberg.exceptions import NoSuchTableError
 
 from icecdc_dagster import run_tags
 from icecdc_dagster.assets import naming
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
 
 def source_or_none(context: AssetCheckExecutionContext, table: TableConfig) -> "Table | None":
     """The run's source table (None: it does not exist; both checks then WARN instead of failing the step)."""
-    from pyiceberg.exceptions import NoSuchTableError
-
     try:
         return getattr(context.resources, CATALOG_KEY).source_table(run_id_of(context), table.table_name)
     except NoSuchTableError:

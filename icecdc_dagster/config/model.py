@@ -15,6 +15,7 @@ from pydantic import (
     PrivateAttr,
     Tag,
     ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -53,8 +54,6 @@ WriteMode = Literal["merge", "equality_deletes"]
 
 def _sink_entry(kind: str, config: type[SinkConfig] | type[InputConfig]) -> Any:
     """``{<kind>: {settings}}``: the YAML shape of one sink (or stream input), as its own small model."""
-    from pydantic import create_model
-
     fields: dict[str, Any] = {kind: (config, Field(description=config.__doc__))}
     entry = create_model(f"{config.__name__}Entry", __base__=Model, **fields)
     return Annotated[entry, Tag(kind)]

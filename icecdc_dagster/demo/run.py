@@ -8,14 +8,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
+from dagster import AssetRecordsFilter, DagsterInstance
 
+from icecdc_dagster.assets import naming
+from icecdc_dagster.config import load_config
+from icecdc_dagster.definitions import build_definitions
 from icecdc_dagster.demo import workload
+from icecdc_dagster.lease.dagster_yaml import RECOMMENDED_DAGSTER_YAML
 from icecdc_dagster.lines.batch_metadata import BatchMetadata
 from icecdc_dagster.resources.keys import CATALOG_KEY, SPARK_KEY
 from icecdc_dagster.resources.resolved import resolved_resource
+from icecdc_dagster.sync import sync_all
 
 if TYPE_CHECKING:
-    from dagster import AssetKey, DagsterInstance
+    from dagster import AssetKey
 
     from icecdc_dagster.config import PipelineConfig
     from icecdc_dagster.sync import TableSyncReport
@@ -65,8 +71,6 @@ def write_dagster_yaml(home: Path) -> bool:
     """The demo instance's ``dagster.yaml``: production's crash-safety settings (run monitoring, one
     run per line, the monitored launcher; see :mod:`icecdc_dagster.lease.dagster_yaml`), telemetry
     off. The demo owns this file: one from an older demo is brought up to date. True when written."""
-    from icecdc_dagster.lease.dagster_yaml import RECOMMENDED_DAGSTER_YAML
-
     home.mkdir(parents=True, exist_ok=True)
     path = home / "dagster.yaml"
     wanted = DEMO_DAGSTER_YAML_HEADER + RECOMMENDED_DAGSTER_YAML + "telemetry:\n  enabled: false\n"
@@ -77,12 +81,6 @@ def write_dagster_yaml(home: Path) -> bool:
 
 
 def run_demo(directory: Path, opensearch_url: str | None = None, input_kind: str = "files") -> int:
-    from dagster import DagsterInstance
-
-    from icecdc_dagster.config import load_config
-    from icecdc_dagster.definitions import build_definitions
-    from icecdc_dagster.sync import sync_all
-
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     os.environ["DAGSTER_HOME"] = str(directory / "dagster_home")
@@ -144,8 +142,6 @@ def _runs(reports: "list[TableSyncReport]") -> str:
 
 
 def _print_batches(instance: "DagsterInstance", config: "PipelineConfig") -> None:
-    from icecdc_dagster.assets import naming
-
     for table in config.tables:
         key = naming.changelog_key(table)
         print(f"\n{table.table_name}")
@@ -159,8 +155,6 @@ def _print_batches(instance: "DagsterInstance", config: "PipelineConfig") -> Non
 
 
 def _latest_metadata(instance: "DagsterInstance", asset_key: "AssetKey", partition: str) -> BatchMetadata | None:
-    from dagster import AssetRecordsFilter
-
     result = instance.fetch_materializations(
         AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition]), limit=1)
     if not result.records or result.records[0].asset_materialization is None:

@@ -21,9 +21,11 @@ from dagster._core.errors import DagsterExecutionInterruptedError
 from dagster._core.events import EngineEventData
 from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, RunLauncher, WorkerStatus
 from dagster._core.storage.dagster_run import DagsterRun
+from dagster._grpc.impl import core_execute_run
 from dagster._serdes import ConfigurableClass
 from dagster._serdes.config_class import ConfigurableClassData
 from dagster._utils.error import serializable_error_info_from_exc_info
+from dagster._utils.hosted_user_process import recon_job_from_origin
 
 from icecdc_dagster import run_tags
 from icecdc_dagster.launcher.definitions_cache import warm_recon_job
@@ -193,9 +195,6 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
                         raise_in_thread(running[run_id], DagsterExecutionInterruptedError)
 
     def _execute(self, run_id: str) -> None:
-        from dagster._grpc.impl import core_execute_run
-        from dagster._utils.hosted_user_process import recon_job_from_origin
-
         instance = self._instance
         run = instance.get_run_by_id(run_id)
         if run is None or run.is_finished:

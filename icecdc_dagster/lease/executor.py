@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from dagster import DagsterRunStatus
+from dagster import DagsterRunStatus, define_asset_job
 from dagster._core.definitions.executor_definition import (
     IN_PROC_CONFIG,
     ExecutorDefinition,
@@ -102,8 +102,6 @@ def line_job(name: str, selection: "CoercibleToAssetSelection") -> "UnresolvedAs
     conflict with their executor or silently become the executor of their own jobs. Our runs carry it
     wherever our definitions go; theirs keep theirs. The name is prefixed so it cannot collide with a
     user's job."""
-    from dagster import define_asset_job
-
     return define_asset_job(name=JOB_PREFIX + name, selection=selection, executor_def=line_executor)
 
 

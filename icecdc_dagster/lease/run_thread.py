@@ -18,6 +18,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
+from dagster import DagsterRunStatus
 from dagster._core.errors import DagsterExecutionInterruptedError
 
 if TYPE_CHECKING:
@@ -80,8 +81,6 @@ def raise_in_thread(thread: threading.Thread, error: type[BaseException] = Dagst
 def interrupt_run(instance: "DagsterInstance", run_id: str, thread: threading.Thread, reason: str) -> bool:
     """Mark the run CANCELING and interrupt the thread executing it. False while the run has not
     started yet (it cannot end CANCELED before it starts: try again a moment later)."""
-    from dagster import DagsterRunStatus
-
     run = instance.get_run_by_id(run_id)
     if run is None or run.status in (DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING):
         return False

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import attr
+from openlineage.client import OpenLineageClient
+from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
 from openlineage.client.facet_v2 import (
     RunFacet,
     column_lineage_dataset,
@@ -35,6 +37,7 @@ from openlineage.client.facet_v2 import (
     schema_dataset,
     symlinks_dataset,
 )
+from openlineage.client.uuid import generate_new_uuid
 
 if TYPE_CHECKING:
     from openlineage.client import OpenLineageClient
@@ -135,7 +138,6 @@ class LineageEmitter:
             Path.home() / ".openlineage" / "openlineage.yml").is_file()
         if not configured and not enabled:
             return None
-        from openlineage.client import OpenLineageClient
 
         client = OpenLineageClient(config={"transport": dict(transport)}) if transport else OpenLineageClient()
         return cls(client, namespace)
@@ -144,9 +146,6 @@ class LineageEmitter:
     def batch_run(self, job_name: str, inputs: Sequence[LineageDataset], outputs: Sequence[LineageDataset],
                   batch: BatchFacet) -> Iterator[RunOutcome]:
         """START now; COMPLETE with the outcome when the block ends, FAIL (and re-raise) when it raises."""
-        from openlineage.client.event_v2 import Job, Run, RunEvent, RunState
-        from openlineage.client.uuid import generate_new_uuid
-
         run = Run(runId=str(generate_new_uuid()), facets={"icecdc_batch": batch})
         job = Job(namespace=self.namespace, name=job_name)
         self._emit(RunEvent(eventType=RunState.START, eventTime=_now(), run=run, job=job, producer=PRODUCER,
@@ -170,14 +169,10 @@ class LineageEmitter:
                             outputs=[self._output(d, outcome, by_name) for d in outcome.outputs or outputs]))
 
     def _input(self, dataset: LineageDataset) -> Any:
-        from openlineage.client.event_v2 import InputDataset
-
         return InputDataset(namespace=dataset.namespace, name=dataset.name, facets=dataset.facets())
 
     def _output(self, dataset: LineageDataset, outcome: RunOutcome | None,
                 inputs: Mapping[tuple[str, str], LineageDataset] | None = None) -> Any:
-        from openlineage.client.event_v2 import OutputDataset
-
         facets = dataset.facets()
         output_facets: dict[str, Any] = {}
         if outcome is not None and dataset.name in outcome.rows:

@@ -23,6 +23,7 @@ from dagster import (
     AssetKey,
     AssetRecordsFilter,
     DagsterEventType,
+    DagsterInstance,
     DagsterRunStatus,
     DynamicPartitionsDefinition,
     RunRequest,
@@ -30,6 +31,7 @@ from dagster import (
 )
 from dagster._core.storage.dagster_run import FINISHED_STATUSES
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from dagster_shared.serdes import serialize_value
 
 from icecdc_dagster import run_tags
 from icecdc_dagster.errors import TERMINAL
@@ -58,8 +60,6 @@ def share_instance(context: "SensorEvaluationContext") -> None:
     """
     if getattr(context, "_instance", None) is not None or context.instance_ref is None:
         return
-    from dagster import DagsterInstance
-    from dagster_shared.serdes import serialize_value
 
     key = serialize_value(context.instance_ref)
     with _INSTANCES_LOCK:
@@ -152,7 +152,7 @@ def key_count(instance: "DagsterInstance", line: Line, before: str | None = None
     One aggregate query on Dagster's dynamic partitions table: no key is read, the database counts
     index entries. An event log storage that is not SQL counts the keys it returns.
     """
-    from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
+    from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage  # ~2 s beyond dagster, key counts only
 
     storage = instance.event_log_storage
     if not isinstance(storage, SqlEventLogStorage):
@@ -160,8 +160,8 @@ def key_count(instance: "DagsterInstance", line: Line, before: str | None = None
         if before is None:
             return len(keys)
         return keys.index(before) if before in keys else 0
-    import sqlalchemy as db
-    from dagster._core.storage.event_log.schema import DynamicPartitionsTable as Keys
+    import sqlalchemy as db  # a SQL event log only
+    from dagster._core.storage.event_log.schema import DynamicPartitionsTable as Keys  # a SQL event log only
 
     of_line = Keys.c.partitions_def_name == line.partitions_name
     query = db.select(db.func.count()).select_from(Keys).where(of_line)

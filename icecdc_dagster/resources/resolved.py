@@ -10,10 +10,12 @@ unset one refused), once per resource object and process. Nothing else reads a r
 (:func:`icecdc_dagster.resources.secrets.require_resolved`).
 """
 
+import re
 import threading
 from typing import Any, TypeVar
 
 from dagster import ConfigurableResource, Definitions
+from dagster._core.errors import DagsterInvalidConfigError
 
 from icecdc_dagster.errors import ConfigError
 
@@ -37,7 +39,6 @@ def initialized(resource: R, key: str = "resource") -> R:
         cached = _INITIALIZED.get(id(resource))
         if cached is not None:
             return cached[1]
-    from dagster._core.errors import DagsterInvalidConfigError
 
     try:
         ready = resource.process_config_and_initialize()
@@ -63,8 +64,6 @@ def resolved_resource(defs: Definitions, key: str) -> Any:
 def _unset_variable(exc: Exception) -> str:
     """Dagster's message names the variable (``environment variable "X" which is not set``) and the
     config path; the first line of each error is enough."""
-    import re
-
     found = re.findall(r'environment variable "([^"]+)" which is not set', str(exc))
     if found:
         return f"environment variable {', '.join(sorted(set(found)))} is not set"

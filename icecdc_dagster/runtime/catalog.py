@@ -9,8 +9,10 @@ configurations. Either way a table committed by either engine is visible to the 
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
+from pyiceberg.exceptions import ForbiddenError, OAuthError, UnauthorizedError
 from sqlalchemy.engine import make_url
 
 from icecdc_dagster.errors import AccessRefusedError, ConfigError
@@ -135,15 +137,13 @@ class CatalogSettings:
             raise refused from None  # the client's exception may quote its request: not chained
 
     def _load_pyiceberg(self) -> Any:
-        from pyiceberg.catalog.sql import SqlCatalog
+        from pyiceberg.catalog.sql import SqlCatalog  # pyiceberg.catalog: ~2.4 s; only a pyiceberg load pays it
 
         if self.type != "sql":
-            from pyiceberg.catalog import load_catalog
+            from pyiceberg.catalog import load_catalog  # pyiceberg.catalog: ~2.4 s; only a pyiceberg load pays it
 
             return load_catalog(self.name, **self.pyiceberg_properties())
         if self.backend == "sqlite":
-            from pathlib import Path
-
             Path(make_url(self.uri).database or ".").parent.mkdir(parents=True, exist_ok=True)
         return SqlCatalog(self.name, **self.pyiceberg_properties())
 
@@ -157,8 +157,6 @@ class CatalogSettings:
     def refusal(self, exc: BaseException) -> AccessRefusedError | None:
         """``exc`` as the catalog refusing a secret (None: it is something else): which setting, and the
         server's reason with every secret value of these settings blanked out."""
-        from pyiceberg.exceptions import ForbiddenError, OAuthError, UnauthorizedError
-
         if isinstance(exc, OAuthError):
             setting = "catalog.properties.credential"
         elif isinstance(exc, UnauthorizedError | ForbiddenError):

@@ -22,7 +22,7 @@ _LOADED: dict[str, JavaObject] = {}  # SparkContext application id -> the writer
 
 def writer_classpath() -> list[Path]:
     """What the writer compiles against: the Iceberg runtime and PySpark's own jars (Spark, Scala)."""
-    import pyspark
+    import pyspark  # pyspark: ~0.9 s; only the jar's class path needs it
 
     return [jarlib.iceberg_runtime_jar(), *sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar"))]
 

@@ -43,7 +43,7 @@ def iceberg_runtime_jar() -> Path:
         path = Path(override)
     else:
         try:
-            import snowpark_connect_deps_iceberg
+            import snowpark_connect_deps_iceberg  # optional: ICECDC_ICEBERG_RUNTIME_JAR replaces it
         except ImportError as exc:
             raise RuntimeSetupError(
                 "Iceberg Spark runtime jar not found: install the 'snowpark-connect-deps-iceberg' "

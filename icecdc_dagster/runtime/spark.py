@@ -120,7 +120,7 @@ def build_spark_session(settings: SparkSettings, catalogs: Sequence[CatalogSetti
 
 
 def _build_spark_session(settings: SparkSettings, catalogs: Sequence[CatalogSettings]) -> "SparkSession":
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # pyspark.sql: ~1.6 s; only a session start pays it
 
     ensure_java_home()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

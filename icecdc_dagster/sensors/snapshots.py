@@ -32,6 +32,7 @@ from dagster import (
     SkipReason,
     sensor,
 )
+from pyiceberg.exceptions import NoSuchTableError
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.naming import table_line
@@ -175,8 +176,6 @@ class ResolvedCatalog:
 def tick(instance: "DagsterInstance", cursor: str | None, table: TableConfig, catalog: "IcebergCatalogResource",
          config_path: str | None) -> SensorResult:
     """One tick of ``table``'s line: new partitions, the next run (or why none), its cursor."""
-    from pyiceberg.exceptions import NoSuchTableError
-
     if cursor:  # an idle mark to compare: the catalog's record first, the table only if it moved
         location = catalog.metadata_location(table.table_name)
         if location is not None and still_idle(cursor, idle_fingerprint(instance, table, location)):

@@ -23,6 +23,8 @@ column names are now: a sink that applies a batch stored before a rename gets th
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pyspark.sql import functions as F
+
 from icecdc_dagster.batch import CHANGE_COLUMNS, CHANGE_TYPE, LAST_UPDATED_SEQUENCE_NUMBER, ROW_ID, BatchInfo
 from icecdc_dagster.changelog import to_events
 from icecdc_dagster.column_names import column
@@ -98,8 +100,6 @@ class ChangelogStore:
     def write(self, batch: BatchInfo, rows: "DataFrame", schema: "Schema | None" = None) -> StoredBatch:
         """Store the batch's change rows. ``schema``: the source schema the rows were read with (the
         source's current schema when the batch was computed; None: the source's current schema now)."""
-        from pyspark.sql import functions as F
-
         for engine_name, stored_name in STORED_LINEAGE.items():
             if stored_name in rows.columns:
                 raise ChangelogError(f"table {batch.table_name} has a column named {stored_name}, which the changelog "
@@ -175,8 +175,6 @@ class ChangelogStore:
         return rows.select(*[column(c) for c in ordered], *[column(c) for c in rows.columns if c not in set(existing)])
 
     def _stored(self, batch: BatchInfo) -> "DataFrame":
-        from pyspark.sql import functions as F
-
         return self.spark.table(self.spark_name).where(F.col(BATCH_SNAPSHOT_ID) == F.lit(batch.snapshot_id))
 
     def read(self, batch: BatchInfo, schema: "Schema | None" = None) -> "DataFrame":

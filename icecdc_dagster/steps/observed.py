@@ -15,6 +15,9 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pyspark.sql import Observation
+from pyspark.sql import functions as F
+
 from icecdc_dagster.batch import CHANGE_TYPE, CHANGE_TYPES
 from icecdc_dagster.column_names import quote
 from icecdc_dagster.runtime.java import java_map
@@ -54,9 +57,6 @@ def _alias(change_type: str) -> str:
 
 def observe_change_counts(rows: "DataFrame") -> tuple["DataFrame", ObservedCounts]:
     """``rows`` with a metrics node counting rows per ``_change_type``: write the returned frame."""
-    from pyspark.sql import Observation
-    from pyspark.sql import functions as F
-
     observation = Observation(f"icecdc_counts_{uuid.uuid4().hex}")
     # SQL text: one py4j round trip per aggregate instead of one per function and operator.
     exprs = [F.expr(f"count_if({quote(CHANGE_TYPE)} = '{t}') AS {_alias(t)}") for t in CHANGE_TYPES]

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from pyspark.sql import functions as F
+
 from icecdc_dagster.runtime.equality_writer import equality_delta_writer
 from icecdc_dagster.steps.changelog_store import BATCH_SNAPSHOT_ID, changelog_table_name
 from icecdc_dagster.writer import java_table
@@ -115,8 +117,6 @@ def expire_changelog(spark: Any, catalog_name: str, source_table: str, retention
                      keep_batches: set[int], now_s: float | None = None) -> TableMaintenance:
     """Delete changelog batches older than the retention that every sink has applied (``keep_batches``:
     batch snapshot ids some asset has not applied yet), then expire the store's old snapshots."""
-    from pyspark.sql import functions as F
-
     table = changelog_table_name(source_table)
     fq = f"{catalog_name}.{table}"
     result = TableMaintenance(table)

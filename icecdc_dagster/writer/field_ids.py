@@ -37,6 +37,8 @@ from pyiceberg.types import (
     TimestamptzType,
     UUIDType,
 )
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import SchemaChangeError
@@ -347,8 +349,6 @@ def follow_source_schema(spark: Any, jtable: Any, source: Schema, mapping: dict[
 
 def spark_type(field_type: IcebergType) -> Any:
     """The Spark type Iceberg reads an Iceberg type as."""
-    from pyspark.sql import types as T
-
     simple = {BooleanType: T.BooleanType, IntegerType: T.IntegerType, LongType: T.LongType, FloatType: T.FloatType,
               DoubleType: T.DoubleType, DateType: T.DateType, TimestampType: T.TimestampNTZType,
               TimestamptzType: T.TimestampType, StringType: T.StringType, UUIDType: T.StringType,
@@ -383,8 +383,6 @@ def _same(want: IcebergType, have: IcebergType, have_of: dict[int, int]) -> bool
 def convert(value: "Column", want: IcebergType, have: IcebergType, have_of: dict[int, int]) -> "Column":
     """``value`` (of type ``have``) as type ``want``: struct fields matched by id, renamed, widened;
     fields ``have`` lacks are null."""
-    from pyspark.sql import functions as F
-
     if _same(want, have, have_of):
         return value
     if want.is_primitive:
@@ -410,8 +408,6 @@ def columns_by_field_id(want: Sequence[NestedField], have: Schema, have_of: dict
                missing_as_null: bool = True) -> list["Column"]:
     """Top-level columns of ``have``-shaped rows presented as the fields ``want``, matched by field id
     (``have_of``: want id -> have id). A field ``have`` lacks is null, or left out (``missing_as_null``)."""
-    from pyspark.sql import functions as F
-
     present = {f.field_id: f for f in have.fields}
     columns = []
     for w in want:

@@ -27,6 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from icecdc_dagster.errors import SinkUnavailableError
@@ -42,8 +43,8 @@ class BulkRequestFailedError(SinkUnavailableError):
 
 
 def _retryable(error: Exception) -> bool:
-    from opensearchpy.exceptions import ConnectionError as OSConnectionError
-    from opensearchpy.exceptions import TransportError
+    from opensearchpy.exceptions import ConnectionError as OSConnectionError  # opensearch-py: ~1.2 s, its sink only
+    from opensearchpy.exceptions import TransportError  # opensearch-py: ~1.2 s, its sink only
 
     if isinstance(error, OSConnectionError):  # includes timeouts
         return True
@@ -60,7 +61,7 @@ Chunk = list[tuple[str, str]]  # (operation, NDJSON text) per action, see action
 def send_chunk(client: Any, settings: OpenSearchSinkSettings, chunk: Chunk,
                bulk_kwargs: dict[str, Any]) -> a.WriteSummary:
     """Send one chunk (one bulk request) until every item has an answer; retry what may succeed later."""
-    from opensearchpy.exceptions import TransportError
+    from opensearchpy.exceptions import TransportError  # opensearch-py: ~1.2 s, its sink only
 
     summary = a.WriteSummary()
     limit = settings.max_reported_failures
@@ -166,8 +167,6 @@ def _arrow_rows(batches: Iterator[Any]) -> Iterator[tuple[Any, ...]]:
 
 def write_arrow_partition(settings: OpenSearchSinkSettings, batches: Iterator[Any]) -> Iterator[Any]:
     """mapInArrow body: :func:`write_partition` over the Arrow batches, its summary as one JSON row."""
-    import pyarrow as pa
-
     for summary in write_partition(settings, _arrow_rows(batches)):
         yield pa.RecordBatch.from_pydict({SUMMARY: [json.dumps(summary.to_dict())]})
 

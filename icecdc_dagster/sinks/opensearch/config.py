@@ -91,7 +91,7 @@ class OpenSearchSinkConfig(SinkConfig):
 
     def connection_resource(self) -> "OpenSearchResource":
         # The Dagster adapter: imported here so the engine's sink kinds load without Dagster.
-        from icecdc_dagster.sinks.opensearch.resource import OpenSearchResource
+        from icecdc_dagster.sinks.opensearch.resource import OpenSearchResource  # dagster: the engine imports none
 
         return OpenSearchResource.of(list(self.hosts), self.username, self.password, self.verify_certs,
                                      self.ca_certs, self.request_timeout_s)

@@ -86,7 +86,7 @@ class OpenSearchSinkSettings:
     def client(self) -> Any:
         """A client that does not retry by itself: the sink's retry loop backs off instead. A 401/403
         answer raises :class:`AccessRefusedError` (terminal: the same password is refused again)."""
-        from opensearchpy import OpenSearch
+        from opensearchpy import OpenSearch  # opensearch-py: ~1.2 s, its sink only
 
         auth = (self.username, self.password) if self.username is not None else None
         return OpenSearch(
@@ -110,8 +110,11 @@ def _refusing_transport() -> type:
     sink (bulk writes on executors, checkpoint reads, index creation) stops the line the same way, instead
     of a 401 being retried or reported as a failed item."""
     if not _TRANSPORT:
-        from opensearchpy import Transport
-        from opensearchpy.exceptions import AuthenticationException, AuthorizationException
+        from opensearchpy import Transport  # opensearch-py: ~1.2 s, its sink only
+        from opensearchpy.exceptions import (  # opensearch-py: ~1.2 s, its sink only
+            AuthenticationException,
+            AuthorizationException,
+        )
 
         class RefusingTransport(Transport):
             def __init__(self, hosts: Any, refused: Any = None, **kwargs: Any) -> None:

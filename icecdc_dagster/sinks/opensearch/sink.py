@@ -168,7 +168,7 @@ class OpenSearchSink:
         return name
 
     def _create_first(self, schema: Schema, batch: BatchInfo | None) -> str:
-        from opensearchpy.exceptions import RequestError
+        from opensearchpy.exceptions import RequestError  # opensearch-py: ~1.2 s, its sink only
 
         for leftover in self.layout().others:  # unreachable without the alias: nothing reads them
             vs.drop(self.client, leftover.name)
