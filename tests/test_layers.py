@@ -3,6 +3,8 @@ kind's ``resource.py``, its Dagster adapter), writer/, ingest/ or steps/; and th
 never branches on a sink's kind."""
 
 import ast
+import io
+import tokenize
 from pathlib import Path
 
 PACKAGE = Path(__file__).parent.parent / "icecdc_dagster"
@@ -231,8 +233,37 @@ def test_raw_resources_are_read_only_through_the_resolved_module():
     assert _raw_resource_reads(RESOLVED_MODULE)  # the rule sees the one module that does it
 
 
+def late_imports_without_reason(root: Path = PACKAGE) -> list[str]:
+    """``import``/``from`` inside a function of our package whose lines carry no ``#`` comment: a late
+    import says why it is late (a heavy library the caller's path does not need, an optional package,
+    a name clash, the engine's ban on Dagster), else it belongs at the module's top."""
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text()
+        commented = {tok.start[0] for tok in tokenize.generate_tokens(io.StringIO(text).readline)
+                     if tok.type == tokenize.COMMENT}
+        for function in ast.walk(ast.parse(text)):
+            if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                offenders += [f"{path.relative_to(root)}:{node.lineno} {ast.unparse(node)}"
+                              for node in function.body for node in ast.walk(node)
+                              if isinstance(node, ast.Import | ast.ImportFrom)
+                              and not commented & set(range(node.lineno, node.end_lineno + 1))]
+    return sorted(set(offenders))
+
+
+def test_every_late_import_says_why():
+    assert late_imports_without_reason() == []
+
+
+def test_a_late_import_without_a_reason_is_found(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    import json\n    from os import path  # stdlib, cheap: kept to show a reason\n")
+    assert late_imports_without_reason(tmp_path) == ["m.py:2 import json"]
+
+
 if __name__ == "__main__":  # python tests/test_layers.py: the graph's problems, for a person to read
     print("upward imports:", *upward_imports(), sep="\n  ")
     print("two-file cycles:", *two_file_cycles(), sep="\n  ")
     print("cycles (type checking included):", *import_cycles(_graph(type_checking=True)), sep="\n  ")
     print("colliding file names:", *colliding_file_names(), sep="\n  ")
+    print("late imports without a reason:", *late_imports_without_reason(), sep="\n  ")

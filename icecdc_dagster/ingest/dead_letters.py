@@ -1,14 +1,13 @@
 """Dead-letter tables: every event that cannot be written lands in ``<target>__dead_letters`` with its reason."""
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from icecdc_dagster.writer import ensure_namespace
-
-if TYPE_CHECKING:
-    from pyiceberg.schema import Schema
 
 DEAD_LETTER_DDL = ("raw string, reason string, source_file string, source_offset bigint, target string, "
                    "batch_id string, dead_lettered_at timestamp")
@@ -24,9 +23,6 @@ def ensure_table(spark: Any, catalog_name: str, table: str) -> None:
 def schema() -> "Schema":
     """The schema :func:`ensure_table` creates (Spark's DDL: every column optional, ``timestamp`` with
     zone), known without reading the table."""
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
-
     types = {"string": StringType(), "bigint": LongType(), "timestamp": TimestamptzType()}
     columns = [column.split() for column in DEAD_LETTER_DDL.split(",")]
     return Schema(*[NestedField(field_id=i, name=name, field_type=types[kind], required=False)

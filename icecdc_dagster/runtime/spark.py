@@ -163,7 +163,7 @@ def launch_gateway(conf: dict[str, str]) -> None:
     Raises:
         Exception: PySpark's own error when the JVM cannot start (``JAVA_GATEWAY_EXITED``).
     """
-    from pyspark import SparkConf, SparkContext
+    from pyspark import SparkConf, SparkContext  # pyspark: ~1.3 s, only a session start pays it
 
     if SparkContext._gateway is not None:  # noqa: SLF001 - launched already (or a session exists)
         return
