@@ -162,3 +162,71 @@ def test_the_failures_page_lists_every_error_as_the_tree_decides():
     assert listed == {cls.__name__ for cls in errors.error_classes()}
     assert "| `SnapshotExpiredError` | `LineDivergedError` | terminal |" in block
     assert "| `LineBusyError` | `IcecdcError` | transient |" in block and "retried with backoff" in block
+
+
+def _public_calls() -> dict[str, object]:
+    """Every public call of the engine, the writer, ingestion and the plugin contracts: the functions in
+    ``__all__`` of the changelog, writer and ingest facades and the public methods of ``Sink`` and
+    ``StreamInput`` (each kind inherits its contract's doc)."""
+    import inspect
+
+    from icecdc_dagster import changelog, ingest, writer
+    from icecdc_dagster.inputs.base import StreamInput
+    from icecdc_dagster.sinks.base import Sink
+
+    calls: dict[str, object] = {f"{m.__name__}.{n}": getattr(m, n) for m in (changelog, writer, ingest)
+                                for n in m.__all__ if inspect.isfunction(getattr(m, n))}
+    calls.update({f"{c.__name__}.{n}": f for c in (Sink, StreamInput) for n, f in vars(c).items()
+                  if inspect.isfunction(f) and not n.startswith("_")})
+    return calls
+
+
+def raises_section(doc: str | None) -> list[str] | None:
+    """The names a Google-style ``Raises:`` section lists (``A, B: when``), None without one; a line
+    of prose (``Nothing of its own ...``, ``The errors of :func:`x` ...``) names nothing."""
+    lines = (doc or "").expandtabs().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip() == "Raises:"), None)
+    if start is None:
+        return None
+    indent = len(lines[start]) - len(lines[start].lstrip()) + 4
+    names = []
+    for line in lines[start + 1:]:
+        if line.strip() and len(line) - len(line.lstrip()) < indent:
+            break
+        head = [n.strip() for n in line.strip().split(":", 1)[0].split(",")]
+        if len(line) - len(line.lstrip()) == indent and all(n.replace(".", "").isidentifier() for n in head):
+            names += head
+    return names
+
+
+def test_every_public_call_says_what_it_raises():
+    """pyiceberg's habit: each public call has a ``Raises:`` section, and every error of ours it names
+    is a class of the tree (a library's error is named by its dotted path, a builtin by its name)."""
+    import builtins
+
+    _import_everything()
+    tree = {cls.__name__ for cls in errors.error_classes()}
+    calls = _public_calls()
+    assert len(calls) > 60  # the facades and contracts were found
+    missing = [name for name, fn in calls.items() if raises_section(fn.__doc__) is None]
+    assert missing == []
+    unknown = {f"{name}: {raised}" for name, fn in calls.items() for raised in raises_section(fn.__doc__) or []
+               if "." not in raised and raised not in tree and not isinstance(getattr(builtins, raised, None), type)}
+    assert unknown == set()
+
+
+def test_raises_sections_are_read_as_written():
+    doc = """Summary.
+
+    Raises:
+        SnapshotNotFoundError, IdentifierColumnError: when a snapshot is gone
+            or a key is missing (a continuation: Not: a name).
+        pyspark.errors.AnalysisException: Spark refused.
+        Nothing of its own beyond these.
+        The errors of :func:`other`, for the same reasons.
+
+    Returns:
+        NoSuchThing: not a raise.
+    """
+    assert raises_section(doc) == ["SnapshotNotFoundError", "IdentifierColumnError", "pyspark.errors.AnalysisException"]
+    assert raises_section("Summary only.") is None

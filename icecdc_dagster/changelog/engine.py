@@ -107,6 +107,11 @@ class ChangeSet:
 
 
 def uses_row_lineage(table: "Table") -> bool:
+    """Whether the table carries v3 row lineage (``_row_id``): format version 3 or later.
+
+    Raises:
+        Nothing of its own: it reads the table's metadata in memory.
+    """
     return int(table.metadata.format_version) >= 3
 
 
@@ -115,6 +120,9 @@ def check_supported(table: "Table") -> None:
 
     Every format version is followed: v1 snapshots have no sequence numbers, so a v1 line orders them by
     their ancestry (:mod:`icecdc_dagster.changelog.ordinals`); a v1 table set to merge-on-read is refused.
+
+    Raises:
+        UnsupportedFormatVersionError: a v1 table whose write mode is merge-on-read.
     """
     check_copy_on_write(table)
 
@@ -127,11 +135,21 @@ def _require_snapshot(table: "Table") -> None:
 
 
 def data_columns(table: "Table") -> list[str]:
+    """The table's current top-level column names, in schema order.
+
+    Raises:
+        Nothing of its own: it reads the table's schema in memory.
+    """
     return [f.name for f in table.schema().fields]
 
 
 def validate_identifier_columns(table: "Table", identifier_columns: Sequence[str]) -> tuple[str, ...]:
-    """Identifier columns must be top-level primitive columns of the current schema."""
+    """Identifier columns must be top-level primitive columns of the current schema.
+
+    Raises:
+        IdentifierColumnError: no identifier column is declared or set on the table, or one is
+            missing or nested.
+    """
     schema = table.schema()
     fields = {f.name: f for f in schema.fields}
     for name in identifier_columns:
@@ -189,7 +207,11 @@ def _phase() -> Column:
 def change_order() -> list[Column]:
     """Commit order of change rows: sequence number (a v1 line's ordinal, :mod:`.ordinals`), then the
     snapshot's position in the range (the two agree; the position alone orders snapshots whose sequence
-    numbers tie, as the snapshots of a table upgraded from v1 do), before images first."""
+    numbers tie, as the snapshots of a table upgraded from v1 do), before images first.
+
+    Raises:
+        Nothing of its own: it builds column expressions only.
+    """
     return [column(COMMIT_SEQUENCE_NUMBER), column(CHANGE_ORDINAL), _phase()]
 
 
@@ -224,6 +246,9 @@ def remove_carry_over(rows: DataFrame, per_snapshot: bool = True,
     Compares every column but the change columns, so with v3 row lineage a carry-over also needs the
     same ``_row_id`` and ``_last_updated_sequence_number``. ``cluster_by`` (key columns, and the
     snapshot) shuffles by them once, so that work by key after it needs no second shuffle.
+
+    Raises:
+        Nothing of its own: a lazy plan; Spark's errors surface when it is evaluated.
     """
     lead = list(cluster_by)
     if per_snapshot and COMMIT_SNAPSHOT_ID not in lead:
@@ -291,6 +316,11 @@ def check_keys(rows: DataFrame, keys: Sequence[str], name: str, export: bool = F
     """Fail on a null key, or on a key with more than one INSERT or DELETE row in one snapshot.
 
     One aggregation; only the first offending key reaches the driver.
+
+    Raises:
+        IdentifierColumnError: a key column is null in a change row.
+        DuplicateKeyChangeError: one key has two INSERTs or DELETEs left (``export``: two rows).
+        pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: the rows cannot be computed (passes through).
     """
     is_insert = (column(CHANGE_TYPE) == INSERT).cast("long")
     inserts, deletes = f"{_TMP}inserts", f"{_TMP}deletes"
@@ -328,6 +358,10 @@ def detect_updates(rows: DataFrame, keys: Sequence[str], name: str) -> DataFrame
 
     Fails (aggregated check, nothing collected but the first offending key) on a null key or on a
     key with more than one INSERT or DELETE left in one snapshot.
+
+    Raises:
+        IdentifierColumnError, DuplicateKeyChangeError: as :func:`check_keys`, when the returned frame is
+            evaluated (the check runs inside the plan).
     """
     check_keys(rows, keys, name)
     is_insert = (column(CHANGE_TYPE) == INSERT).cast("long")
@@ -346,6 +380,10 @@ def net_changes(rows: DataFrame, keys: Sequence[str], compared_columns: Sequence
     UPDATE_BEFORE (first image) + UPDATE_AFTER (last image); an update back to the first image (same
     ``compared_columns``, by default every column but the change columns) vanishes. Rows are ordered by
     :func:`change_order`. Without keys: :func:`net_changes_without_keys`.
+
+    Raises:
+        pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: Spark cannot compute the rows (passes through);
+            nothing of its own.
     """
     if not keys:
         return net_changes_without_keys(rows)
@@ -383,6 +421,9 @@ def net_changes_without_keys(rows: DataFrame) -> DataFrame:
     that cancels out ends. What survives is |inserts - deletes| copies of the first row of the last run,
     credited to that row's snapshot. Fed the rows as read (carry-over included, like Iceberg), a row
     inserted at s1 and rewritten unchanged at s2 and s3 is credited to s3, its last rewrite.
+
+    Raises:
+        Nothing of its own: a lazy plan; Spark's errors surface when it is evaluated.
     """
     df, group = _with_values(rows)
     ordered = Window.partitionBy(*group).orderBy(*change_order())
@@ -569,6 +610,17 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
     rows' ``_commit_sequence_number`` is then the snapshot's ordinal in the line.
 
     No change row comes to the driver: every path ends in a DataFrame computed by the executors.
+
+    Raises:
+        TableHasNoSnapshotError: the table was never written (transient: the line waits).
+        SnapshotNotFoundError: a snapshot of the range is gone or not on the current ancestry;
+            :class:`SnapshotOrderLostError` when a v1 snapshot can no longer be numbered from ``anchor``.
+        UnsupportedFormatVersionError: a v1 table set to merge-on-read.
+        IdentifierColumnError, DuplicateKeyChangeError: a key is missing, null or changed twice
+            (raised while the rows are computed, so also when the returned frames are evaluated).
+        ValueError: an unknown ``carry_over`` mode (a caller's bug).
+        pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: Spark cannot read the table's files (passes
+            through).
     """
     if carry_over not in ("arrow", "spark"):
         raise ValueError(f"carry_over must be 'arrow' or 'spark', not {carry_over!r}")
@@ -669,6 +721,13 @@ def export(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_id
     a keyed sink silently keeping one row. One aggregation; only the first offending key is collected.
     (v3 tables without keys are identified by ``_row_id``, which cannot repeat.) ``anchor``: as for
     :func:`changes` (a v1 line's ordinals).
+
+    Raises:
+        TableHasNoSnapshotError, SnapshotNotFoundError: the table has no snapshot, or ``snapshot_id`` is gone.
+        UnsupportedFormatVersionError: a v1 table set to merge-on-read.
+        IdentifierColumnError, DuplicateKeyChangeError: a key column is missing or null, or two rows
+            share a key (when the rows are evaluated).
+        pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: Spark cannot read the snapshot (passes through).
     """
     check_supported(table)
     _require_snapshot(table)

@@ -59,7 +59,11 @@ UTC_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"
 
 
 def canonical_string(value: Column, dtype: T.DataType) -> Column:
-    """The documented canonical string form of one key value."""
+    """The documented canonical string form of one key value.
+
+    Raises:
+        Nothing of its own: it builds a column expression; an unsupported type is rendered by Spark's cast.
+    """
     if isinstance(dtype, T.DecimalType):
         # Spark casts decimals to a plain string with the column's full scale (12.50, 0.00000010).
         return value.cast("string")
@@ -85,6 +89,11 @@ def escaped_part(part: Column) -> Column:
 
 
 def document_id(rows: DataFrame, identifier_columns: Sequence[str], use_row_id: bool) -> Column:
+    """A change row's document id: its identifier columns' canonical strings, or its v3 row id.
+
+    Raises:
+        IdentifierColumnError: no identifier column and no row id to build the id from.
+    """
     if identifier_columns:
         missing = [c for c in identifier_columns if c not in rows.columns]
         if missing:
@@ -111,6 +120,10 @@ def to_events(rows: DataFrame, table_name: str, identifier_columns: Sequence[str
     ``unique_ids``: the rows hold each document id once already (an export whose keys
     :func:`~icecdc_dagster.changelog.engine.export` checked, or ``_row_id``s): no ranking, whose shuffle
     and per-key sort of every row would be the largest cost, and memory, of an export's events.
+
+    Raises:
+        IdentifierColumnError: as :func:`document_id`.
+        Nothing of its own else of its own: a lazy plan; Spark's errors surface when it is evaluated.
     """
     op = operation if isinstance(operation, Column) else F.lit(operation)
     events = (rows.where(F.col(CHANGE_TYPE) != UPDATE_BEFORE)

@@ -143,7 +143,11 @@ def snapshot_or_raise(table: "Table", snapshot_id: int) -> "Snapshot":
 
 
 def parent_of(table: "Table", snapshot_id: int) -> int | None:
-    """A snapshot's parent from the table metadata alone (no manifest is read, unlike :func:`plan_snapshot`)."""
+    """A snapshot's parent from the table metadata alone (no manifest is read, unlike :func:`plan_snapshot`).
+
+    Raises:
+        SnapshotNotFoundError: ``snapshot_id`` is not in the table's metadata.
+    """
     return snapshot_or_raise(table, snapshot_id).parent_snapshot_id
 
 
@@ -187,6 +191,10 @@ def plan_snapshot(table: "Table", snapshot_id: int, data_file_changes: DataFileC
     ``data_file_changes``: read the added/removed data files with it instead of decoding the data
     manifests the snapshot wrote, when those are mostly unchanged entries (a small change on a table of
     many files rewrites a manifest of every file). Delete manifests are always decoded here.
+
+    Raises:
+        SnapshotNotFoundError: ``snapshot_id`` is not in the table's metadata.
+        OSError: pyiceberg's FileIO cannot read a manifest list or manifest (passes through).
     """
     snapshot = snapshot_or_raise(table, snapshot_id)
     io = table.io
@@ -264,7 +272,12 @@ def _ancestry(table: "Table") -> list[Any]:
 
 
 def ancestry_ids(table: "Table", after_snapshot_id: int | None, until_snapshot_id: int | None = None) -> list[int]:
-    """Snapshot ids after ``after_snapshot_id`` (exclusive) up to ``until_snapshot_id`` (inclusive)."""
+    """Snapshot ids after ``after_snapshot_id`` (exclusive) up to ``until_snapshot_id`` (inclusive).
+
+    Raises:
+        SnapshotNotFoundError: a snapshot is not in the metadata, or ``after_snapshot_id`` is not an ancestor of
+            ``until_snapshot_id`` (a rollback, an expiry).
+    """
     ids = [s.snapshot_id for s in _ancestry(table)]
     name = table_name(table)
     if until_snapshot_id is not None:
@@ -288,12 +301,21 @@ def ancestry_ids(table: "Table", after_snapshot_id: int | None, until_snapshot_i
 
 def snapshots_after(table: "Table", after_snapshot_id: int | None,
                     until_snapshot_id: int | None = None) -> list[SnapshotPlan]:
-    """Plans of the current ancestry after ``after_snapshot_id`` (exclusive), oldest first."""
+    """Plans of the current ancestry after ``after_snapshot_id`` (exclusive), oldest first.
+
+    Raises:
+        SnapshotNotFoundError: as :func:`ancestry_ids` (a snapshot gone, or not an ancestor).
+        OSError: pyiceberg's FileIO cannot read a manifest (passes through).
+    """
     return [plan_snapshot(table, sid) for sid in ancestry_ids(table, after_snapshot_id, until_snapshot_id)]
 
 
 def accepted_predecessors(table: "Table", snapshot_id: int) -> tuple[int, ...]:
-    """The parent plus ancestors reachable from it through REPLACE (compaction) snapshots."""
+    """The parent plus ancestors reachable from it through REPLACE (compaction) snapshots.
+
+    Raises:
+        SnapshotNotFoundError: ``snapshot_id`` is not in the table's metadata (expired, or another table's).
+    """
     snapshot = snapshot_or_raise(table, snapshot_id)
     result: list[int] = []
     parent_id = snapshot.parent_snapshot_id

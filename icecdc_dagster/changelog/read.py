@@ -51,6 +51,9 @@ def staged_scans(spark: "SparkSession") -> Iterator[None]:
     A staged set pins its task list and table in the driver JVM until removed; a long-lived
     process (warm launcher, ``icecdc sync``) would otherwise grow with every batch. Only use the
     DataFrames built inside the block before it ends.
+
+    Raises:
+        Nothing of its own; whatever the ``with`` block raises passes through (the counter is reset).
     """
     staged: list[Any] = []
     token = _STAGED.set(staged)
@@ -66,7 +69,11 @@ def staged_scans(spark: "SparkSession") -> Iterator[None]:
 
 
 def staged_scan_count(spark: "SparkSession") -> int:
-    """Tables pinned by staged scans in this JVM (observability and tests)."""
+    """Tables pinned by staged scans in this JVM (observability and tests).
+
+    Raises:
+        Nothing of its own: it reads a counter of this process.
+    """
     return int(_table_cache(spark).size())
 
 

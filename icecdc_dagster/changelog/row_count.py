@@ -25,6 +25,10 @@ def exact_row_count(table: "Table", snapshot_id: int | None = None) -> int | Non
     ``total-position-deletes`` still counts deletes of data files a compaction removed, so it is not
     subtracted: the manifests give the live data files and which of them each position delete file or
     deletion vector removes rows from (:func:`_live_rows`). Equality deletes: None (only a scan knows).
+
+    Raises:
+        OSError: pyiceberg's FileIO cannot read a manifest or a position delete file (passes through);
+            nothing of its own (None: not countable from metadata).
     """
     snapshot = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
     if snapshot is None:
@@ -42,7 +46,12 @@ def exact_row_count(table: "Table", snapshot_id: int | None = None) -> int | Non
 
 def row_count(table: "Table", rows: "DataFrame", snapshot_id: int | None = None) -> int:
     """Rows of ``snapshot_id`` (default: current) of ``table``: :func:`exact_row_count` where the metadata
-    knows, else ``rows`` (the same snapshot read by Spark) counted by a Spark job."""
+    knows, else ``rows`` (the same snapshot read by Spark) counted by a Spark job.
+
+    Raises:
+        pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: Spark's count of ``rows`` fails (passes
+            through); nothing of its own.
+    """
     exact = exact_row_count(table, snapshot_id)
     return exact if exact is not None else rows.count()
 

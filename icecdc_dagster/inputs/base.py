@@ -124,34 +124,68 @@ class StreamInput(ABC):
 
     @abstractmethod
     def position_key(self, position: str) -> Any:
-        """A sortable key of a position (positions order the messages exactly as the broker does)."""
+        """A sortable key of a position (positions order the messages exactly as the broker does).
+
+        Raises:
+            Nothing of its own: positions come from this input's own reads.
+        """
 
     @abstractmethod
     def read(self, recorded: Mapping[str, bool]) -> StreamBatch:
-        """The next bounded batch, given the ledger (``recorded``: batch id -> fully committed)."""
+        """The next bounded batch, given the ledger (``recorded``: batch id -> fully committed).
+
+        Raises:
+            StreamInputError: the broker cannot deliver a batch as asked (names the input: a stream or
+                consumer missing, entries held by another consumer).
+            Exception: the client's own connection errors when the broker does not answer (transient).
+        """
 
     def commit(self, spark: Any, catalog_name: str, settings: "IngestSettings", batch: StreamBatch) -> "IngestResult":
         """Write the batch to its targets exactly once (its id in every commit): messages take a landing
-        line's path (``ingest.ingester.ingest_records``)."""
+        line's path (``ingest.ingester.ingest_records``).
+
+        Raises:
+            IngestError: as :func:`ingest.ingest_records` (a subclass names why: a target missing, a schema
+                that cannot be declared or coerced); nothing was acknowledged.
+            pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: Spark or Iceberg refused a write
+                (passes through).
+        """
         bid = batch.batch_id
         assert bid is not None, "a batch with messages has an id"
         return ingest_records(spark, catalog_name, settings, bid, [(m.position, m.data) for m in batch.messages])
 
     @abstractmethod
     def acknowledge(self, batch: StreamBatch) -> None:
-        """Tell the broker the batch (and its re-deliveries) is committed: called only after the commit."""
+        """Tell the broker the batch (and its re-deliveries) is committed: called only after the commit.
+
+        Raises:
+            StreamInputError: the broker did not take the acknowledgement (the client's own connection
+                errors pass through as they are); the batch is committed, a re-delivery is skipped by the ledger.
+        """
 
     @abstractmethod
     def lag(self) -> Lag:
-        """Messages waiting (cheap: broker metadata only)."""
+        """Messages waiting (cheap: broker metadata only).
+
+        Raises:
+            StreamInputError: the broker cannot be asked (the client's own connection errors pass through).
+        """
 
     @abstractmethod
     def next_position(self) -> str | None:
         """The first unacknowledged position (the next batch starts there or after), from broker metadata
-        only; None when nothing waits. The sensor names the next batch's partition by it."""
+        only; None when nothing waits. The sensor names the next batch's partition by it.
+
+        Raises:
+            StreamInputError: the broker cannot be asked (the client's own connection errors pass through).
+        """
 
     def close(self) -> None:  # noqa: B027 - optional
-        """Release the connection."""
+        """Release the connection.
+
+        Raises:
+            Nothing of its own: closing an input that is closed or never connected is a no-op.
+        """
 
     def __enter__(self) -> "StreamInput":
         return self

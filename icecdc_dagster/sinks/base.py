@@ -69,4 +69,9 @@ class Sink(Protocol):
                       result: ApplyResult) -> list[Disagreement]:
         """Where ``result``'s exact counts contradict the batch's events per change type
         (``event_counts``), for a batch this sink applied; empty when they agree or cannot be compared
-        exactly (each kind says which batches it compares, and why)."""
+        exactly (each kind says which batches it compares, and why).
+
+        Raises:
+            Nothing of its own: it compares counts in memory (a kind may read its target and let its
+                client's errors pass).
+        """

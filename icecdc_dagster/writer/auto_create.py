@@ -26,7 +26,11 @@ _SPARK_TRANSFORM = {"year": "years", "month": "months", "day": "days", "hour": "
 
 
 def declared_columns(schema: Mapping[str, Any], where: str) -> list[tuple[str, str, bool]]:
-    """(name, iceberg type, required) from ``columns`` as a list of dicts or a name -> type mapping."""
+    """(name, iceberg type, required) from ``columns`` as a list of dicts or a name -> type mapping.
+
+    Raises:
+        SchemaDeclarationError: a declared column is malformed (names ``where``).
+    """
     raw = schema.get("columns") or []
     if isinstance(raw, Mapping):
         return [(n, str(t), False) for n, t in raw.items()]
@@ -64,7 +68,13 @@ def partition_clause(spec: Sequence[Any], columns: set[str], where: str) -> str:
 def create_table(spark: Any, catalog_name: str, table: str, columns: Sequence[tuple[str, str, bool]],
                  key_columns: Sequence[str] = (), partition_spec: Sequence[Any] = (),
                  properties: Mapping[str, Any] | None = None) -> None:
-    """CREATE TABLE IF NOT EXISTS (a concurrent creator wins harmlessly), then set identifier fields."""
+    """CREATE TABLE IF NOT EXISTS (a concurrent creator wins harmlessly), then set identifier fields.
+
+    Raises:
+        SchemaDeclarationError: a column type, partition transform or property is invalid.
+        pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: the catalog refuses the CREATE TABLE (passes
+            through).
+    """
     where = f"table {table}"
     names = {c[0] for c in columns}
     missing = [k for k in key_columns if k not in names]
@@ -86,11 +96,22 @@ def _namespace(spark: Any, table_or_namespace: str, is_table: bool) -> Any:
 
 
 def namespace_exists(spark: Any, catalog_name: str, namespace: str) -> bool:
+    """Whether the catalog holds ``namespace`` (asked through Spark's catalog, no table read).
+
+    Raises:
+        pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: the catalog cannot be asked (passes through);
+            nothing of its own.
+    """
     return bool(spark_catalog(spark, catalog_name).namespaceExists(_namespace(spark, namespace, False)))
 
 
 def ensure_namespace(spark: Any, catalog_name: str, table: str) -> None:
-    """Create the namespace of ``table`` when missing (a routed target on a fresh catalog)."""
+    """Create the namespace of ``table`` when missing (a routed target on a fresh catalog).
+
+    Raises:
+        pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: the catalog refuses to create the namespace for
+            another reason than that it exists already (a concurrent creation is not an error).
+    """
     namespace = _namespace(spark, table, True)
     catalog = spark_catalog(spark, catalog_name)
     if namespace.isEmpty() or catalog.namespaceExists(namespace):
@@ -103,7 +124,12 @@ def ensure_namespace(spark: Any, catalog_name: str, table: str) -> None:
 
 
 def widen_columns(spark: Any, catalog_name: str, table: str, changes: Mapping[str, tuple[Any, Any]]) -> list[str]:
-    """Promote columns (old Spark type, new Spark type); returns ``"name: old -> new"`` per change."""
+    """Promote columns (old Spark type, new Spark type); returns ``"name: old -> new"`` per change.
+
+    Raises:
+        pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: Iceberg refuses a type change (one it cannot
+            widen); nothing of its own.
+    """
     done = []
     for name, (old, new) in changes.items():
         spark.sql(f"ALTER TABLE {catalog_name}.{table} ALTER COLUMN `{name.replace('`', '``')}` "
@@ -113,7 +139,13 @@ def widen_columns(spark: Any, catalog_name: str, table: str, changes: Mapping[st
 
 
 def add_columns(spark: Any, catalog_name: str, table: str, columns: Mapping[str, str]) -> list[str]:
-    """Add optional columns; one that a concurrent writer added meanwhile is fine."""
+    """Add optional columns; one that a concurrent writer added meanwhile is fine.
+
+    Raises:
+        SchemaDeclarationError: a declared type is not valid Spark DDL.
+        pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: Iceberg refuses the ALTER TABLE (no such table,
+            a name taken).
+    """
     added = []
     for name, iceberg_type in columns.items():
         existing = {f.name for f in spark.table(f"{catalog_name}.{table}").schema.fields}

@@ -98,7 +98,16 @@ def write_equality_delta(spark: Any, table: str, rows: DataFrame, key_columns: S
     """Write ``rows`` (table columns + op + order) to ``table`` once as one row delta; skipped when
     ``batch_id`` is already recorded. Counts (from the batch, the target is not read): ``upserted`` (data
     rows written) and ``delete_keys`` (keys whose last op is a delete; whether the table held them is not
-    known). A key-less table takes the batch as an append, as in ``merge`` mode."""
+    known). A key-less table takes the batch as an append, as in ``merge`` mode.
+
+    Raises:
+        EqualityDeleteTargetError: the target cannot take equality deletes as it is (format v1,
+            a partition column outside the key, ...): ``write_mode: merge`` always works.
+        RuntimeSetupError: the Java writer cannot be compiled (no javac, no Iceberg runtime jar).
+        StagingBranchLostError: the staging branch vanished before the publish (nothing published).
+        pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: Spark or Iceberg refused the write or its
+            commit; nothing was published.
+    """
     if not key_columns:
         return write_batch(spark, table, rows, key_columns, batch_id, properties, ledger=ledger, retention=retention)
     if is_committed(spark, table, batch_id, ledger):

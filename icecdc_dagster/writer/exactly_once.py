@@ -57,12 +57,21 @@ T = TypeVar("T")
 
 
 def java_table(spark: Any, table: str) -> Any:
-    """The Iceberg Java ``Table`` of a Spark table name (fresh metadata, no cache)."""
+    """The Iceberg Java ``Table`` of a Spark table name (fresh metadata, no cache).
+
+    Raises:
+        pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: no such table, or the catalog cannot load it
+            (passes through).
+    """
     return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
 
 
 def main_ancestors(jtable: Any) -> Iterator[Any]:
-    """Snapshots of ``main`` from the current one back to the first (Java objects)."""
+    """Snapshots of ``main`` from the current one back to the first (Java objects).
+
+    Raises:
+        py4j.protocol.Py4JJavaError: the Java table cannot be read (passes through); nothing of its own.
+    """
     snap = jtable.currentSnapshot()
     while snap is not None:
         yield snap
@@ -71,12 +80,22 @@ def main_ancestors(jtable: Any) -> Iterator[Any]:
 
 
 def committed_summaries(spark: Any, table: str) -> Iterator[tuple[int, int, dict[str, str]]]:
-    """(snapshot id, sequence number, summary) of ``main``'s ancestors, newest first."""
+    """(snapshot id, sequence number, summary) of ``main``'s ancestors, newest first.
+
+    Raises:
+        pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: the table or its snapshots cannot be read
+            (passes through); nothing of its own.
+    """
     for snap in main_ancestors(java_table(spark, table)):
         yield int(snap.snapshotId()), int(snap.sequenceNumber()), java_map(snap.summary())
 
 
 def table_properties(jtable: Any) -> dict[str, str]:
+    """A Java table's properties as a Python dict.
+
+    Raises:
+        py4j.protocol.Py4JJavaError: the Java table cannot be read (passes through); nothing of its own.
+    """
     return java_map(jtable.properties())
 
 
@@ -102,7 +121,11 @@ def _sealed_chunks(properties: dict[str, str]) -> list[tuple[int, str]]:
 
 
 def ledger_entries(properties: dict[str, str]) -> list[dict[str, str]]:
-    """Every ledger entry of a table's properties, oldest first (sealed chunks, then the open one)."""
+    """Every ledger entry of a table's properties, oldest first (sealed chunks, then the open one).
+
+    Raises:
+        json.JSONDecodeError: a ledger property holds no JSON (edited by hand); nothing of its own.
+    """
     entries: list[dict[str, str]] = []
     for _, value in _sealed_chunks(properties):
         entries.extend(_sealed_chunk(value))
@@ -174,13 +197,21 @@ def ledger_changes(properties: dict[str, str], entry: dict[str, str], chunk_entr
 
 
 def ledger_dropped_upto(properties: Mapping[str, str]) -> int | None:
-    """The highest stamp a retention dropped from this ledger (None: nothing was ever dropped)."""
+    """The highest stamp a retention dropped from this ledger (None: nothing was ever dropped).
+
+    Raises:
+        ValueError: the property is not an integer (edited by hand); nothing of its own.
+    """
     value = properties.get(LEDGER_DROPPED_PROPERTY)
     return int(value) if value else None
 
 
 def last_batch(jtable: Any) -> dict[str, str] | None:
-    """The summary properties of the last batch published to ``main`` (a table property: survives expiry)."""
+    """The summary properties of the last batch published to ``main`` (a table property: survives expiry).
+
+    Raises:
+        json.JSONDecodeError: the table property holds no JSON (edited by hand); nothing of its own.
+    """
     value = jtable.properties().get(LAST_BATCH_PROPERTY)
     return json.loads(value) if value else None
 
@@ -192,7 +223,12 @@ def recorded_summaries(spark: Any, table: str) -> Iterator[dict[str, str]]:
     The ledger is appended in the same commit that publishes a batch, so once the walk back from the
     current snapshot meets a batch the ledger holds, the ledger holds every older batch too: the walk
     stops there, and its cost is the few snapshots since the last batch, not the table's history
-    (a table without a ledger is walked to its first snapshot)."""
+    (a table without a ledger is walked to its first snapshot).
+
+    Raises:
+        pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: the table cannot be read (passes through);
+            nothing of its own.
+    """
     jtable = java_table(spark, table)
     ledger = ledger_entries(table_properties(jtable))
     in_ledger = {entry[BATCH_ID_PROPERTY] for entry in ledger if BATCH_ID_PROPERTY in entry}
@@ -205,6 +241,12 @@ def recorded_summaries(spark: Any, table: str) -> Iterator[dict[str, str]]:
 
 
 def committed_batch_ids(spark: Any, table: str) -> set[str]:
+    """Every batch id a snapshot summary of ``table`` records (what was committed exactly once).
+
+    Raises:
+        pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: the table or its snapshots cannot be read
+            (passes through); nothing of its own.
+    """
     return {s[BATCH_ID_PROPERTY] for s in recorded_summaries(spark, table) if BATCH_ID_PROPERTY in s}
 
 

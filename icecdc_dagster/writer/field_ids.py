@@ -76,7 +76,11 @@ def children(field_type: IcebergType) -> list[NestedField]:
 
 
 def fields_by_id(schema: Schema | StructType) -> dict[int, Located]:
-    """Every field by id (depth first, parents before children, in schema order)."""
+    """Every field by id (depth first, parents before children, in schema order).
+
+    Raises:
+        Nothing of its own: it walks a schema in memory.
+    """
     found: dict[int, Located] = {}
 
     def visit(fields: Iterable[NestedField], path: tuple[str, ...], parent: int | None, named: bool) -> None:
@@ -90,7 +94,11 @@ def fields_by_id(schema: Schema | StructType) -> dict[int, Located]:
 
 
 def schema_of(spark: Any, jschema: Any) -> Schema:
-    """A Java ``org.apache.iceberg.Schema`` as a pyiceberg ``Schema`` (ids, names, types, nesting)."""
+    """A Java ``org.apache.iceberg.Schema`` as a pyiceberg ``Schema`` (ids, names, types, nesting).
+
+    Raises:
+        py4j.protocol.Py4JJavaError: the Java schema cannot be rendered as JSON (passes through).
+    """
     return Schema.model_validate_json(str(spark._jvm.org.apache.iceberg.SchemaParser.toJson(jschema)))
 
 
@@ -127,7 +135,11 @@ class SourceSchemas:
 
 
 def load_mapping(jtable: Any) -> dict[int, int] | None:
-    """Target field id -> source field id, as recorded on the table (None: never recorded)."""
+    """Target field id -> source field id, as recorded on the table (None: never recorded).
+
+    Raises:
+        json.JSONDecodeError: the table property holds no JSON (edited by hand); nothing of its own.
+    """
     raw = jtable.properties().get(FIELD_MAP_PROPERTY)
     if raw is None:
         return None
@@ -135,6 +147,11 @@ def load_mapping(jtable: Any) -> dict[int, int] | None:
 
 
 def encode_mapping(mapping: dict[int, int]) -> str:
+    """A target -> source field-id mapping as the compact JSON the table property holds.
+
+    Raises:
+        Nothing of its own: it renders a mapping as JSON.
+    """
     return json.dumps({str(t): s for t, s in sorted(mapping.items())}, separators=(",", ":"))
 
 
@@ -149,7 +166,11 @@ def infer_mapping(target: Schema, schemas: Sequence[Schema], only: Iterable[int]
     schema first, then its history newest first). ``only``: target field ids to consider (None: all).
 
     A column carrying a current name wins its source field; an older column that another one already
-    claims is a conflict (a rename followed by name, leaving a stale column next to the new one)."""
+    claims is a conflict (a rename followed by name, leaving a stale column next to the new one).
+
+    Raises:
+        Nothing of its own: it matches schemas in memory (a field it cannot match is left out).
+    """
     by_path: dict[tuple[str, ...], int] = {}
     for schema in schemas:
         for sid, loc in fields_by_id(schema).items():
@@ -173,7 +194,11 @@ def infer_mapping(target: Schema, schemas: Sequence[Schema], only: Iterable[int]
 
 
 def align_by_name(target: Schema | StructType, source: Schema | StructType) -> dict[int, int]:
-    """Target id -> source id for fields at the same name path (a table just created from ``source``)."""
+    """Target id -> source id for fields at the same name path (a table just created from ``source``).
+
+    Raises:
+        Nothing of its own: it compares two schemas in memory.
+    """
     by_path = {loc.path: sid for sid, loc in fields_by_id(source).items()}
     return {tid: by_path[loc.path] for tid, loc in fields_by_id(target).items() if loc.path in by_path}
 
@@ -336,6 +361,12 @@ def follow_source_schema(spark: Any, jtable: Any, source: Schema, mapping: dict[
     tombstone name (the changelog store, whose older batches still hold their values). A change that
     cannot be followed (a narrowed type, a field that changed kind) raises :class:`SchemaChangeError` with
     ``describe(cause)`` and leaves the table untouched.
+
+    Raises:
+        SchemaChangeError: a source change the target cannot follow in place (a narrowed type,
+            two columns for one field), naming the column and the ``icecdc resync`` command.
+        pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: Iceberg refuses the schema update or its commit
+        (passes through).
     """
     follower = _Follower(spark, jtable, source, mapping, drop, describe)
     follower.dropped()
@@ -407,7 +438,11 @@ def convert(value: "Column", want: IcebergType, have: IcebergType, have_of: dict
 def columns_by_field_id(want: Sequence[NestedField], have: Schema, have_of: dict[int, int],
                missing_as_null: bool = True) -> list["Column"]:
     """Top-level columns of ``have``-shaped rows presented as the fields ``want``, matched by field id
-    (``have_of``: want id -> have id). A field ``have`` lacks is null, or left out (``missing_as_null``)."""
+    (``have_of``: want id -> have id). A field ``have`` lacks is null, or left out (``missing_as_null``).
+
+    Raises:
+        SchemaChangeError: a field's type cannot be converted to the wanted one (names the column).
+    """
     present = {f.field_id: f for f in have.fields}
     columns = []
     for w in want:

@@ -84,7 +84,11 @@ def key_bounds(batch: DataFrame, key_columns: Sequence[str], target: T.StructTyp
 def bounds_aggregates(key_columns: Sequence[str], target: T.StructType, prefix: str = "_icecdc_",
                       where: Column | None = None) -> list[Column]:
     """The aggregates :func:`bounds_from` reads (so a caller can fold them into its own aggregate);
-    ``where``: only over the rows it holds for (e.g. the batch's deletes)."""
+    ``where``: only over the rows it holds for (e.g. the batch's deletes).
+
+    Raises:
+        Nothing of its own: it builds aggregate expressions only.
+    """
     usable = _orderable(key_columns, target)
 
     def value(k: str) -> Column:
@@ -95,6 +99,11 @@ def bounds_aggregates(key_columns: Sequence[str], target: T.StructType, prefix: 
 
 def bounds_from(row: Any, key_columns: Sequence[str], target: T.StructType,
                 prefix: str = "_icecdc_") -> KeyBounds | None:
+    """The key bounds of a batch from its aggregated row (None: no key column is orderable).
+
+    Raises:
+        Nothing of its own: it reads an aggregated row in memory.
+    """
     usable = _orderable(key_columns, target)
     if not usable or row is None or row[f"{prefix}lo0"] is None:
         return None

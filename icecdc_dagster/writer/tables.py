@@ -12,6 +12,12 @@ def spark_catalog(spark: Any, catalog_name: str) -> Any:
 
 
 def table_exists(spark: Any, catalog_name: str, table: str) -> bool:
+    """Whether the catalog holds ``table`` (asked through Spark's catalog, no table read).
+
+    Raises:
+        pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: the catalog cannot be asked (passes through);
+            nothing of its own.
+    """
     ident = spark._jvm.org.apache.iceberg.catalog.TableIdentifier.parse(table)
     return bool(spark_catalog(spark, catalog_name).tableExists(ident))
 
@@ -25,6 +31,11 @@ def copy_table(spark: Any, catalog_name: str, source: str, target: str,
     which are metadata), so a v3 target gets its own row lineage. ``key_column``: (name, doc) of a
     required ``long`` column added after the source's columns and made the identifier field (the replica
     of a keyless v3 table keeps the source's ``_row_id`` there).
+
+    Raises:
+        pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: the source cannot be read or the target cannot
+            be created (passes through);
+            nothing of its own.
     """
     src = java_table(spark, f"{catalog_name}.{source}")
     jvm = spark._jvm
@@ -57,12 +68,24 @@ def _schema_to_copy(src: Any, schema_id: int | None) -> Any:
 
 
 def drop_table(spark: Any, catalog_name: str, table: str) -> None:
-    """Drop ``table`` and its files (a replica rebuilt by a resync export)."""
+    """Drop ``table`` and its files (a replica rebuilt by a resync export).
+
+    Raises:
+        pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: the catalog refuses the DROP (passes through);
+            nothing of its own.
+    """
     ident = spark._jvm.org.apache.iceberg.catalog.TableIdentifier.parse(table)
     spark_catalog(spark, catalog_name).dropTable(ident, True)
 
 
 def set_identifier_fields(spark: Any, table: str, columns: Sequence[str]) -> None:
+    """Set the table's identifier fields to ``columns`` (one schema commit).
+
+    Raises:
+        pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: Iceberg refuses the columns (nullable, missing)
+            or the commit;
+            nothing of its own.
+    """
     jtable = java_table(spark, table)
     names = spark._jvm.java.util.ArrayList()
     for c in columns:

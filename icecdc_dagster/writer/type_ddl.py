@@ -5,6 +5,11 @@ from icecdc_dagster.errors import SchemaDeclarationError
 
 
 def split_top(text: str, sep: str = ",") -> list[str]:
+    """Split a type DDL at ``sep`` outside brackets (``struct<a:int,b:int>`` stays one part).
+
+    Raises:
+        Nothing of its own: it splits a string.
+    """
     parts, depth, start = [], 0, 0
     for i, ch in enumerate(text):
         if ch in "<(":
