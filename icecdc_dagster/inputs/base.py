@@ -184,7 +184,8 @@ class StreamInput(ABC):
         """Release the connection.
 
         Raises:
-            Nothing of its own: closing an input that is closed or never connected is a no-op.
+            Nothing of its own: an input never connected closes nothing; the client's own errors on
+                closing pass through.
         """
 
     def __enter__(self) -> "StreamInput":

@@ -44,6 +44,12 @@ class LandingInput(StreamInput):
         return StreamBatch(self.source, messages, (), landing.batch_id(batch) if batch else None)
 
     def commit(self, spark: Any, catalog_name: str, settings: "IngestSettings", batch: StreamBatch) -> "IngestResult":
+        """Ingest the batch's files as they are (a landing line's own path).
+
+        Raises:
+            IngestError: as :func:`ingest.ingest_files`; besides the contract's, a subclass
+                :class:`HiddenLandingFileError` for a file named like a writer in progress.
+        """
         return ingest_files(spark, catalog_name, None, settings, [m.position for m in batch.messages])
 
     def acknowledge(self, batch: StreamBatch) -> None:

@@ -145,6 +145,7 @@ class OpenSearchSink:
 
         Raises:
             CheckpointError: the alias names several indexes, or the version's checkpoint is unreadable.
+            AccessRefusedError: the cluster refused the configured password (401/403; terminal).
             opensearchpy.exceptions.TransportError: the cluster answered the read with an error
                 (``ConnectionError``, a subclass: it did not answer).
         """
@@ -237,6 +238,7 @@ class OpenSearchSink:
             ReindexError: the change needs a new version but the sink has no export to fill it from.
             SinkUnavailableError: a bulk partition stopped because the cluster did not answer (transient).
             SinkWriteError: the cluster rejected some actions (terminal: the same batch is rejected again).
+            AccessRefusedError: the cluster refused the configured password on any request (401/403; terminal).
             opensearchpy.exceptions.TransportError: the cluster refused or did not answer one of the
                 driver's own requests (layout, mapping, index creation, checkpoint write).
         """
