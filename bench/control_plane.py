@@ -14,6 +14,11 @@ measured at 1k and 10k only: at 100k it takes minutes). Landing-file lines use
 its partitions, its one sink's checkpoint - at the last synced snapshot - read from an osmem
 OpenSearch clone) is timed as ``status_*``.
 
+``icecdc status`` on the demo (``--demo DIR``, an ``icecdc demo --dir DIR``; without it the demo is built in
+a temporary directory first, minutes of Spark): the whole command in this process once its imports are
+warm (``status_demo_s``: definitions, instance, catalog and ledger metadata - no SparkSession), and as a
+user runs it, a fresh interpreter (``status_demo_command_s`` wall, ``status_demo_command_cpu_s``).
+
 Seeding 200k materialisations through ``report_runless_asset_event`` costs ~40 ms each here, so
 the events are written in batches with the event log storage's own insert statement (the same
 event rows that call writes, minus the copy in the run shard that cross-run asset queries never
@@ -170,12 +175,51 @@ def measure(synced: int, legacy: bool, repeat: int, opensearch_url: str) -> tupl
         return tick, walk, peer, shown
 
 
+def status_on_demo(directory: str | None, repeat: int) -> tuple[float, float, float]:
+    """(in process, command wall, command CPU) seconds of ``icecdc status`` on the demo (fastest of the repeats)."""
+    import contextlib
+    import io
+    import resource
+    import subprocess
+    import sys
+
+    from icecdc_dagster.cli import main as icecdc
+
+    with contextlib.ExitStack() as stack:
+        if directory is None:
+            directory = stack.enter_context(tempfile.TemporaryDirectory())
+            assert subprocess.run([sys.executable, "-m", "icecdc_dagster.cli", "demo", "--dir", directory],
+                                  stdout=subprocess.DEVNULL).returncode == 0
+        argv = ["status", "--config", os.path.join(directory, "icecdc.yaml")]
+        with contextlib.redirect_stdout(io.StringIO()) as shown:
+            assert icecdc(argv) == 0                                              # warm: imports done
+        assert "0 not yet applied" in shown.getvalue() and "error" not in shown.getvalue(), shown.getvalue()
+
+        def quiet() -> None:
+            with contextlib.redirect_stdout(io.StringIO()):
+                icecdc(argv)
+        in_process = timed(quiet, repeat)
+        walls, cpus = [], []
+        for _ in range(3):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            started = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "icecdc_dagster.cli", *argv], stdout=subprocess.DEVNULL, check=True)
+            walls.append(time.perf_counter() - started)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    print(f"icecdc status on the demo: {in_process:.3f} s in process, {min(walls):.2f} s as a command "
+          f"({min(cpus):.2f} CPU-s; imports included)")
+    return in_process, min(walls), min(cpus)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--big", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--demo", default=None, help="an `icecdc demo --dir` directory (default: build one)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore", message=".*is currently in (beta|preview).*")  # as the CLI does
+    demo_s, demo_command_s, demo_cpu_s = status_on_demo(args.demo, min(args.repeat, 5))
     server = OsmemServer.start()
     try:
         with server.clone() as clone:
@@ -197,7 +241,9 @@ def main() -> None:
     print(f"RESULT tick_1k_s={tick_1k:.3f} tick_{big}_s={tick_big:.3f} tick_ratio={tick_big / tick_1k:.2f} "
           f"walk_1k_s={walk_1k:.3f} walk_{big}_s={walk_big:.3f} walk_ratio={walk_big / walk_1k:.2f} "
           f"legacy_1k_s={legacy_1k:.3f} legacy_10k_s={legacy_10k:.3f} ratio_10k={tick_10k / legacy_10k:.3f} "
-          f"status_1k_s={status_1k:.3f} status_{big}_s={status_big:.3f} status_ratio={status_big / status_1k:.2f}")
+          f"status_1k_s={status_1k:.3f} status_{big}_s={status_big:.3f} status_ratio={status_big / status_1k:.2f} "
+          f"status_demo_s={demo_s:.3f} status_demo_command_s={demo_command_s:.2f} "
+          f"status_demo_command_cpu_s={demo_cpu_s:.2f}")
 
 
 if __name__ == "__main__":

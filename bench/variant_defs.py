@@ -38,7 +38,8 @@ def two_line_checks(table: TableConfig, config_path: str | None) -> list[AssetCh
                  blocking=False)
     def _stuck(context: AssetCheckExecutionContext) -> AssetCheckResult:
         return stuck.no_stuck_snapshots(context.instance, table, source_or_none(context, table),
-                                        context.run.tags.get(run_tags.FIRST_SNAPSHOT_TAG))
+                                        context.run.tags.get(run_tags.FIRST_SNAPSHOT_TAG),
+                                        context.run.tags.get(run_tags.LAST_SNAPSHOT_TAG))
 
     return [_line, _stuck]
 

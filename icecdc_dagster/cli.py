@@ -4,6 +4,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 import time
 import warnings
 from pathlib import Path
@@ -239,12 +240,14 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=".*is currently in (beta|preview).*")
     parser = argparse.ArgumentParser(prog="icecdc", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, func, helptext in (("sync", cmd_sync, "apply all pending batches of every table, in order"),
+    for name, func, helptext in (("sync", cmd_sync, "apply every pending batch of every ingest entry and table now, in "
+                                                     "order (runs recorded in the Dagster instance)"),
                                  ("status", cmd_status, "checkpoint, pending snapshots and lag per sink"),
                                  ("resync", cmd_resync, "re-bootstrap one table's line (after a rollback, an "
                                                         "expired snapshot or a recreated table): full export "
                                                         "that converges every sink")):
-        p = sub.add_parser(name, help=helptext, epilog=SYNC_EXIT_CODES if name in ("sync", "resync") else None,
+        p = sub.add_parser(name, help=helptext, description=textwrap.fill(helptext[0].upper() + helptext[1:] + "."),
+                           epilog=SYNC_EXIT_CODES if name in ("sync", "resync") else None,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         _config_argument(p)
         p.add_argument("--dagster-home", default=None,

@@ -173,9 +173,7 @@ def _build_definitions(config: PipelineConfig, check_tables: bool, rebuilt: Coll
         target = fixed_target(entry)
         stands_for_target = target is not None and target not in configured
         assets.append(build_ingest_asset(entry, remembered.get(f"{config.catalog.name}.{target}", {})
-                                         if stands_for_target else None,
-                                         naming.source_key(configured[target]) if target in configured else None,
-                                         lineage))
+                                         if stands_for_target else None, lineage))
         sensors.append(build_ingest_sensor(entry))
     assets.extend(build_dead_letter_asset(entries, config.catalog.name, remembered)
                   for target, entries in entries_by_target.items() if target is not None)

@@ -5,8 +5,10 @@ The runs page shows a run's user tags; Dagster hides tags whose key starts with 
 stores them, so every query by tag and every reader of ``run.tags`` finds them. So:
 
 - shown: what a user scans the runs page for - the line and the batch's snapshots (``icecdc/table``
-  is also the run queue's one-run-per-line key in ``dagster.yaml``: never rename it), and, on a
-  failed run, why (failure kind, class and message; ``icecdc/failed_over`` when its worker died);
+  is also the run queue's one-run-per-line key in ``dagster.yaml``: never rename it), the command that
+  launched a run outside the daemon (``icecdc/launched_by``: a sensor's run has Dagster's own
+  ``dagster/sensor_name``, which the UI's "Launched by" shows), and, on a failed run, why (failure
+  kind, class and message; ``icecdc/failed_over`` when its worker died);
 - hidden: worker bookkeeping that crash recovery reads - the holder of the run (host, pid, process
   start, boot id, since, role), its heartbeat, and the warm launcher's host, pid and session.
 
@@ -24,6 +26,7 @@ HIDDEN_PREFIX = ".dagster/"  # dagster._core.storage.tags.HIDDEN_TAG_PREFIX (not
 TABLE_TAG = "icecdc/table"
 FIRST_SNAPSHOT_TAG = "icecdc/first_snapshot"
 LAST_SNAPSHOT_TAG = "icecdc/last_snapshot"
+LAUNCHED_BY_TAG = "icecdc/launched_by"        # the command that made the run in process (icecdc sync, resync)
 FAILED_OVER_TAG = "icecdc/failed_over"
 FAILURE_KIND_TAG = "icecdc/failure_kind"      # transient | terminal | unclassified
 FAILURE_CLASS_TAG = "icecdc/failure_class"    # the exception's class name
@@ -48,8 +51,8 @@ LEGACY = {key: "icecdc/" + key.removeprefix(_BOOKKEEPING) for key in (
     WORKER_HOST_TAG, WORKER_PID_TAG, WORKER_PID_START_TAG, WORKER_BOOT_TAG, WORKER_SINCE_TAG, WORKER_ROLE_TAG,
     WORKER_HEARTBEAT_TAG, LAUNCHER_HOST_TAG, LAUNCHER_PID_TAG, LAUNCHER_SESSION_TAG)}
 
-SHOWN = (TABLE_TAG, FIRST_SNAPSHOT_TAG, LAST_SNAPSHOT_TAG, FAILED_OVER_TAG, FAILURE_KIND_TAG, FAILURE_CLASS_TAG,
-         FAILURE_MESSAGE_TAG)
+SHOWN = (TABLE_TAG, FIRST_SNAPSHOT_TAG, LAST_SNAPSHOT_TAG, LAUNCHED_BY_TAG, FAILED_OVER_TAG, FAILURE_KIND_TAG,
+         FAILURE_CLASS_TAG, FAILURE_MESSAGE_TAG)
 
 
 def read(tags: Mapping[str, str], key: str, default: str | None = None) -> str | None:

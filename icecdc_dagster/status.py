@@ -11,12 +11,12 @@ from icecdc_dagster import changelog
 from icecdc_dagster.assets import line_record, naming
 from icecdc_dagster.config import IngestConfig, SinkConfig, TableConfig
 from icecdc_dagster.errors import resync_command
-from icecdc_dagster.ingest import expired_files
+from icecdc_dagster.ingest.ledger import expired_files_in_metadata
 from icecdc_dagster.inputs.registry import open_input
 from icecdc_dagster.lines import line as lines
 from icecdc_dagster.lines.batch_metadata import BatchMetadata
 from icecdc_dagster.lines.window import TableWindow, WholeLine, diagnose, discover_new_keys, line_view
-from icecdc_dagster.resources.keys import CATALOG_KEY, SPARK_KEY
+from icecdc_dagster.resources.keys import CATALOG_KEY
 from icecdc_dagster.resources.resolved import resolved_resource
 from icecdc_dagster.sensors.ingest_sensor import ingest_line, unknown_keys
 from icecdc_dagster.steps import lifecycle
@@ -40,7 +40,17 @@ class SinkStatus:
     pending_snapshots: int
     lag_s: float | None
     error: str | None = None
-    target: str | None = None  # what the sink writes, when it says (an OpenSearch alias: version, reindex)
+    target: str | None = None  # what the sink writes (a table; an OpenSearch alias with its version, a reindex)
+
+    def render_lag(self) -> str:
+        """Seconds since the oldest snapshot the sink still lacks was committed; nothing lacking is "up to date"."""
+        if self.lag_s is None:
+            return "lag unknown"
+        return f"lag {self.lag_s:.1f}s" if self.pending_snapshots else "up to date"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 @dataclass
@@ -60,17 +70,16 @@ class TableStatus:
     def render(self) -> str:
         line = f", line {self.line} ({self.superseded_partitions} superseded partitions)" if self.line else ""
         lines = [f"{self.table_name}: current snapshot {self.current_snapshot_id}, "
-                 f"{self.known_partitions} partitions, {self.unapplied_partitions} not yet applied{line}"
+                 f"{_count(self.known_partitions, 'partition')}, {self.unapplied_partitions} not yet applied{line}"
                  + (f", FAILED: {', '.join(self.failed_partitions)}" if self.failed_partitions else "")]
         if self.problem:
             lines.append(f"  STOPPED: {self.problem}")
         lines += [f"  WARNING: {w}" for w in self.warnings]
         for sink in self.sinks:
-            lag = f"{sink.lag_s:.1f}s" if sink.lag_s is not None else "-"
             detail = f" (error: {sink.error})" if sink.error else ""
             target = f"; {sink.target}" if sink.target else ""
             lines.append(f"  {sink.name}: checkpoint {sink.checkpoint_snapshot_id}, "
-                         f"{sink.pending_snapshots} snapshots pending, lag {lag}{detail}{target}")
+                         f"{_count(sink.pending_snapshots, 'snapshot')} pending, {sink.render_lag()}{detail}{target}")
         lines += [f"  LEFT BEHIND: {left.render()}" for left in self.left_behind]
         return "\n".join(lines)
 
@@ -139,11 +148,10 @@ def ingest_status(instance: DagsterInstance, entry: IngestConfig, defs: Definiti
 
 
 def _count_expired(defs: Definitions, entry: IngestConfig, status: IngestStatus) -> None:
-    """The landing files past the ledger's horizon that no batch records (the ledger's view, through Spark)."""
+    """The landing files past the ledger's horizon that no batch records (the ledger in the tables' metadata)."""
     try:
         catalog = resolved_resource(defs, CATALOG_KEY)
-        spark = resolved_resource(defs, SPARK_KEY).session(catalog)
-        status.expired_files = len(expired_files(spark, catalog.name, ingest_settings(entry)))
+        status.expired_files = len(expired_files_in_metadata(catalog.load(), ingest_settings(entry)))
     except Exception as exc:  # noqa: BLE001 - status reports, it does not fail
         status.error = str(exc)[:200]
 
@@ -194,21 +202,19 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
         status, line_keys = _window_status(instance, table, table_line_, source, current_id, view, config_path)
     else:  # the line does not simply follow the table: the whole line, diagnosed
         status, line_keys = _whole_line_status(instance, table, table_line_, source, current_id, view, config_path)
-    spark = None
     needed: list[int] = []  # checkpoints of sinks that still have snapshots to apply
     for sink in table.sinks:
-        try:
-            if spark is None and sink.needs_spark:
-                spark = resolved_resource(defs, SPARK_KEY).session(catalog)
+        try:  # no SparkSession: a sink reads its checkpoint from metadata (a table's, an index's)
             key = sink.resource_key()
-            target = open_configured_sink(sink, table, spark=spark, catalog=catalog, source_table=source,
+            target = open_configured_sink(sink, table, spark=None, catalog=catalog, source_table=source,
                                           connection=resolved_resource(defs, key) if key else None)
             checkpoint = target.read_checkpoint()
             # Optional on a sink: where its target stands (OpenSearch: the index version, a reindex).
             state = getattr(target, "target_state", None)
-            described = state() if state is not None else None
+            described = state() if state is not None else sink.target
         except Exception as exc:  # noqa: BLE001 - status reports, it does not fail
-            status.sinks.append(SinkStatus(sink.name, None, line_keys.count, None, error=str(exc)[:200]))
+            status.sinks.append(SinkStatus(sink.name, None, line_keys.count, None, error=str(exc)[:200],
+                                           target=sink.target))
             continue
         status.sinks.append(_sink_status(source, table, sink.name, checkpoint, line_keys, status.line, config_path))
         status.sinks[-1].target = described
@@ -308,7 +314,7 @@ def _sink_status(source: "Table", table: TableConfig, name: str, checkpoint: "Ch
             return SinkStatus(name, at, line_keys.count, None, error=problem.message)
         after = changelog.ancestry_ids(source, checkpoint.snapshot_id)
         pending, first = len(after), (str(after[0]) if after else None)
-    lag = None
+    lag = 0.0 if not pending else None  # nothing lacking: no lag
     snapshot = source.metadata.snapshot_by_id(lifecycle.snapshot_id_of(first)) if pending and first else None
     if snapshot is not None:
         lag = time.time() - snapshot.timestamp_ms / 1000

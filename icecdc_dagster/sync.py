@@ -51,7 +51,7 @@ from icecdc_dagster.lines.window import diagnose
 from icecdc_dagster.progress import SyncProgress
 from icecdc_dagster.resources.keys import CATALOG_KEY
 from icecdc_dagster.resources.resolved import resolved_resource
-from icecdc_dagster.run_tags import WORKER_HEARTBEAT_TAG
+from icecdc_dagster.run_tags import LAUNCHED_BY_TAG, WORKER_HEARTBEAT_TAG
 from icecdc_dagster.sensors import ingest_sensor, snapshots
 from icecdc_dagster.steps import lifecycle
 from icecdc_dagster.steps.ordering import Blocked, NextRun
@@ -223,7 +223,8 @@ def execute_run(context: SyncContext, line: lines.Line, planned: NextRun) -> tup
     request = lines.run_request(line, planned)
     assets, checks = lines.run_selection(line, planned)
     run_id = make_new_run_id()
-    tags = {**request.tags, **context.holder.tags(), WORKER_HEARTBEAT_TAG: f"{time.time():.3f}"}
+    tags = {**request.tags, **context.holder.tags(), WORKER_HEARTBEAT_TAG: f"{time.time():.3f}",
+            LAUNCHED_BY_TAG: context.holder.role}
     errors: list[BaseException] = []
 
     def target() -> None:

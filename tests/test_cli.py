@@ -2,7 +2,10 @@
 where the sink stands; after a new commit ``icecdc sync`` applies it and status catches up."""
 
 import json
+import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -53,11 +56,11 @@ def test_demo_then_status_then_sync(spark, tmp_path, monkeypatch, capsys):
     status = _status(capsys, config, home)
     current = re.search(r"demo.orders: current snapshot (\d+)", status).group(1)
     assert f"checkpoint {current}, 0 snapshots pending" in status
-    assert main(["status", "--config", str(config), "--dagster-home", str(home), "--json"]) == 0
-    document = json.loads(capsys.readouterr().out)                     # the same, for scripts
+    document = json.loads(_status_without_spark(tmp_path, config, home))  # the same, for scripts
     (orders,) = [t for t in document["tables"] if t["table_name"] == "demo.orders"]
     assert orders["current_snapshot_id"] == current and orders["unapplied_partitions"] == 0
     assert {s["checkpoint_snapshot_id"] for s in orders["sinks"]} == {current}   # strings: ids exceed 2^53
+    assert [(s["target"], s["lag_s"]) for s in orders["sinks"]] == [(workload.REPLICA_TABLE, 0.0)]
     assert [i["name"] for i in document["ingest"]] == ["customers_cdc"]
     assert "ingest customers_cdc" in status and "2 landing files, 0 not yet ingested" in status
     monkeypatch.delenv("DAGSTER_HOME")                                 # the pipeline file names the instance
@@ -66,7 +69,7 @@ def test_demo_then_status_then_sync(spark, tmp_path, monkeypatch, capsys):
 
     spark.sql(f"DELETE FROM demo.{workload.SOURCE_TABLE} WHERE order_id <= 5")
     status = _status(capsys, config, home)
-    assert "1 snapshots pending" in status and "1 not yet applied" in status
+    assert "1 snapshot pending, lag " in status and "1 not yet applied" in status
 
     called = time.monotonic()
     assert main(["sync", "--config", str(config), "--dagster-home", str(home), "-v"]) == 0
@@ -83,6 +86,20 @@ def test_demo_then_status_then_sync(spark, tmp_path, monkeypatch, capsys):
     assert newest != current and f"checkpoint {newest}, 0 snapshots pending" in status
     replica = spark.table(f"demo.{workload.REPLICA_TABLE}")
     assert replica.count() == 1095 and replica.where("order_id <= 5").count() == 0
+
+
+def _status_without_spark(tmp_path, config, home) -> str:
+    """``icecdc status --json`` as a user runs it, with a JAVA_HOME whose java only leaves a mark: the status
+    comes from metadata and the instance, and no SparkSession (no JVM) is started for it."""
+    java = tmp_path / "no_jvm" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text(f"#!/bin/sh\ntouch {tmp_path / 'jvm_started'}\nexit 1\n")
+    java.chmod(0o755)
+    env = {**os.environ, "JAVA_HOME": str(java.parent.parent), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-m", "icecdc_dagster.cli", "status", "--config", str(config),
+                           "--dagster-home", str(home), "--json"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and not (tmp_path / "jvm_started").exists(), done.stderr[-3000:]
+    return done.stdout
 
 
 def _assert_production_instance(home):

@@ -1,7 +1,7 @@
 """Pure rules behind what `icecdc sync` reports: its exit status from its lines' reports, and the keys of a
-batch run that its ``no_stuck_snapshots`` check does not count as stuck."""
+batch run that its ``no_stuck_snapshots`` check counts neither as stuck nor as pending."""
 
-from icecdc_dagster.checks.stuck import _run_keys
+from icecdc_dagster.checks.stuck import after_batch
 from icecdc_dagster.cli import EXIT_BLOCKED, EXIT_BUSY, EXIT_CHECK_FAILED, exit_status
 from icecdc_dagster.sync import FailedCheck, TableSyncReport
 
@@ -24,8 +24,9 @@ def test_exit_status_is_the_most_serious_line_and_a_failed_check_is_not_ok():
 
 
 def test_a_batch_runs_own_snapshots_are_not_stuck():
+    """Judged as the batch leaves the line: its own keys are neither stuck nor pending (issue 44, item 2)."""
     waiting = ["1", "2", "3", "4"]
-    assert _run_keys(waiting, "1", "3") == {"1", "2", "3"}
-    assert _run_keys(waiting, "2", None) == {"2"}
-    assert _run_keys(waiting, "9", "9") == set()           # a run of keys no longer pending
-    assert _run_keys(waiting, None, None) == set()          # the check invoked outside a run
+    assert after_batch(waiting, ("1", "3")) == ["4"]
+    assert after_batch(waiting, ("2", None)) == ["1", "3", "4"]
+    assert after_batch(waiting, ("9", "9")) == waiting        # a run of keys no longer pending
+    assert after_batch(waiting, (None, None)) == waiting      # the check invoked outside a run

@@ -20,7 +20,6 @@ from typing import Any
 
 from dagster import (
     AssetExecutionContext,
-    AssetKey,
     AssetMaterialization,
     AssetsDefinition,
     AssetSpec,
@@ -29,7 +28,6 @@ from dagster import (
     MetadataValue,
     asset,
 )
-from dagster._core.definitions.data_version import DATA_VERSION_TAG
 from pyiceberg.exceptions import NoSuchTableError
 
 from icecdc_dagster.assets import naming
@@ -57,11 +55,11 @@ from icecdc_dagster.steps.ingest_entry import batches_for, fixed_target, ingest_
 
 
 def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None = None,
-                       target_asset: AssetKey | None = None, lineage: LineageEmitter | None = None) -> AssetsDefinition:
+                       lineage: LineageEmitter | None = None) -> AssetsDefinition:
     """``described``: the fixed target's table metadata known at load (from the last batch), when this
     asset stands for the target; None when the target is a configured table with an asset of its own,
-    ``target_asset``: then each commit is recorded as a materialisation of that asset (partition and
-    data version = the snapshot it committed), so the table's page shows when it was last written."""
+    whose line records the snapshots as its partitions (materialised when the line adds them: never a
+    snapshot outside the line's partition set)."""
     target = fixed_target(entry)
 
     @asset(
@@ -120,9 +118,6 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
                     asset_key=naming.dead_letter_key(entry, target),
                     metadata={**dead, PARTITION_ROW_COUNT: totals.get("dead_lettered", 0),
                               **BatchMetadata(batch_id=" | ".join(r.batch_id for r in results))}))
-        if target and target_asset is not None:
-            for event in target_materializations(target_asset, target, results, written):
-                context.log_event(event)
         context.log.info(f"ingest {entry.name}: {'skipped (already committed)' if skipped else 'committed'} "
                          f"{len(files)} file(s) in {len(results)} batch(es): {totals}")
         recorded = stream.model_copy(update={
@@ -130,8 +125,10 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
             "batch_id": " | ".join(r.batch_id for r in results), "skipped_already_committed": skipped,
             "expired": MetadataValue.json(expired) if expired else None,
             "targets": MetadataValue.json(dict(sorted(targets.items()))), "duration_s": seconds_since(started)})
-        return MaterializeResult(metadata={**recorded.with_figures(dict(sorted(totals.items()))),
-                                           **(written if described is not None else {})})
+        # The landing -> table edge: the target's columns from the landing fields (the whole table metadata
+        # when this asset stands for the target; a configured table's own asset records its partitions).
+        edge = written if described is not None else {k: v for k, v in written.items() if k == COLUMN_LINEAGE_TABLE}
+        return MaterializeResult(metadata={**recorded.with_figures(dict(sorted(totals.items()))), **edge})
 
     return _ingest
 
@@ -210,23 +207,6 @@ def _existing(catalog: IcebergCatalogResource, table_name: str | None) -> list[L
         return [iceberg_dataset(catalog.name, catalog.load_table(table_name))]
     except NoSuchTableError:
         return []
-
-
-def target_materializations(key: AssetKey, target: str, results: Sequence[IngestResult],
-                            written: Mapping[str, Any]) -> list[AssetMaterialization]:
-    """One materialisation of the target table's asset per commit of this run (a batch already
-    committed wrote nothing: none), keyed by the snapshot it made; the newest carries the table's
-    metadata as it is now (name, location, schema, exact row count)."""
-    commits = [(r.batch_id, r.targets[target]) for r in results
-               if target in r.targets and not r.targets[target].skipped and r.targets[target].snapshot_id is not None]
-    events = []
-    for i, (batch_id, commit) in enumerate(commits):
-        snapshot = str(commit.snapshot_id)
-        metadata = {**BatchMetadata(snapshot_id=snapshot, batch_id=batch_id).with_figures(commit.counts),
-                    **(written if i == len(commits) - 1 else {})}
-        events.append(AssetMaterialization(asset_key=key, partition=snapshot, metadata=metadata,
-                                           tags={DATA_VERSION_TAG: snapshot}))
-    return events
 
 
 def build_dead_letter_asset(entries: Sequence[IngestConfig], catalog_name: str,

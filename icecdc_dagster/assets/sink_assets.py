@@ -168,10 +168,11 @@ def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
 
 
 COUNTS_CHECK_DESCRIPTION = (
-    "Each batch {target} applied did what its change events say: sink_inserted = count_insert, sink_updated = "
-    "count_update_after, sink_deleted = count_delete, no sink_delete_missing (an OpenSearch index: sink_created = "
-    "count_insert, on single-snapshot batches that are not a redo). Evaluated by the batch's own step; fails from "
-    "the first batch that disagrees (a key the source holds twice, or another writer of the target) until a resync.")
+    "Each batch {target} applied did what its change events say: as many rows inserted, updated and deleted "
+    "as the batch has inserts, updates and deletes, and no delete of a row the target lacks (an OpenSearch "
+    "index: as many documents created as inserts, on single-snapshot batches that are not a redo). Evaluated by "
+    "the batch's own step; fails from the first batch that disagrees (a key the source holds twice, or another "
+    "writer of the target) until a resync.")
 
 
 def disagreement_warning(sink_name: str, info: BatchInfo, found: list[Disagreement], config_path: str | None) -> str:

@@ -15,6 +15,7 @@ from dagster import (
     AssetDep,
     AssetExecutionContext,
     AssetKey,
+    AssetMaterialization,
     AssetObservation,
     AssetSpec,
     DataVersion,
@@ -71,19 +72,24 @@ def build_source_asset(table: TableConfig, written_by: tuple[AssetKey, ...] = ()
 
 
 def source_observations(table: TableConfig, catalog_name: str, source: "Table",
-                        new_keys: Sequence[str]) -> list[AssetObservation]:
-    """The observations of the line's new partitions (data version = each one's snapshot id); the
-    newest carries the table's metadata as it is now."""
-    observations = []
+                        new_keys: Sequence[str]) -> list[AssetObservation | AssetMaterialization]:
+    """What the line records of its new partitions, once they are in the partition set: per partition an
+    observation (its data version = its snapshot id, which Dagster reads for a source's staleness) and a
+    materialisation (the snapshot exists: the partition is filled, as the UI's partition status counts
+    only materialisations). The newest materialisation carries the table's metadata as it is now."""
+    events: list[AssetObservation | AssetMaterialization] = []
     for key in new_keys:
+        version = {DATA_VERSION_TAG: str(lifecycle.snapshot_id_of(key))}
         metadata: dict[str, Any] = dict(BatchMetadata(snapshot_id=str(lifecycle.snapshot_id_of(key))))
+        events.append(AssetObservation(asset_key=naming.source_key(table), partition=key, metadata=metadata,
+                                       tags=version))
         if key == new_keys[-1]:
-            metadata |= {**BatchMetadata(current_snapshot_id=key, new_snapshots=len(new_keys)),
-                         **table_metadata(catalog_name, source, table.identifier_columns,
-                                          fallback=source_fallback(table.table_name))}
-        observations.append(AssetObservation(asset_key=naming.source_key(table), partition=key, metadata=metadata,
-                                             tags={DATA_VERSION_TAG: str(lifecycle.snapshot_id_of(key))}))
-    return observations
+            metadata = {**metadata, **BatchMetadata(current_snapshot_id=key, new_snapshots=len(new_keys)),
+                        **table_metadata(catalog_name, source, table.identifier_columns,
+                                         fallback=source_fallback(table.table_name))}
+        events.append(AssetMaterialization(asset_key=naming.source_key(table), partition=key, metadata=metadata,
+                                           tags=version))
+    return events
 
 
 __all__ = ["AssetSpec", "build_source_asset", "source_observations"]

@@ -153,8 +153,9 @@ def definition_metadata(catalog_name: str, table: "TableConfig", sink: "SinkConf
 
 
 def source_fallback(table_name: str) -> str:
-    """The description of a source column without an Iceberg doc (and how to give it one)."""
-    return f"column {{column}} of {table_name} (no doc in its schema: ALTER TABLE ... ALTER COLUMN ... COMMENT)"
+    """The description of a source column without an Iceberg doc: what it is, plainly (how to give it a doc,
+    ``ALTER TABLE ... ALTER COLUMN ... COMMENT``, is said once, in docs/dagster-ui.md, not on every column)."""
+    return f"column {{column}} of {table_name}"
 
 
 def replica_fallback(source_table: str) -> str:

@@ -15,6 +15,7 @@ from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
 from icecdc_dagster.demo import workload
 from icecdc_dagster.lease.dagster_yaml import RECOMMENDED_DAGSTER_YAML
+from icecdc_dagster.lease.holder import set_process_role
 from icecdc_dagster.lines.batch_metadata import BatchMetadata
 from icecdc_dagster.resources.keys import CATALOG_KEY, SPARK_KEY
 from icecdc_dagster.resources.resolved import resolved_resource
@@ -81,6 +82,7 @@ def write_dagster_yaml(home: Path) -> bool:
 
 
 def run_demo(directory: Path, opensearch_url: str | None = None, input_kind: str = "files") -> int:
+    set_process_role("icecdc demo")  # its runs say so (icecdc/launched_by), as icecdc sync's do
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     os.environ["DAGSTER_HOME"] = str(directory / "dagster_home")

@@ -7,9 +7,9 @@ The ledger survives snapshot expiry (``writer.recorded_summaries``) and forgets 
 """
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from icecdc_dagster.ingest import horizon, landing, routing
 from icecdc_dagster.ingest.contract import IngestSettings
@@ -21,6 +21,10 @@ from icecdc_dagster.writer import (
     table_exists,
     table_properties,
 )
+from icecdc_dagster.writer.metadata_reads import recorded_in_metadata
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
 
 LANDING_PROPERTY = "icecdc.landing"
 TARGETS_PROPERTY = "icecdc.batch-targets"
@@ -59,13 +63,33 @@ class Ledger:
 
 
 def read_ledger(spark: Any, catalog_name: str, settings: IngestSettings) -> Ledger:
+    return _ledger(settings, ((table, table_properties(java_table(spark, f"{catalog_name}.{table}")),
+                               recorded_summaries(spark, f"{catalog_name}.{table}"))  # survives snapshot expiry
+                              for table in _ledger_tables(spark, catalog_name, settings)))
+
+
+def read_ledger_from_metadata(catalog: "Catalog", settings: IngestSettings) -> Ledger:
+    """:func:`read_ledger` from the tables' metadata by pyiceberg: no SparkSession (``icecdc status``)."""
+    if routing.is_template(settings.target):
+        namespace = routing.namespace_of(settings.target)
+        names = ([".".join(ident[-2:]) for ident in catalog.list_tables(namespace)]
+                 if catalog.namespace_exists(namespace) else [])
+    else:
+        names = [t for t in (settings.target, routing.dead_letter_table(settings.target)) if catalog.table_exists(t)]
+    tables = [(name, catalog.load_table(name)) for name in names]
+    return _ledger(settings, ((name, dict(t.properties), recorded_in_metadata(t)) for name, t in tables))
+
+
+def _ledger(settings: IngestSettings,
+            tables: Iterable[tuple[str, dict[str, str], Iterable[dict[str, str]]]]) -> Ledger:
+    """The ledger of ``settings.landing`` from each ledger table's (name, properties, recorded summaries)."""
     seen: dict[str, set[str]] = {}
     wanted: dict[str, set[str]] = {}
     summaries: list[dict[str, str]] = []
     properties: list[dict[str, str]] = []
-    for table in _ledger_tables(spark, catalog_name, settings):
-        properties.append(table_properties(java_table(spark, f"{catalog_name}.{table}")))
-        for summary in recorded_summaries(spark, f"{catalog_name}.{table}"):  # survives snapshot expiry
+    for table, table_props, recorded in tables:
+        properties.append(table_props)
+        for summary in recorded:
             if summary.get(LANDING_PROPERTY) == settings.landing and BATCH_ID_PROPERTY in summary:
                 bid = summary[BATCH_ID_PROPERTY]
                 seen.setdefault(bid, set()).add(table)
@@ -103,8 +127,11 @@ def ledger_horizon(settings: IngestSettings, ledger: Ledger,
 
 
 def _unrecorded(spark: Any, catalog_name: str, settings: IngestSettings) -> horizon.Split:
+    return _split(read_ledger(spark, catalog_name, settings), settings)
+
+
+def _split(ledger: Ledger, settings: IngestSettings) -> horizon.Split:
     """Landing files not fully committed: recorded-but-partial ones are fresh (completed under their id)."""
-    ledger = read_ledger(spark, catalog_name, settings)
     listed = landing.list_files(settings.landing)
     done_parts = {part for bid, complete in ledger.batches.items() if complete for part in bid.split(";")}
     recorded_parts = ledger.parts()
@@ -134,3 +161,12 @@ def expired_files(spark: Any, catalog_name: str, settings: IngestSettings) -> li
             cannot be read (a service away: retried by the line as an unclassified error).
     """
     return [f.uri for f in _unrecorded(spark, catalog_name, settings).expired]
+
+
+def expired_files_in_metadata(catalog: "Catalog", settings: IngestSettings) -> list[str]:
+    """:func:`expired_files` from the ledger tables' metadata (pyiceberg, no Spark: ``icecdc status``).
+
+    Raises:
+        pyiceberg.exceptions.NoSuchTableError: a ledger table was dropped while it was being read.
+    """
+    return [f.uri for f in _split(read_ledger_from_metadata(catalog, settings), settings).expired]

@@ -33,6 +33,13 @@ if TYPE_CHECKING:
 NONE = "none"  # what a snapshot id field shows when there is none (no parent, no checkpoint yet)
 DISAGREEMENTS = "sink_disagreements"  # a sink's counts that contradict its batch's events (a figure)
 ANCESTRY = "ancestry"  # ``ordered_by`` of a changelog batch on a line that counts ordinals (format v1)
+# Engine figures that repeat a fact of the set under another name: shown once, under the set's key.
+REPEATS = {"snapshots": "snapshots_in_batch", "export": "is_export", "insert_rows": "count_insert",
+           "delete_rows": "count_delete", "update_before_rows": "count_update_before",
+           "update_after_rows": "count_update_after"}
+# Figures only the product's code reads (how the engine grouped carry-over candidates, how a MERGE's counts
+# were taken): kept out of what people read (``docs/dagster-ui.md``).
+INTERNAL = frozenset({"carry_over_groups_in_arrow", "carry_over_groups_by_lineage", "counted_by"})
 
 
 class BatchMetadata(NamespacedMetadataSet):
@@ -150,9 +157,15 @@ class BatchMetadata(NamespacedMetadataSet):
     def with_figures(self, figures: Mapping[str, Any]) -> dict[str, Any]:
         """The set as metadata, followed by figures named by the engine or a sink (shown, not read back
         here). The set's keys are its own: a figure under one of them is left out, set or not, so a
-        reader never takes a figure for a fact."""
+        reader never takes a figure for a fact; so is a figure that repeats a fact under the engine's
+        name for it (:data:`REPEATS`), or that only the product's own code reads (:data:`INTERNAL`).
+        A figure named ``*_snapshot_id`` is text, as the set's snapshot ids are."""
         fields = type(self).model_fields
-        return {**self, **{key: figure_value(value) for key, value in figures.items() if key not in fields}}
+        shown = {key: value for key, value in figures.items()
+                 if key not in fields and key not in REPEATS and key not in INTERNAL}
+        return {**self, **{key: figure_value(str(value) if key.endswith("snapshot_id") and isinstance(value, int)
+                                             and not isinstance(value, bool) else value)
+                           for key, value in shown.items()}}
 
     # Typed readings of the fields a reader compares.
 
@@ -234,6 +247,6 @@ def _snapshot(value: str | None) -> int | None:
         return None
 
 
-__all__ = ["ANCESTRY", "DISAGREEMENTS", "NONE", "BatchMetadata", "disagreement_figure", "disagreement_figures",
-           "event_count_key", "figure_value", "latest_materialization", "seconds_since", "sink_figure_key",
-           "sink_figures"]
+__all__ = ["ANCESTRY", "DISAGREEMENTS", "INTERNAL", "NONE", "REPEATS", "BatchMetadata", "disagreement_figure",
+           "disagreement_figures", "event_count_key", "figure_value", "latest_materialization", "seconds_since",
+           "sink_figure_key", "sink_figures"]

@@ -59,7 +59,6 @@ class SinkConfig(Keyed):
     kind: ClassVar[str]
     asset_prefix: ClassVar[str]
     tags: ClassVar[frozenset[str]]
-    needs_spark: ClassVar[bool] = True  # opening it (for status or checks) needs a SparkSession
 
     asset_key: AssetKeyPath | None = Field(
         default=None, description="the sink's Dagster asset key, a list or 'a/b' (default: replica/<ns>/<ns>_<table>, "

@@ -18,6 +18,7 @@ from icecdc_dagster.writer.exactly_once import (
                                          committed_summaries,
                                          java_table,
                                          last_batch,
+                                         last_batch_in,
                                          ledger_dropped_upto,
                                          ledger_entries,
                                          main_ancestors,
@@ -58,8 +59,8 @@ __all__ = [
     "TARGET_SNAPSHOT_KEY", "WriteOutcome", "add_columns", "align_by_name", "bounds_aggregates", "bounds_from",
     "columns_by_field_id", "committed_batch_ids", "committed_summaries", "copy_table", "create_table",
     "declared_columns", "drop_table", "encode_mapping", "ensure_namespace", "fields_by_id", "follow_source_schema",
-    "infer_mapping", "java_table", "last_batch", "ledger_dropped_upto", "ledger_entries", "load_mapping",
-    "main_ancestors", "namespace_exists", "recorded_summaries", "schema_of",
+    "infer_mapping", "java_table", "last_batch", "last_batch_in", "ledger_dropped_upto", "ledger_entries",
+    "load_mapping", "main_ancestors", "namespace_exists", "recorded_summaries", "schema_of",
     "set_identifier_fields", "split_top", "table_exists", "table_properties", "widen_columns", "write_batch",
     "write_equality_delta",
 ]

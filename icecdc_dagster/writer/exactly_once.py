@@ -34,7 +34,7 @@ stamped at or below it.
 import base64
 import json
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -212,7 +212,16 @@ def last_batch(jtable: Any) -> dict[str, str] | None:
     Raises:
         json.JSONDecodeError: the table property holds no JSON (edited by hand); nothing of its own.
     """
-    value = jtable.properties().get(LAST_BATCH_PROPERTY)
+    return last_batch_in(jtable.properties())
+
+
+def last_batch_in(properties: Mapping[str, str]) -> dict[str, str] | None:
+    """:func:`last_batch` from the table's properties, however they were read (Spark or pyiceberg).
+
+    Raises:
+        json.JSONDecodeError: the table property holds no JSON (edited by hand).
+    """
+    value = properties.get(LAST_BATCH_PROPERTY)
     return json.loads(value) if value else None
 
 
@@ -230,10 +239,15 @@ def recorded_summaries(spark: Any, table: str) -> Iterator[dict[str, str]]:
             nothing of its own.
     """
     jtable = java_table(spark, table)
-    ledger = ledger_entries(table_properties(jtable))
+    yield from recorded_in(table_properties(jtable), (java_map(snap.summary()) for snap in main_ancestors(jtable)))
+
+
+def recorded_in(properties: dict[str, str], summaries: Iterable[dict[str, str]]) -> Iterator[dict[str, str]]:
+    """:func:`recorded_summaries` from the table's properties and ``main``'s summaries newest first,
+    however they were read (through Spark in runs, from metadata by pyiceberg in ``icecdc status``)."""
+    ledger = ledger_entries(properties)
     in_ledger = {entry[BATCH_ID_PROPERTY] for entry in ledger if BATCH_ID_PROPERTY in entry}
-    for snap in main_ancestors(jtable):
-        summary = java_map(snap.summary())
+    for summary in summaries:
         if summary.get(BATCH_ID_PROPERTY) in in_ledger:
             break
         yield summary

@@ -32,6 +32,8 @@ def tick_sensor(defs: Definitions, instance: DagsterInstance, sensor_name: str, 
     for request in result.dynamic_partitions_requests or []:
         instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
         out.added.extend(request.partition_keys)
+    for event in result.asset_events:  # then the sensor's asset events, as the daemon stores them
+        instance.report_runless_asset_event(event)
     job = defs.resolve_implicit_global_asset_job_def()
     for request in result.run_requests or []:
         out.run_requests.append(request)
@@ -62,7 +64,8 @@ def drain_sensor(defs: Definitions, instance: DagsterInstance, sensor_name: str,
     return ticks
 
 
-def create_launchable_run(defs: Definitions, instance: DagsterInstance, request):  # noqa: ANN001, ANN201
+def create_launchable_run(defs: Definitions, instance: DagsterInstance, request,  # noqa: ANN001, ANN201
+                          sensor_name: str | None = None):
     """Create the run of a sensor's RunRequest as the daemon does, with a code origin
     (``icecdc_dagster.definitions``, configured by ``ICECDC_CONFIG``) that a run worker process can load."""
     import os
@@ -72,7 +75,9 @@ def create_launchable_run(defs: Definitions, instance: DagsterInstance, request)
     job = defs.resolve_implicit_global_asset_job_def()
     repository = ReconstructableRepository.for_module("icecdc_dagster.definitions", "defs", os.getcwd())
     origin = repository.get_reconstructable_job(job.name).get_python_origin()
-    tags = {**request.tags, "dagster/partition": request.partition_key}
+    # The daemon adds the sensor's own tag (``DagsterRun.tags_for_sensor``): the UI's "Launched by".
+    tags = {**request.tags, "dagster/partition": request.partition_key,
+            **({"dagster/sensor_name": sensor_name} if sensor_name else {})}
     return instance.create_run_for_job(job_def=job, tags=tags, asset_selection=frozenset(request.asset_selection),
                                        job_code_origin=origin)
 

@@ -13,9 +13,10 @@ from tests.helpers import write_pipeline
 
 TARGET = AssetKey(["iceberg", "db", "customers"])
 INGEST = AssetKey(["ingest", "customers_cdc"])
+REPLICA = AssetKey(["replica", "replica", "replica_customers"])
 
 QUERY = """
-query Graph($path: [String!]!) {
+query Graph($path: [String!]!, $ingest: [String!]!, $replica: [String!]!) {
   assetNodes {
     assetKey { path }
     groupName
@@ -28,13 +29,24 @@ query Graph($path: [String!]!) {
   }
   assetOrError(assetKey: {path: $path}) {
     ... on Asset {
-      assetMaterializations(limit: 1) {
+      assetMaterializations(limit: 100) {
         partition
         metadataEntries {
           label __typename
           ... on IntMetadataEntry { intValue } ... on TextMetadataEntry { text } ... on MarkdownMetadataEntry { mdStr }
         }
       }
+      definition { partitionKeys partitionStats { numMaterialized numPartitions } }
+    }
+  }
+  replica: assetOrError(assetKey: {path: $replica}) {
+    ... on Asset {
+      assetMaterializations(limit: 1) { metadataEntries { label __typename ... on IntMetadataEntry { intValue } } }
+    }
+  }
+  ingest: assetOrError(assetKey: {path: $ingest}) {
+    ... on Asset {
+      assetMaterializations(limit: 1) { metadataEntries { label ... on MarkdownMetadataEntry { mdStr } } }
     }
   }
 }
@@ -56,6 +68,7 @@ def test_asset_pages_explain_themselves(spark, catalog_settings, catalog, instan
                                                  _event("c", after={"id": 3, "name": "c"}),
                                                  _event("d", before={"id": 2, "name": "b"}),
                                                  _event("x", after={"id": 9})]) + "\n")
+    (landing / "002.json").write_text(_event("c", after={"id": 4, "name": "d"}) + "\n")  # a 2nd commit, same tick
     path = write_pipeline(
         tmp_path / "p.yaml", catalog_settings,
         [{"table_name": "db.customers", "sinks": [{"iceberg": {"table_name": "replica.customers"}}]}],
@@ -71,26 +84,47 @@ def test_asset_pages_explain_themselves(spark, catalog_settings, catalog, instan
     code.write_text("from icecdc_dagster.definitions import defs  # noqa: F401\n")
     monkeypatch.setenv("ICECDC_CONFIG", str(path))
     with define_out_of_process_context(str(code), "defs", instance) as context:
-        result = execute_dagster_graphql(context, QUERY, {"path": list(TARGET.path)})
+        result = execute_dagster_graphql(context, QUERY, {"path": list(TARGET.path), "ingest": list(INGEST.path),
+                                                          "replica": list(REPLICA.path)})
     assert not result.errors, result.errors
 
-    # 6: the ingest target is materialised by the ingest run, keyed by the snapshot it committed.
-    (materialization,) = result.data["assetOrError"]["assetMaterializations"]
+    # 6: the ingest target is materialised when its line adds the snapshot the ingest committed as a
+    # partition; issue 44, 9: never a partition outside the set (an ingest commit before the line's
+    # bootstrap is none of its partitions), and 1: every partition of the line is filled.
+    target = result.data["assetOrError"]
+    materialization, *_ = target["assetMaterializations"]
     entries = {e["label"]: e for e in materialization["metadataEntries"]}
     assert materialization["partition"] == committed
-    assert entries["dagster/row_count"]["intValue"] == spark.table(f"{catalog_settings.name}.db.customers").count() == 2
+    assert {m["partition"] for m in target["assetMaterializations"]} == set(target["definition"]["partitionKeys"])
+    stats = target["definition"]["partitionStats"]
+    assert stats["numMaterialized"] == stats["numPartitions"] == 1
+    assert entries["dagster/row_count"]["intValue"] == spark.table(f"{catalog_settings.name}.db.customers").count() == 3
     # 8: the location as text (a path value renders as an empty copy icon).
     assert entries["dagster/uri"]["__typename"] == "TextMetadataEntry"
     assert entries["dagster/uri"]["text"] == catalog.load_table("db.customers").location()
 
-    # 9: column lineage the open-source UI renders: each column from the landing field of its name.
-    header, _, *rows = entries["column_lineage_table"]["mdStr"].strip().splitlines()
+    # 9: column lineage the open-source UI renders, on the landing -> table edge (the ingest run): each
+    # column from the landing field of its name.
+    (ingested,) = result.data["ingest"]["assetMaterializations"]
+    edge = {e["label"]: e for e in ingested["metadataEntries"]}
+    header, _, *rows = edge["column_lineage_table"]["mdStr"].strip().splitlines()
     assert header == "| column | from | from column |"
     landed = config.ingest[0].source
     columns = [f.name for f in catalog.load_table("db.customers").schema().fields]
     assert {"id", "name"} <= set(columns)
     assert [tuple(c.strip().strip("`") for c in row.strip("|").split("|")) for row in rows] == [
         (column, landed, column) for column in columns]
+
+    # Issue 44, 3-4: what a batch shows, as the Plots tab reads it: ids as text, every count of the batch
+    # (0 included), each fact once, none of our bookkeeping.
+    (latest,) = result.data["replica"]["assetMaterializations"]
+    shown = {e["label"]: e for e in latest["metadataEntries"]}
+    ids = [label for label in shown if label.endswith("snapshot_id")]
+    assert {"snapshot_id", "checkpoint_snapshot_id", "target_snapshot_id"} <= set(ids)
+    assert all(shown[label]["__typename"] == "TextMetadataEntry" for label in ids), {i: shown[i] for i in ids}
+    assert [shown[f"count_{t}"]["intValue"] for t in ("insert", "delete", "update_before", "update_after")] == [
+        3, 0, 0, 0]
+    assert not {"snapshots", "export", "insert_rows", "counted_by", "carry_over_groups_in_arrow"} & set(shown)
 
     nodes = result.data["assetNodes"]
     titles: dict[str, list[str]] = {}
@@ -108,4 +142,5 @@ def test_asset_pages_explain_themselves(spark, catalog_settings, catalog, instan
                                                  if e["__typename"] == "TableSchemaMetadataEntry"
                                                  for c in e["schema"]["columns"]} for n in nodes}
     assert schemas["changelog/db/customers_changelog"]["_change_type"].startswith("INSERT, DELETE, UPDATE_BEFORE")
+    assert schemas["iceberg/db/customers"]["id"] == "column id of db.customers"      # 5: plainly, no hint
     assert schemas["dead_letters/db/customers_dead_letters"]["reason"].startswith("why it could not be written")

@@ -6,7 +6,14 @@ read back from the instance's event log."""
 
 import logging
 
-from dagster import AssetCheckKey, AssetCheckSeverity, AssetKey, AssetRecordsFilter
+from dagster import (
+    AssetCheckKey,
+    AssetCheckSeverity,
+    AssetKey,
+    AssetMaterialization,
+    AssetObservation,
+    AssetRecordsFilter,
+)
 
 from icecdc_dagster.assets.naming import COUNTS_CHECK
 from icecdc_dagster.assets.source_table import source_observations
@@ -75,6 +82,7 @@ def test_sink_counts_are_the_events_applied(spark, catalog_settings, catalog, in
     replica = _metadata(instance, REPLICA, update)
     assert (replica["rows"], replica["count_update_after"], replica["count_update_before"]) == (3, 3, 0)
     assert replica["sink_updated"] == 3
+    assert (replica["sink_inserted"], replica["sink_deleted"], replica["sink_delete_missing"]) == (0, 0, 0)  # shown
     replica = _metadata(instance, REPLICA, delete)
     assert (replica["rows"], replica["count_delete"], replica["sink_deleted"]) == (2, 2, 2)
     index = _metadata(instance, INDEX, update)
@@ -83,8 +91,9 @@ def test_sink_counts_are_the_events_applied(spark, catalog_settings, catalog, in
     assert (index["rows"], index["count_delete"], index["sink_actions"]) == (2, 2, 2)
 
     # What the sensor records for the source (its harness tick does not store sensor asset events).
-    (observation,) = source_observations(table, catalog_settings.name, catalog.load_table("db.items"), [delete])
-    assert observation.metadata["dagster/row_count"].value == spark.table(fq).count() == 10
+    observation, filled = source_observations(table, catalog_settings.name, catalog.load_table("db.items"), [delete])
+    assert isinstance(observation, AssetObservation) and isinstance(filled, AssetMaterialization)
+    assert filled.metadata["dagster/row_count"].value == spark.table(fq).count() == 10
 
 
 def test_inserts_of_keys_the_source_already_holds_are_a_disagreement(spark, catalog_settings, catalog, instance,

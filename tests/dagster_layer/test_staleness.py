@@ -4,11 +4,10 @@ changelog and of each sink is FRESH and status has nothing pending; after new sn
 observed (by the sensor, as the daemon runs it) the new partitions are MISSING, exactly as many as
 status's pending snapshots, and the applied ones stay FRESH; a sync (``icecdc sync``'s path, one
 catch-up run for two snapshots) makes everything FRESH again. The source's partitions carry their
-snapshot ids as data versions."""
+snapshot ids as data versions, and every one of them is filled (a snapshot of the line exists)."""
 
-from dagster import AssetKey, build_sensor_context
+from dagster import AssetKey
 
-from icecdc_dagster.assets import naming
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
 from icecdc_dagster.status import table_status
@@ -34,17 +33,6 @@ query Stale($path: [String!]!) {
   }
 }
 """
-
-
-def _daemon_tick(defs, instance, table, run=True):
-    """The harness's tick, plus what the daemon also does with the sensor's result: record its asset
-    events (the observations of the new partitions)."""
-    sensor = defs.get_sensor_def(naming.sensor_name(table))
-    context = build_sensor_context(instance=instance, instance_ref=instance.get_ref(), resources=defs.resources,
-                                   definitions=defs)
-    for event in sensor.evaluate_tick(context).asset_events or []:
-        instance.report_runless_asset_event(event)
-    return tick(defs, instance, table, run=run)
 
 
 def _ui(code, instance):
@@ -76,6 +64,8 @@ def _assert_agree(ui, status):
         assert stats["numPartitions"] - stats["numMaterialized"] == pending and stats["numFailed"] == 0
     source = dict(zip(ui[SOURCE]["partitionKeys"], ui[SOURCE]["dataVersionByPartition"], strict=True))
     assert source == {key: key for key in source}                       # data version = the snapshot id
+    stats = ui[SOURCE]["partitionStats"]                                # every snapshot of the line is there:
+    assert stats["numMaterialized"] == stats["numPartitions"] == len(source)   # "100% filled", none missing
 
 
 def test_ui_stale_marks_agree_with_status(spark, catalog_settings, catalog, instance, tmp_path, monkeypatch,
@@ -94,9 +84,9 @@ def test_ui_stale_marks_agree_with_status(spark, catalog_settings, catalog, inst
     monkeypatch.setenv("ICECDC_CONFIG", str(path))
     defs = build_definitions(config)
 
-    assert _daemon_tick(defs, instance, table).succeeded == [True]      # the export
+    assert tick(defs, instance, table).succeeded == [True]      # the export
     spark.sql(f"INSERT INTO {fq} VALUES (7, 'x')")
-    assert _daemon_tick(defs, instance, table).succeeded == [True]
+    assert tick(defs, instance, table).succeeded == [True]
     status = table_status(defs, instance, table)
     assert status.unapplied_partitions == 0 and [s.pending_snapshots for s in status.sinks] == [0, 0]
     ui = _ui(code, instance)
@@ -104,7 +94,7 @@ def test_ui_stale_marks_agree_with_status(spark, catalog_settings, catalog, inst
     _assert_agree(ui, status)
 
     spark.sql(f"INSERT INTO {fq} VALUES (8, 'y')")                      # the sensor sees it, no run yet
-    assert _daemon_tick(defs, instance, table, run=False).added
+    assert tick(defs, instance, table, run=False).added
     status = table_status(defs, instance, table)
     assert [s.pending_snapshots for s in status.sinks] == [1, 1]
     ui = _ui(code, instance)

@@ -11,6 +11,7 @@ import pytest
 
 from icecdc_dagster.ingest import IngestSettings, expired_files, ingest_files, pending_files
 from icecdc_dagster.ingest.horizon import FILE_TIME_PROPERTY
+from icecdc_dagster.ingest.ledger import expired_files_in_metadata
 from icecdc_dagster.inputs.registry import open_input
 from icecdc_dagster.writer import exactly_once
 from icecdc_dagster.writer.exactly_once import java_table, ledger_dropped_upto, ledger_entries, table_properties
@@ -82,6 +83,7 @@ def test_an_old_file_never_ingested_is_counted_and_taken_with_the_setting(spark,
         ingest_files(spark, cat, catalog, settings, [f])
     old = _land(landing, "001.json", {3: "late", 1: "stale"}, 10)   # lands late, modified 10 days ago
     assert pending_files(spark, cat, settings) == [] and expired_files(spark, cat, settings) == [old]
+    assert expired_files_in_metadata(catalog, settings) == [old]      # icecdc status: the same, without Spark
     aside = ingest_files(spark, cat, catalog, settings, [old])        # its partition runs: counted, not written
     assert aside.skipped and aside.expired == (old,) and aside.totals()["expired_files"] == 1
     assert _rows(spark, cat) == {1: "a", 2: "b"}
@@ -98,6 +100,7 @@ def test_an_old_file_never_ingested_is_counted_and_taken_with_the_setting(spark,
     again = ingest_files(spark, cat, catalog, taking, [old])
     assert again.skipped and again.expired == (old,)
     assert pending_files(spark, cat, taking) == [] and expired_files(spark, cat, taking) == []
+    assert expired_files_in_metadata(catalog, settings) == []         # past what the ledger dropped: not counted
     assert _rows(spark, cat) == {1: "stale", 2: "b", 3: "late", 4: "d"}
 
 

@@ -21,7 +21,7 @@ field follows which source field. A change it cannot follow (identifier columns 
 cannot widen to) stops the line with :class:`SchemaChangeError`; the resync export rebuilds the replica.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -63,6 +63,7 @@ from icecdc_dagster.writer import (
     infer_mapping,
     java_table,
     last_batch,
+    last_batch_in,
     load_mapping,
     main_ancestors,
     schema_of,
@@ -70,11 +71,13 @@ from icecdc_dagster.writer import (
     table_exists,
     write_batch,
 )
+from icecdc_dagster.writer.metadata_reads import main_snapshots, summary_of
 
 SOURCE_SNAPSHOT_PROPERTY = "icecdc.source-snapshot-id"
 SOURCE_SEQUENCE_PROPERTY = "icecdc.source-sequence-number"
 SOURCE_TABLE_PROPERTY = "icecdc.source-table"
 LINE_PROPERTY = "icecdc.line"  # the resync key of the line the batch belongs to (absent: the original line)
+KEYED_COUNTS = ("inserted", "updated", "deleted", "delete_missing")  # what a keyed MERGE counts
 SOURCE_ROW_ID = "_source_row_id"
 SOURCE_ROW_ID_DOC = "_row_id of the source row (icecdc replica key of a keyless v3 table)"
 
@@ -90,6 +93,26 @@ def _table_name(table: Any) -> str:
 def _checkpoint(properties: dict[str, str]) -> Checkpoint:
     return Checkpoint(int(properties[SOURCE_SNAPSHOT_PROPERTY]), int(properties[SOURCE_SEQUENCE_PROPERTY]),
                       properties.get(LINE_PROPERTY))
+
+
+def _checkpoint_from(last: dict[str, str] | None, exists: Callable[[int], bool], ancestors: Iterable[tuple[int, Any]],
+                     as_dict: Callable[[Any], dict[str, str]]) -> Checkpoint | None:
+    """The replica's checkpoint: ``last`` (the ``icecdc.last-batch`` property) unless ``main`` was rolled
+    back past the snapshot it names; ``ancestors``: (snapshot id, summary map) of ``main``, newest first."""
+    published, recorded = None, None
+    if last is not None and SOURCE_SNAPSHOT_PROPERTY in last:
+        published, recorded = int(last.get(TARGET_SNAPSHOT_KEY, "0")), _checkpoint(last)
+        if not exists(published):  # expired by maintenance: the property is all there is
+            return recorded
+    # Back from the current snapshot to the first batch: the published one (the property holds its
+    # checkpoint), or an older batch when main was rolled back past it. Only the snapshots since
+    # the last batch are read, not the table's history.
+    for snapshot_id, summary in ancestors:
+        if published is not None and snapshot_id == published:
+            return recorded
+        if summary.get(SOURCE_SNAPSHOT_PROPERTY) is not None:
+            return _checkpoint(as_dict(summary))
+    return None
 
 
 class IcebergReplicaSink:
@@ -117,27 +140,26 @@ class IcebergReplicaSink:
         Raises:
             py4j.protocol.Py4JJavaError: the catalog cannot load the replica.
         """
+        if self.spark is None:  # icecdc status: the table's metadata, no SparkSession
+            return self._checkpoint_in_metadata()
         if not table_exists(self.spark, self.catalog_name, self.target_table):
             return None
         return self._checkpoint_of(java_table(self.spark, self._target))
 
     def _checkpoint_of(self, jtable: Any) -> Checkpoint | None:
-        last = last_batch(jtable)
-        published, recorded = None, None
-        if last is not None and SOURCE_SNAPSHOT_PROPERTY in last:
-            published, recorded = int(last.get(TARGET_SNAPSHOT_KEY, "0")), _checkpoint(last)
-            if jtable.snapshot(published) is None:  # expired by maintenance: the property is all there is
-                return recorded
-        # Back from the current snapshot to the first batch: the published one (the property holds its
-        # checkpoint), or an older batch when main was rolled back past it. Only the snapshots since
-        # the last batch are read, not the table's history.
-        for snap in main_ancestors(jtable):
-            if published is not None and int(snap.snapshotId()) == published:
-                return recorded
-            summary = snap.summary()
-            if summary.get(SOURCE_SNAPSHOT_PROPERTY) is not None:
-                return _checkpoint(java_map(summary))
-        return None
+        return _checkpoint_from(last_batch(jtable), lambda i: jtable.snapshot(i) is not None,
+                                ((int(s.snapshotId()), s.summary()) for s in main_ancestors(jtable)), java_map)
+
+    def _checkpoint_in_metadata(self) -> Checkpoint | None:
+        """:meth:`read_checkpoint` from the replica's metadata by pyiceberg (no Spark)."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            table = self.pyiceberg_catalog.load_table(self.target_table)
+        except NoSuchTableError:
+            return None
+        return _checkpoint_from(last_batch_in(table.properties), lambda i: table.snapshot_by_id(i) is not None,
+                                ((s.snapshot_id, summary_of(s)) for s in main_snapshots(table)), dict)
 
     def _keys(self) -> tuple[str, ...]:
         if self.identifier_columns:
@@ -204,7 +226,10 @@ class IcebergReplicaSink:
         # A resync export is the table's whole content: an overwrite drops rows the source no longer has.
         outcome = write_batch(self.spark, self._target, rows, keys, batch_id, properties,
                               replace_all=batch.resyncs_target)
-        return ApplyResult(self.name, outcome.skipped, batch.checkpoint, outcome.counts,
+        # Counted: every count shown, 0 included (the writer leaves zeros out; a plot of them would have gaps).
+        counts = ({**dict.fromkeys(KEYED_COUNTS, 0), **outcome.counts}
+                  if outcome.counted_by and "appended" not in outcome.counts else outcome.counts)
+        return ApplyResult(self.name, outcome.skipped, batch.checkpoint, counts,
                            {"target_snapshot_id": outcome.snapshot_id, "added_columns": evolution.added,
                             "schema_changes": evolution.changes,
                             "counted_by": outcome.counted_by})

@@ -36,7 +36,6 @@ class OpenSearchSinkConfig(SinkConfig):
     kind: ClassVar[str] = "opensearch"
     asset_prefix: ClassVar[str] = "opensearch"
     tags: ClassVar[frozenset[str]] = frozenset({"opensearch", "spark"})
-    needs_spark: ClassVar[bool] = False
 
     index: str = Field(description="the alias users query (lowercase), over versioned indexes <index>_v<n> "
                                    "created with a mapping from the Iceberg schema")
