@@ -276,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="local warehouse + demo table with several snapshots, synced end to end")
     demo.add_argument("--dir", default="icecdc-demo", help="where the demo's warehouse, catalog and instance live")
     demo.add_argument("--opensearch-url", default=os.environ.get("ICECDC_DEMO_OPENSEARCH_URL"),
-                      help="also sync into this OpenSearch cluster")
+                      help="the OpenSearch cluster of the demo's index (default: an in-memory OpenSearch-"
+                           "compatible server the demo starts; the index is gone when the demo ends)")
     demo.add_argument("--input", choices=("files", "nats"), default="files",
                       help="where the customers events come from: landing files, or a NATS JetStream subject "
                            "($ICECDC_DEMO_NATS_URL, default nats://127.0.0.1:4222)")

@@ -13,6 +13,7 @@ import pytest
 
 from icecdc_dagster.cli import main
 from icecdc_dagster.demo import workload
+from icecdc_dagster.demo.opensearch import INDEX, config_header, demo_cluster
 
 
 def _status(capsys, config, home) -> str:
@@ -22,14 +23,16 @@ def _status(capsys, config, home) -> str:
 
 
 @pytest.mark.long
-def test_demo_then_status_then_sync(spark, tmp_path, monkeypatch, capsys):
+def test_demo_then_status_then_sync(spark, tmp_path, monkeypatch, capsys, opensearch_url):
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     directory = tmp_path / "demo"
     (directory / "dagster_home").mkdir(parents=True)
     (directory / "dagster_home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")  # an older demo's
-    assert main(["demo", "--dir", str(directory)]) == 0
+    # The index in a cluster that outlives the demo (its own server would stop with it: see below).
+    assert main(["demo", "--dir", str(directory), "--opensearch-url", opensearch_url]) == 0
     captured = capsys.readouterr()
     out = captured.out
+    assert f"OpenSearch index {INDEX}: 1100 documents, source rows: 1100, index matches source: True" in out
     # Quiet by default: Dagster's console log at INFO (our one line per step), no DEBUG events.
     assert " - DEBUG - " not in captured.err and " - INFO - " in captured.err
     hint = out.strip().splitlines()[-1].split()   # the closing hint runs as printed
@@ -60,7 +63,8 @@ def test_demo_then_status_then_sync(spark, tmp_path, monkeypatch, capsys):
     (orders,) = [t for t in document["tables"] if t["table_name"] == "demo.orders"]
     assert orders["current_snapshot_id"] == current and orders["unapplied_partitions"] == 0
     assert {s["checkpoint_snapshot_id"] for s in orders["sinks"]} == {current}   # strings: ids exceed 2^53
-    assert [(s["target"], s["lag_s"]) for s in orders["sinks"]] == [(workload.REPLICA_TABLE, 0.0)]
+    assert [(s["target"], s["lag_s"]) for s in orders["sinks"]] == [(workload.REPLICA_TABLE, 0.0),
+                                                                     (f"index {INDEX} -> {INDEX}_v1", 0.0)]
     assert [i["name"] for i in document["ingest"]] == ["customers_cdc"]
     assert "ingest customers_cdc" in status and "2 landing files, 0 not yet ingested" in status
     monkeypatch.delenv("DAGSTER_HOME")                                 # the pipeline file names the instance
@@ -86,6 +90,22 @@ def test_demo_then_status_then_sync(spark, tmp_path, monkeypatch, capsys):
     assert newest != current and f"checkpoint {newest}, 0 snapshots pending" in status
     replica = spark.table(f"demo.{workload.REPLICA_TABLE}")
     assert replica.count() == 1095 and replica.where("order_id <= 5").count() == 0
+
+
+def test_the_demo_starts_its_own_opensearch_and_says_what_becomes_of_the_index():
+    """Without --opensearch-url the demo's index lives in a server the demo starts and stops: reachable while
+    the demo runs, gone after it, and the demo (and its pipeline file) say so."""
+    import urllib.request
+
+    with demo_cluster(None) as cluster:
+        assert cluster.url and "it stopped with the demo, and the index with it" in cluster.fate
+        with urllib.request.urlopen(cluster.url, timeout=10) as answer:     # an OpenSearch-compatible cluster
+            assert "version" in json.loads(answer.read())
+        assert config_header(cluster).startswith("# Written by `icecdc demo`: the OpenSearch index demo-orders")
+    with pytest.raises(OSError):
+        urllib.request.urlopen(cluster.url, timeout=5)
+    with demo_cluster("http://search:9200") as named:
+        assert named.url == "http://search:9200" and "stays in http://search:9200" in named.fate
 
 
 def _status_without_spark(tmp_path, config, home) -> str:

@@ -1,4 +1,5 @@
-"""Run the demo: create, sync (export), change, sync again (CDC per snapshot), verify, summarise."""
+"""Run the demo: create, sync (export), change, sync again (CDC per snapshot), verify, summarise. The
+orders go to an Iceberg replica and an OpenSearch index (in a server the demo starts, unless named)."""
 
 import os
 import shlex
@@ -14,6 +15,7 @@ from icecdc_dagster.assets import naming
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
 from icecdc_dagster.demo import workload
+from icecdc_dagster.demo.opensearch import INDEX, DemoCluster, config_header, demo_cluster, document_count
 from icecdc_dagster.lease.dagster_yaml import RECOMMENDED_DAGSTER_YAML
 from icecdc_dagster.lease.holder import set_process_role
 from icecdc_dagster.lines.batch_metadata import BatchMetadata
@@ -44,10 +46,11 @@ def _customers_input(input_kind: str) -> dict[str, Any]:
     return {"landing": "landing/customers"}
 
 
-def write_config(directory: Path, opensearch_url: str | None, input_kind: str = "files") -> Path:
+def write_config(directory: Path, opensearch_url: str | None, input_kind: str = "files", header: str = "") -> Path:
+    """The demo's pipeline file; ``header``: comment lines at its top (where its OpenSearch sink points)."""
     sinks: list[dict[str, Any]] = [{"iceberg": {"table_name": workload.REPLICA_TABLE}}]
     if opensearch_url:
-        sinks.append({"opensearch": {"hosts": [opensearch_url], "index": "demo-orders", "verify_certs": False}})
+        sinks.append({"opensearch": {"hosts": [opensearch_url], "index": INDEX, "verify_certs": False}})
     config = {
         "dagster_home": "dagster_home",  # so `icecdc status --config <this file>` finds the demo's instance
         "catalog": {"name": "demo", "uri": "sqlite:///catalog.db", "warehouse": "warehouse"},
@@ -61,7 +64,7 @@ def write_config(directory: Path, opensearch_url: str | None, input_kind: str = 
                     "polling_interval": "PT5S"}],
     }
     path = directory / "icecdc.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.write_text(header + yaml.safe_dump(config, sort_keys=False))
     return path
 
 
@@ -82,13 +85,20 @@ def write_dagster_yaml(home: Path) -> bool:
 
 
 def run_demo(directory: Path, opensearch_url: str | None = None, input_kind: str = "files") -> int:
+    """The demo end to end; its OpenSearch index in ``opensearch_url``, else in a server it starts
+    (:mod:`icecdc_dagster.demo.opensearch`). 0 when the replica and the index match the source."""
+    with demo_cluster(opensearch_url) as cluster:
+        return _run_demo(directory, cluster, input_kind)
+
+
+def _run_demo(directory: Path, cluster: DemoCluster, input_kind: str) -> int:
     set_process_role("icecdc demo")  # its runs say so (icecdc/launched_by), as icecdc sync's do
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     os.environ["DAGSTER_HOME"] = str(directory / "dagster_home")
     home = Path(os.environ["DAGSTER_HOME"])
     write_dagster_yaml(home)
-    config_path = write_config(directory, opensearch_url, input_kind)
+    config_path = write_config(directory, cluster.url, input_kind, config_header(cluster))
     config = load_config(config_path)
     # The demo creates its source table below, with the session these definitions build.
     defs = build_definitions(config, check_tables=False)
@@ -124,7 +134,13 @@ def run_demo(directory: Path, opensearch_url: str | None = None, input_kind: str
     missing = source.exceptAll(replica).count()
     extra = replica.exceptAll(source).count()
     matches = missing == 0 and extra == 0
-    print(f"\nsource rows: {source.count()}, replica rows: {replica.count()}, replica matches source: {matches}")
+    rows = source.count()
+    print(f"\nsource rows: {rows}, replica rows: {replica.count()}, replica matches source: {matches}")
+    if cluster.url is not None:  # the headline sink: every row a document, by its key
+        documents = document_count(cluster.url)
+        matches = matches and documents == rows
+        print(f"OpenSearch index {INDEX}: {documents} documents, source rows: {rows}, "
+              f"index matches source: {documents == rows}")
     customers = spark.table(f"{name}.{workload.CUSTOMERS_TABLE}")
     dead = spark.table(f"{name}.{workload.CUSTOMERS_TABLE}__dead_letters")
     gold = customers.where(customers.tier == "gold").count()
@@ -132,6 +148,7 @@ def run_demo(directory: Path, opensearch_url: str | None = None, input_kind: str
           f"dead letters: {dead.count()}")
     # The dagster command of this interpreter's environment (e.g. .venv/bin/dagster): runnable as printed.
     dagster_cli = Path(sys.executable).parent / "dagster"
+    print(f"demo: {cluster.fate}")
     print(f"demo finished in {time.monotonic() - started:.1f}s. Explore it in the UI:\n"
           f"  DAGSTER_HOME={shlex.quote(os.environ['DAGSTER_HOME'])} ICECDC_CONFIG={shlex.quote(str(config_path))} "
           f"{shlex.quote(str(dagster_cli))} dev -m icecdc_dagster.definitions")
