@@ -8,6 +8,7 @@ shows them) and the pipeline file still names the server, so a later ``icecdc sy
 reach it (its OpenSearch step fails to connect): the file says why at its top, and the demo at its end.
 """
 
+import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ def demo_cluster(url: str | None) -> Iterator[DemoCluster]:
         yield DemoCluster(url, f"the OpenSearch index {INDEX} stays in {url}; `icecdc sync` keeps it in step")
         return
     try:
-        from osmem_server import OsmemServer
+        from osmem_server import OsmemServer  # optional: the demo extra (a user's cluster needs none)
     except ImportError:
         yield DemoCluster(None, "no OpenSearch index: pass --opensearch-url URL, or install the demo extra "
                                 "(pip install 'icecdc-dagster[demo]': an OpenSearch-compatible server the demo starts)")
@@ -48,7 +49,7 @@ def demo_cluster(url: str | None) -> Iterator[DemoCluster]:
 
 def document_count(url: str) -> int:
     """Documents in the demo's index (refreshed first: what a search sees)."""
-    from opensearchpy import OpenSearch
+    from opensearchpy import OpenSearch  # only when the demo has an index to count
 
     client = OpenSearch(hosts=[url], verify_certs=False, ssl_show_warn=False)
     try:
@@ -66,6 +67,4 @@ def config_header(cluster: DemoCluster) -> str:
 
 
 def _wrap(text: str) -> list[str]:
-    import textwrap
-
     return textwrap.wrap(text, 100)

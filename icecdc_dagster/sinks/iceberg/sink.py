@@ -24,6 +24,7 @@ cannot widen to) stops the line with :class:`SchemaChangeError`; the resync expo
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from pyiceberg.exceptions import NoSuchTableError
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -152,8 +153,6 @@ class IcebergReplicaSink:
 
     def _checkpoint_in_metadata(self) -> Checkpoint | None:
         """:meth:`read_checkpoint` from the replica's metadata by pyiceberg (no Spark)."""
-        from pyiceberg.exceptions import NoSuchTableError
-
         try:
             table = self.pyiceberg_catalog.load_table(self.target_table)
         except NoSuchTableError:
