@@ -90,11 +90,11 @@ def _sync_context(args: argparse.Namespace, stop: "StopRequest", rebuilt: tuple[
                   **options: Any) -> "tuple[PipelineConfig, SyncContext]":
     """The pipeline file, its definitions and the instance, as a sync or resync works with them.
     ``rebuilt``: the table a resync rebuilds (a changed key of it is what the resync is for)."""
-    from icecdc_dagster.config import load_config  # pyiceberg+pydantic: ~4 s, not for --help
+    from icecdc_dagster.component import load_pipeline  # a pipeline file or a component defs.yaml; not for --help
     from icecdc_dagster.definitions import build_definitions  # dagster+pyspark: ~10 s, not for --help
     from icecdc_dagster.sync import SyncContext  # dagster+pyspark: ~10 s, not for --help
 
-    config = load_config(args.config)
+    config = load_pipeline(args.config)
     instance = _instance(config, args.config, args.dagster_home)  # first: the load compares with its line records
     defs = build_definitions(config, rebuilt=rebuilt)
     context = SyncContext(defs=defs, instance=instance, holder=Holder.current(), wait=args.wait, stop=stop,
@@ -154,7 +154,7 @@ def cmd_resync(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from icecdc_dagster.config import load_config  # pyiceberg+pydantic: ~4 s, not for --help
+    from icecdc_dagster.component import load_pipeline  # a pipeline file or a component defs.yaml; not for --help
     from icecdc_dagster.definitions import build_definitions  # dagster+pyspark: ~10 s, not for --help
     from icecdc_dagster.status import (  # dagster+pyspark: ~9 s, not for --help
         ingest_status,
@@ -162,7 +162,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         table_status,
     )
 
-    config = load_config(args.config)
+    config = load_pipeline(args.config)
     instance = _instance(config, args.config, args.dagster_home, create=False)  # a read creates nothing
     defs = build_definitions(config)
     tables = [table_status(defs, instance, table, args.config) for table in config.tables]
@@ -186,10 +186,10 @@ def cmd_config_schema(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Load the pipeline file and its definitions (tables exist, sinks can follow them), nothing else."""
-    from icecdc_dagster.config import load_config  # pyiceberg+pydantic: ~4 s, not for --help
+    from icecdc_dagster.component import load_pipeline  # a pipeline file or a component defs.yaml; not for --help
     from icecdc_dagster.definitions import build_definitions  # dagster+pyspark: ~10 s, not for --help
 
-    config = load_config(args.config)
+    config = load_pipeline(args.config)
     defs = build_definitions(config)
     assets = len(list(defs.assets or []))
     print(f"{config.source}: ok ({len(config.tables)} tables, {len(config.ingest)} ingest entries, {assets} assets)")
@@ -232,7 +232,7 @@ def _log_level_arguments(parser: argparse.ArgumentParser) -> None:
 def _config_argument(parser: argparse.ArgumentParser) -> None:
     """Optional in the usage line: ``$ICECDC_CONFIG`` names the file too (checked after parsing)."""
     parser.add_argument("--config", default=os.environ.get("ICECDC_CONFIG"),
-                        help="pipeline YAML (default: $ICECDC_CONFIG)")
+                        help="pipeline YAML, or the defs.yaml of an IcecdcComponent (default: $ICECDC_CONFIG)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -177,6 +177,9 @@ class Keyed(Model):
     def translate_key(self, kind: str, path: tuple[str, ...]) -> None:
         self._translated_keys[kind] = path
 
+    def forget_translated_keys(self) -> None:
+        self._translated_keys.clear()
+
 
 def local_path(value: str, info: ValidationInfo) -> str:
     """Relative warehouse paths and SQLite files are relative to the pipeline file; a model built in

@@ -77,8 +77,9 @@ def instance():  # noqa: ANN201
 
 
 def launch(instance, job_def, origin=None):  # noqa: ANN001, ANN201
+    """A run of a line (``icecdc/table``), as our sensors launch: the warm launcher's own kind of run."""
     origin = origin or reconstructable(job_def).get_python_origin()
-    run = instance.create_run_for_job(job_def=job_def, job_code_origin=origin)
+    run = instance.create_run_for_job(job_def=job_def, job_code_origin=origin, tags={run_tags.TABLE_TAG: "test"})
     instance.launch_run(run.run_id, workspace=None)
     return run.run_id
 
@@ -376,6 +377,18 @@ def test_definitions_are_built_once_per_process_until_the_pipeline_file_changes(
     instance.run_launcher.join(timeout=30)
     assert instance.get_run_by_id(again).status == DagsterRunStatus.SUCCESS
     assert len(builds) == 3
+    # A pipeline file a component (or icecdc_definitions) loaded is watched exactly like $ICECDC_CONFIG.
+    from icecdc_dagster.config import load_config
+
+    component_file = tmp_path / "defs" / "pipeline.yaml"
+    component_file.parent.mkdir()
+    component_file.write_text("tables: []\n")
+    before = definitions_cache._config_stamp()
+    load_config(component_file)
+    watched = definitions_cache._config_stamp()
+    assert watched != before and str(component_file.resolve()) in {part[0] for part in watched}
+    component_file.write_text("tables: []  # changed\n")
+    assert definitions_cache._config_stamp() != watched  # the next run rebuilds the definitions
 
 
 @pytest.mark.parametrize("name", ["WarmRunLauncher", "MonitoredRunLauncher"])
@@ -387,3 +400,31 @@ def test_the_module_path_in_existing_dagster_yaml_files_still_loads(name):
     launcher = ConfigurableClassData("icecdc_dagster.launcher", name, "{}").rehydrate()
     assert type(launcher).__name__ == name
     assert type(launcher).__module__.startswith("icecdc_dagster.launcher.")
+
+
+def test_a_users_own_run_gets_a_process_of_its_own_not_a_lane(instance):  # noqa: ANN001
+    """Merged into a user's project, the launcher is instance-wide: their runs (no ``icecdc/table`` tag,
+    not our ``icecdc__*`` jobs, not our code location) go to Dagster's default launcher - a new process per
+    run with their executor - and never wait behind, or share a process with, our lines."""
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster._core.workspace.load_target import PythonFileTarget
+
+    from icecdc_dagster.launcher.warm_launcher import is_ours
+
+    target = PythonFileTarget(python_file=__file__, attribute="ok_job", working_directory=os.getcwd(),
+                              location_name="team")
+    with WorkspaceProcessContext(instance, target) as workspace_process:
+        workspace = workspace_process.create_request_context()
+        location = workspace.get_code_location("team")
+        remote_job = location.get_repository("__repository__ok_job").get_full_job("ok_job")
+        run = instance.create_run_for_job(job_def=ok_job, remote_job_origin=remote_job.get_remote_origin(),
+                                          job_code_origin=remote_job.get_python_origin())
+        assert not is_ours(run)
+        instance.launch_run(run.run_id, workspace)
+        assert wait_status(instance, run.run_id, {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE},
+                           timeout=180) == DagsterRunStatus.SUCCESS
+    assert output_metadata(instance, run.run_id)["pid"] != os.getpid()  # a run worker process, not a lane
+    assert LAUNCHER_PID_TAG not in instance.get_run_by_id(run.run_id).tags
+    line_run = launch(instance, ok_job)
+    instance.run_launcher.join(timeout=30)
+    assert output_metadata(instance, line_run)["pid"] == os.getpid()  # ours: a lane of this process

@@ -52,6 +52,7 @@ LAYERS = (
     ("assets",),
     ("sensors", "checks"),
     ("definitions",),
+    ("component",),
     ("progress", "sync_plan", "progress_display"),
     ("sync", "status", "launcher"),
     ("demo",),

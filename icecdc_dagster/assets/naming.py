@@ -156,6 +156,7 @@ class NamedAsset:
     where: str
     keyed: Keyed
     names: Mapping[str, str]
+    group: str
 
 
 def named_assets(config: PipelineConfig) -> list[NamedAsset]:
@@ -164,20 +165,22 @@ def named_assets(config: PipelineConfig) -> list[NamedAsset]:
     for i, table in enumerate(config.tables):
         where = f"tables[{i}] ({table.table_name})"
         names = {"table_name": table.table_name, "namespace": table.namespace, "table": table.name}
-        found += [NamedAsset(SOURCE, source_key(table), where, table, names),
-                  NamedAsset(CHANGELOG, changelog_key(table), f"{where} changelog", table, names)]
+        group = group_name(table)
+        found += [NamedAsset(SOURCE, source_key(table), where, table, names, group),
+                  NamedAsset(CHANGELOG, changelog_key(table), f"{where} changelog", table, names, group)]
         found += [NamedAsset(sink.asset_prefix, sink_key(sink), f"{where}.sinks[{j}] ({sink.name})", sink,
-                             {**names, "target": sink.target}) for j, sink in enumerate(table.sinks)]
-        found.append(NamedAsset(MAINTENANCE, maintenance_key(table), f"{where} maintenance", table, names))
+                             {**names, "target": sink.target}, group) for j, sink in enumerate(table.sinks)]
+        found.append(NamedAsset(MAINTENANCE, maintenance_key(table), f"{where} maintenance", table, names, group))
     dead: set[str] = set()
     for i, entry in enumerate(config.ingest):
         target = fixed_target(entry)
         names = {"ingest": entry.name, "target": target or entry.target}
-        found.append(NamedAsset(INGEST, ingest_key(entry), f"ingest[{i}] ({entry.name})", entry, names))
+        group = ingest_group_name(entry)
+        found.append(NamedAsset(INGEST, ingest_key(entry), f"ingest[{i}] ({entry.name})", entry, names, group))
         if target is not None and target not in dead:
             dead.add(target)
             found.append(NamedAsset(DEAD_LETTERS, dead_letter_key(entry, target),
-                                    f"ingest[{i}] ({entry.name}) dead letters", entry, names))
+                                    f"ingest[{i}] ({entry.name}) dead letters", entry, names, group))
     return found
 
 

@@ -16,6 +16,19 @@ from icecdc_dagster.sinks.registry import SINK_KINDS
 
 CONFIG_ENV = "ICECDC_CONFIG"
 _ROOT = "<root>"
+# Every file this process built a pipeline from: $ICECDC_CONFIG's, a component's pipeline file or its
+# defs.yaml (an inline pipeline). The warm launcher rebuilds its cached definitions when one changes.
+_WATCHED: set[str] = set()
+
+
+def watch(path: str | os.PathLike[str]) -> None:
+    """Note that definitions are built from ``path`` (see :func:`watched_files`)."""
+    _WATCHED.add(str(Path(path).resolve()))
+
+
+def watched_files() -> frozenset[str]:
+    """The pipeline files (and component files) this process has loaded pipelines from."""
+    return frozenset(_WATCHED)
 
 
 def parse_config(data: Any, source: str = "<config>", base_dir: Path | None = None) -> PipelineConfig:
@@ -54,6 +67,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> PipelineConfig:
         data = yaml.safe_load(file.read_text())
     except yaml.YAMLError as exc:
         raise ConfigError(f"{file}: not valid YAML: {exc}") from None
+    watch(file)
     return parse_config(data, str(file), file.resolve().parent)
 
 

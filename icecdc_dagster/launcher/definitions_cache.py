@@ -9,10 +9,12 @@ from dagster._core.definitions import reconstruct
 from dagster._core.definitions.reconstruct import ReconstructableJob, ReconstructableRepository
 from dagster_shared.serdes import serialize_value
 
+from icecdc_dagster.config.load import CONFIG_ENV, watched_files
+
 if TYPE_CHECKING:
     from dagster import RepositoryDefinition
 
-_DEFINITIONS: dict[tuple[Any, ...], "RepositoryDefinition"] = {}
+_DEFINITIONS: dict[tuple[Any, ...], tuple["RepositoryDefinition", tuple[Any, ...]]] = {}
 _DEFINITIONS_LOCK = threading.Lock()
 
 
@@ -43,11 +45,17 @@ def clear_definitions() -> None:
         _DEFINITIONS.clear()
 
 
-def _config_stamp() -> tuple[Any, ...] | None:
-    """The pipeline file the definitions are built from (``$ICECDC_CONFIG``): a change rebuilds them."""
-    path = os.environ.get("ICECDC_CONFIG")
-    if not path:
-        return None
+def _config_stamp() -> tuple[Any, ...]:
+    """The pipeline files the definitions were built from: ``$ICECDC_CONFIG``'s and every file a component
+    or ``icecdc_definitions`` loaded in this process (a component's ``defs.yaml`` for an inline pipeline).
+    A change of any rebuilds them."""
+    paths = set(watched_files())
+    if os.environ.get(CONFIG_ENV):
+        paths.add(os.environ[CONFIG_ENV])
+    return tuple(_stamp(path) for path in sorted(paths))
+
+
+def _stamp(path: str) -> tuple[Any, ...]:
     try:
         stat = os.stat(path)
     except OSError:
@@ -56,15 +64,14 @@ def _config_stamp() -> tuple[Any, ...] | None:
 
 
 def _definitions(repository: ReconstructableRepository) -> "RepositoryDefinition":
-    """The repository definition of a code origin, built once per process (and again when the
-    pipeline file changes). Code changes still need a daemon restart (docs/warm-launcher.md)."""
+    """The repository definition of a code origin, built once per process (and again when a pipeline
+    file it was built from changes). Code changes still need a daemon restart (docs/warm-launcher.md).
+    The stamp is taken after the build, when the files it read are known."""
     load_data = repository.repository_load_data
-    key = (repository.pointer, serialize_value(load_data) if load_data is not None else None, _config_stamp())
+    key = (repository.pointer, serialize_value(load_data) if load_data is not None else None)
     with _DEFINITIONS_LOCK:
         cached = _DEFINITIONS.get(key)
-        if cached is None:
-            cached = reconstruct.reconstruct_repository_def_from_pointer(repository.pointer, load_data)
-            for stale in [k for k in _DEFINITIONS if k[:2] == key[:2]]:
-                del _DEFINITIONS[stale]
-            _DEFINITIONS[key] = cached
-        return cached
+        if cached is None or cached[1] != _config_stamp():
+            built = reconstruct.reconstruct_repository_def_from_pointer(repository.pointer, load_data)
+            cached = _DEFINITIONS[key] = (built, _config_stamp())
+        return cached[0]

@@ -30,11 +30,12 @@ from dagster._utils.hosted_user_process import recon_job_from_origin
 from icecdc_dagster import run_tags
 from icecdc_dagster.launcher.definitions_cache import warm_recon_job
 from icecdc_dagster.launcher.logging_reconfiguration import skip_logging_reconfiguration_per_run
+from icecdc_dagster.launcher.monitored_launcher import MonitoredRunLauncher
 from icecdc_dagster.launcher.run_profile import RunProfile
 from icecdc_dagster.launcher.sqlite_tuning import check_sqlite_synchronous, set_sqlite_synchronous
 from icecdc_dagster.launcher.worker_health import new_session, worker_alive
 from icecdc_dagster.lease import failover
-from icecdc_dagster.lease.executor import WARM_WORKER_THREAD
+from icecdc_dagster.lease.executor import JOB_PREFIX, WARM_WORKER_THREAD
 from icecdc_dagster.lease.holder import Holder
 from icecdc_dagster.lease.run_thread import adopt_spark_session, cancel_spark_jobs, raise_in_thread, tag_spark_thread
 from icecdc_dagster.run_tags import FAILED_OVER_TAG, LAUNCHER_HOST_TAG, LAUNCHER_PID_TAG, LAUNCHER_SESSION_TAG
@@ -54,6 +55,24 @@ _log = logging.getLogger(__name__)
 # with Python's 5 ms switch interval that wait is up to 5 ms per round trip. 1 ms: 20 tables x 3 lanes,
 # p95 31.1 -> 29.5 s, p50 20.0 -> 17.7 s, CPU per run 2.17 -> 2.00 CPU-s (bench/freshness.py, one run each).
 DEFAULT_SWITCH_INTERVAL_MS = 1.0
+
+
+OWN_CODE_LOCATION = "icecdc_dagster.definitions"  # `dagster dev -m icecdc_dagster.definitions`: all ours
+
+
+def is_ours(run: DagsterRun) -> bool:
+    """A run of our lines or jobs: a sensor's or sync's line run (``icecdc/table``), a run of our jobs
+    (``icecdc__*``: maintenance), any run of our own code location, or one a warm launcher already took.
+    The rest - a user's own jobs, dbt models, a materialisation they launch from the asset graph of their
+    project - is theirs: it gets Dagster's default launcher (a new process per run, their executor), never
+    a lane of this daemon."""
+    if run_tags.TABLE_TAG in run.tags or run.job_name.startswith(JOB_PREFIX):
+        return True
+    if run_tags.read(run.tags, LAUNCHER_PID_TAG) is not None:  # a warm launcher took it (its health is ours)
+        return True
+    origin = run.job_code_origin
+    pointer = origin.repository_origin.code_pointer if origin is not None else None
+    return getattr(pointer, "module", None) == OWN_CODE_LOCATION
 
 
 class WarmRunLauncher(RunLauncher, ConfigurableClass):
@@ -81,6 +100,7 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
         self._pending: set[str] = set()  # accepted, not yet picked up by a worker
         self._current: dict[str, threading.Thread] = {}  # executing now -> the worker thread
         self._spark_groups: set[str] = set()  # running runs whose Spark jobs carry their job group
+        self._process_launcher: MonitoredRunLauncher | None = None  # for the runs that are not ours
         self._idle = threading.Condition(self._lock)
         self._session = new_session()
         self._host = socket.gethostname()
@@ -128,6 +148,9 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
 
     def launch_run(self, context: LaunchRunContext) -> None:
         run = context.dagster_run
+        if not is_ours(run):  # a user's own run: as if this launcher were not there
+            self._processes().launch_run(context)
+            return
         if run.job_code_origin is None:
             raise ValueError(f"run {run.run_id} has no job code origin; the warm launcher cannot load its job")
         instance = self._instance
@@ -239,6 +262,14 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
 
     # -- termination -------------------------------------------------------------------------
 
+    def _processes(self) -> MonitoredRunLauncher:
+        """Dagster's default launcher (a new process per run), for the runs that are not ours."""
+        with self._lock:
+            if self._process_launcher is None:
+                self._process_launcher = MonitoredRunLauncher()
+                self._process_launcher.register_instance(self._instance)
+            return self._process_launcher
+
     def terminate(self, run_id: str) -> bool:
         """Mark the run CANCELING; the process executing it interrupts it (see the watcher).
         Called in the webserver (UI) as often as in the daemon, so nothing here assumes the run
@@ -248,6 +279,8 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
         run = instance.get_run_by_id(run_id)
         if run is None or run.is_finished:
             return False
+        if not is_ours(run):
+            return self._processes().terminate(run_id)
         with self._lock:
             waiting = run_id in self._pending
             self._pending.discard(run_id)
@@ -269,6 +302,8 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
         return True
 
     def check_run_worker_health(self, run: DagsterRun) -> CheckRunHealthResult:
+        if not is_ours(run):
+            return self._processes().check_run_worker_health(run)
         with self._lock:
             if run.run_id in self._current or run.run_id in self._pending:
                 return CheckRunHealthResult(WorkerStatus.RUNNING)
@@ -319,3 +354,5 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
             if run is not None and not run.is_finished:
                 self._instance.add_run_tags(run_id, {FAILED_OVER_TAG: "worker died: shut down before the run"})
                 self._instance.report_run_failed(run, "icecdc warm launcher: shut down before the run started")
+        if self._process_launcher is not None:
+            self._process_launcher.dispose()
