@@ -180,6 +180,11 @@ def cmd_config_schema(args: argparse.Namespace) -> int:
     from icecdc_dagster.config import config_schema  # pyiceberg+pydantic: ~4 s, not for --help
     from icecdc_dagster.config.reference import markdown_reference  # pyiceberg+pydantic: ~4 s, not for --help
 
+    if args.component:
+        from icecdc_dagster.component.markdown import component_reference
+
+        print(component_reference())
+        return 0
     print(markdown_reference() if args.markdown else json.dumps(config_schema(), indent=2))
     return 0
 
@@ -269,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         p.set_defaults(func=func)
     schema = sub.add_parser("config-schema", help="print the pipeline file's JSON schema (--markdown: reference)")
     schema.add_argument("--markdown", action="store_true", help="the Markdown reference (docs/configuration.md)")
+    schema.add_argument("--component", action="store_true",
+                        help="the IcecdcComponent's Markdown reference (docs/component.md)")
     schema.set_defaults(func=cmd_config_schema)
     validate = sub.add_parser("validate", help="load a pipeline file and check it against the catalog")
     _config_argument(validate)

@@ -148,3 +148,10 @@ def test_component_in_a_dg_project_with_dbt_and_the_teams_own_spark(spark, catal
                              timeout=600)
     assert checked.returncode == 0, checked.stdout[-2000:] + checked.stderr[-3000:]
     assert "All definitions loaded successfully" in checked.stdout + checked.stderr
+
+
+def test_the_component_reference_is_generated_from_its_model():
+    from icecdc_dagster.component.markdown import component_reference
+
+    committed = (Path(__file__).parent.parent.parent / "docs" / "component.md").read_text()
+    assert committed.strip() == component_reference().strip(), "regenerate: icecdc config-schema --component"
