@@ -181,7 +181,7 @@ def cmd_config_schema(args: argparse.Namespace) -> int:
     from icecdc_dagster.config.reference import markdown_reference  # pyiceberg+pydantic: ~4 s, not for --help
 
     if args.component:
-        from icecdc_dagster.component.markdown import component_reference
+        from icecdc_dagster.component.markdown import component_reference  # dagster components: not for --help
 
         print(component_reference())
         return 0
