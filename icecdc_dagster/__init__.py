@@ -15,7 +15,7 @@ __all__ = ["IcecdcAsset", "IcecdcComponent", "__version__", "icecdc_definitions"
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
+        import importlib  # only for the lazy names: the package import stays free
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'icecdc_dagster' has no attribute {name!r}")

@@ -61,7 +61,7 @@ class IcecdcScaffolder(Scaffolder[Any]):
     beside it, and that file's skeleton (an empty pipeline: ``dg check defs`` passes before any table)."""
 
     def scaffold(self, request: ScaffoldRequest[Any]) -> None:
-        from dagster.components.component_scaffolding import scaffold_component
+        from dagster.components.component_scaffolding import scaffold_component  # dg scaffold only (click)
 
         scaffold_component(request, {"pipeline": PIPELINE_FILE})
         pipeline = request.target_path / PIPELINE_FILE
@@ -124,7 +124,7 @@ def load_pipeline(path: str | Path) -> PipelineConfig:
     if head["type"] != COMPONENT_TYPE:
         raise ConfigError(f"{file}: a defs.yaml of {head['type']!r}, not of {COMPONENT_TYPE}")
     # Resolved as dg resolves it (paths relative to the file, {{ }} templates), without a project tree.
-    from dagster_shared.yaml_utils import parse_yaml_with_source_position
+    from dagster_shared.yaml_utils import parse_yaml_with_source_position  # only for a component file
 
     parsed = parse_yaml_with_source_position(file.read_text(), str(file))
     context = ResolutionContext.default(parsed.source_position_tree.children["attributes"])
