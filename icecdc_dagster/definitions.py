@@ -32,12 +32,12 @@ from icecdc_dagster.assets.table_metadata import ROW_COUNT, definition_metadata,
 from icecdc_dagster.changelog import check_supported, uses_row_lineage
 from icecdc_dagster.checks.line_checks import build_line_checks
 from icecdc_dagster.checks.sinks_agree import build_consistency_checks
-from icecdc_dagster.config import IngestConfig, PipelineConfig, TableConfig, load_config
+from icecdc_dagster.config import CatalogConfig, IngestConfig, PipelineConfig, TableConfig, load_config
 from icecdc_dagster.errors import ConfigError, UnsupportedFormatVersionError
 from icecdc_dagster.lease.executor import line_executor
 from icecdc_dagster.lineage import LineageEmitter
-from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
-from icecdc_dagster.resources.keys import CATALOG_KEY, SPARK_KEY
+from icecdc_dagster.resources import IcebergCatalogResource, SparkResource, catalog_resource_key
+from icecdc_dagster.resources.keys import SPARK_KEY
 from icecdc_dagster.resources.secrets import env_var
 from icecdc_dagster.sensors.ingest_sensor import build_ingest_sensor
 from icecdc_dagster.sensors.snapshots import build_snapshot_sensor, build_tables_sensor
@@ -49,15 +49,27 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 
+def _catalog_resource(catalog: CatalogConfig) -> IcebergCatalogResource:
+    return IcebergCatalogResource(type=catalog.type, name=catalog.name, uri=catalog.uri, warehouse=catalog.warehouse,
+                                  password=env_var(catalog.password),
+                                  properties={k: env_var(v) for k, v in catalog.properties.items()})
+
+
+def _catalog_kinds(config: PipelineConfig) -> list[str]:
+    """What the Spark session needs loaded at start for every catalog: the REST client, JDBC drivers."""
+    kinds = set()
+    for catalog in (config.catalog, *config.catalogs.values()):
+        kinds.add(catalog.type if catalog.type != "sql" else catalog._settings(resolve=False).backend or "sqlite")
+    return sorted(kinds & {"rest", "sqlite", "postgresql"})
+
+
 def build_resources(config: PipelineConfig) -> dict[str, Any]:
     resources: dict[str, Any] = {
-        CATALOG_KEY: IcebergCatalogResource(type=config.catalog.type, name=config.catalog.name, uri=config.catalog.uri,
-                                          warehouse=config.catalog.warehouse,
-                                          password=env_var(config.catalog.password),
-                                          properties={k: env_var(v) for k, v in config.catalog.properties.items()}),
+        catalog_resource_key(None): _catalog_resource(config.catalog),
+        **{catalog_resource_key(name): _catalog_resource(block) for name, block in config.catalogs.items()},
         SPARK_KEY: SparkResource(master=config.spark.master, app_name=config.spark.app_name,
                                conf={k: str(v) for k, v in config.spark.conf.items()}, jars=list(config.spark.jars),
-                               spark_config=dict(config.spark.spark_config)),
+                               spark_config=dict(config.spark.spark_config), catalog_kinds=_catalog_kinds(config)),
     }
     for table in config.tables:
         for sink in table.sinks:
@@ -88,9 +100,12 @@ def check_tables_exist(config: PipelineConfig) -> dict[str, "Table"]:
     created_later = {fixed_target(e) for e in config.ingest if e.auto_create}
     for i, entry in enumerate(config.ingest):
         target = fixed_target(entry)
-        if target and not entry.auto_create and not catalog.table_exists(target):
-            raise ConfigError(f"{config.source}: ingest[{i}] ({entry.name}).target: table {target!r} does not "
-                              f"exist in catalog {config.catalog.name!r} and auto_create is false")
+        if target and not entry.auto_create:
+            where = config.catalog_config(entry.catalog)
+            if not (catalog if entry.catalog is None else config.catalog_settings(entry.catalog).load_pyiceberg()
+                    ).table_exists(target):
+                raise ConfigError(f"{config.source}: ingest[{i}] ({entry.name}).target: table {target!r} does not "
+                                  f"exist in catalog {where.name!r} and auto_create is false")
     sources = {}
     for table in config.tables:
         try:
@@ -172,10 +187,11 @@ def _build_definitions(config: PipelineConfig, check_tables: bool, rebuilt: Coll
     for entry in config.ingest:
         target = fixed_target(entry)
         stands_for_target = target is not None and target not in configured
-        assets.append(build_ingest_asset(entry, remembered.get(f"{config.catalog.name}.{target}", {})
+        written = f"{config.catalog_config(entry.catalog).name}.{target}"  # in the entry's catalog
+        assets.append(build_ingest_asset(entry, remembered.get(written, {})
                                          if stands_for_target else None, lineage))
         sensors.append(build_ingest_sensor(entry))
-    assets.extend(build_dead_letter_asset(entries, config.catalog.name, remembered)
+    assets.extend(build_dead_letter_asset(entries, config.catalog_config(entries[0].catalog).name, remembered)
                   for target, entries in entries_by_target.items() if target is not None)
     resources = build_resources(config)
     for table in config.tables:
@@ -189,17 +205,18 @@ def _build_definitions(config: PipelineConfig, check_tables: bool, rebuilt: Coll
         store = f"{config.catalog.name}.{changelog_table_name(table.table_name)}"
         assets.append(build_changelog_asset(table, lineage, remembered.get(store, {})))
         assets.extend(build_sink_asset(table, sink, lineage,
-                                       definition_metadata(config.catalog.name, table, sink, source, remembered),
+                                       definition_metadata(sink.target_catalog or config.catalog.name, table, sink,
+                                                           source, remembered),
                                        config.source)
                       for sink in table.sinks)
         checks.append(build_line_checks(table, config.source))
         assets.append(build_maintenance_asset(table, tuple(entries_by_target.get(table.table_name, ()))))
         schedules.append(build_maintenance_schedule(table))
         if config.snapshot_sensors == "per_table":
-            sensors.append(build_snapshot_sensor(table, config.source, resources[CATALOG_KEY]))
+            sensors.append(build_snapshot_sensor(table, config.source, resources[catalog_resource_key(None)]))
 
     if config.snapshot_sensors == "one" and config.tables:
-        sensors.append(build_tables_sensor(config.tables, config.source, resources[CATALOG_KEY]))
+        sensors.append(build_tables_sensor(config.tables, config.source, resources[catalog_resource_key(None)]))
     for table in config.tables:
         checks.extend(build_consistency_checks(table))
     # No code-location-wide executor: merged into a user's project it would become theirs too. Our

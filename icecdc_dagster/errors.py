@@ -173,6 +173,13 @@ class SinkUnavailableError(SinkWriteError):
     transient = True
 
 
+class CatalogUnavailableError(IcecdcError):
+    """An Iceberg catalog did not answer (connection refused or reset, a timeout, a 5xx): names the catalog;
+    the batch may succeed when it answers again, so the line waits and retries it with backoff."""
+
+    transient = True
+
+
 class DefinitionChangedError(ConfigError):
     """The pipeline file changes what a running line was built on (its identifier columns): the
     message names the old and new values and the ``icecdc resync`` command that rebuilds the line."""

@@ -16,8 +16,7 @@ from icecdc_dagster.inputs.registry import open_input
 from icecdc_dagster.lines import line as lines
 from icecdc_dagster.lines.batch_metadata import BatchMetadata
 from icecdc_dagster.lines.window import TableWindow, WholeLine, diagnose, discover_new_keys, line_view
-from icecdc_dagster.resources.keys import CATALOG_KEY
-from icecdc_dagster.resources.resolved import resolved_resource
+from icecdc_dagster.resources.resolved import resolved_catalog, resolved_resource
 from icecdc_dagster.sensors.ingest_sensor import ingest_line, unknown_keys
 from icecdc_dagster.steps import lifecycle
 from icecdc_dagster.steps.ingest_entry import ingest_settings, input_keys
@@ -150,7 +149,7 @@ def ingest_status(instance: DagsterInstance, entry: IngestConfig, defs: Definiti
 def _count_expired(defs: Definitions, entry: IngestConfig, status: IngestStatus) -> None:
     """The landing files past the ledger's horizon that no batch records (the ledger in the tables' metadata)."""
     try:
-        catalog = resolved_resource(defs, CATALOG_KEY)
+        catalog = resolved_catalog(defs, entry.catalog)
         status.expired_files = len(expired_files_in_metadata(catalog.load(), ingest_settings(entry)))
     except Exception as exc:  # noqa: BLE001 - status reports, it does not fail
         status.error = str(exc)[:200]
@@ -189,7 +188,7 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
     latest materialisations (``lines.window.line_view``) and aggregate counts of its keys,
     whatever the history; otherwise the whole line once, and its diagnosis.
     """
-    catalog = resolved_resource(defs, CATALOG_KEY)
+    catalog = resolved_catalog(defs)
     try:
         source = catalog.load_table(table.table_name)
     except NoSuchTableError:  # created later by an ingest entry
@@ -205,9 +204,11 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
     needed: list[int] = []  # checkpoints of sinks that still have snapshots to apply
     for sink in table.sinks:
         try:  # no SparkSession: a sink reads its checkpoint from metadata (a table's, an index's)
+            target_catalog = resolved_catalog(defs, sink.target_catalog)  # where the sink's table lives
             key = sink.resource_key()
             target = open_configured_sink(sink, table, spark=None, catalog=catalog, source_table=source,
-                                          connection=resolved_resource(defs, key) if key else None)
+                                          connection=resolved_resource(defs, key) if key else None,
+                                          target_catalog=target_catalog)
             checkpoint = target.read_checkpoint()
             # Optional on a sink: where its target stands (OpenSearch: the index version, a reindex).
             state = getattr(target, "target_state", None)

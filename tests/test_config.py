@@ -261,3 +261,57 @@ def test_definitions_module_reads_no_config_at_import_and_cli_config_wins(tmp_pa
     assert validated.returncode == 0 and f"{good}: ok (0 tables" in validated.stdout, validated.stderr
     refused = subprocess.run([str(cli), "validate"], env=env, capture_output=True, text=True)
     assert refused.returncode == 2 and "a.yaml: tabels: unknown key" in refused.stderr
+
+
+TWO_CATALOGS = {
+    "catalog": {"name": "lake", "uri": "sqlite:///lake.db", "warehouse": "lake"},
+    "catalogs": {"analytics": {"type": "rest", "uri": "http://analytics:8181",
+                               "properties": {"token": {"env": "ANALYTICS_TOKEN"}}},
+                 "archive": {"uri": "sqlite:///archive.db", "warehouse": "archive"}},
+    "tables": [{"table_name": "db.orders", "identifier_columns": ["id"],
+                "sinks": [{"iceberg": {"catalog": "analytics", "table_name": "mart.orders"}},
+                          {"iceberg": {"catalog": "lake", "table_name": "db.orders_copy"}}]}],
+}
+
+
+def test_named_catalogs_each_keep_their_settings_and_secrets_and_reach_both_engines(tmp_path, monkeypatch):
+    from dagster import EnvVar
+
+    from icecdc_dagster.definitions import build_resources
+
+    monkeypatch.setenv("ANALYTICS_TOKEN", "t0k3n")
+    config = parse_config(TWO_CATALOGS, base_dir=tmp_path)
+    # the key names the catalog; a sink naming the default catalog by its name names none
+    assert [s.target_catalog for s in config.tables[0].sinks] == ["analytics", None]
+    assert config.catalog_settings("analytics").pyiceberg_properties() == {
+        "type": "rest", "uri": "http://analytics:8181", "token": "t0k3n"}
+    archive = config.catalog_settings("archive").spark_conf()
+    assert archive["spark.sql.catalog.archive.uri"] == f"jdbc:sqlite:{(tmp_path / 'archive.db').resolve()}"
+    assert config.catalog_settings(None).name == config.catalog_settings("lake").name == "lake"
+    resources = build_resources(config)
+    assert {"catalog", "catalog_analytics", "catalog_archive"} <= set(resources)
+    assert resources["catalog_analytics"].properties["token"] == EnvVar("ANALYTICS_TOKEN")
+    # the session starts with what every catalog needs (the REST client, the SQLite driver)
+    assert resources["spark"].settings().rest_catalog and resources["spark"].settings().jdbc_drivers == ("sqlite",)
+    monkeypatch.delenv("ANALYTICS_TOKEN")
+    with pytest.raises(ConfigError, match="catalogs.analytics.properties.token: environment variable "
+                                          "ANALYTICS_TOKEN is not set"):
+        config.catalog_settings("analytics")
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"tables": [{"table_name": "db.orders", "sinks": [{"iceberg": {"catalog": "analytcs", "table_name": "m.o"}}]}]},
+     "p.yaml: tables[0] (db.orders).sinks[0].iceberg.catalog: unknown catalog 'analytcs' (the pipeline's catalogs: "
+     "analytics, archive, lake)"),
+    ({"catalogs": {"archive": {"uri": "sqlite:///a.db"}}}, "p.yaml: catalogs.archive: a named catalog gives warehouse"),
+    ({"catalogs": {"archive": {"name": "x", "uri": "sqlite:///a.db", "warehouse": "w"}}},
+     "p.yaml: catalogs.archive.name: a named catalog's name is its key"),
+    ({"catalogs": {"lake": {"uri": "sqlite:///a.db", "warehouse": "w"}}},
+     "p.yaml: catalogs.lake: 'lake' is the default catalog's name"),
+    ({"catalogs": {"archive": {"type": "rest", "uri": "http://a", "tokn": "x"}}},
+     "p.yaml: catalogs.archive.tokn: unknown key (expected one of: name, password, properties, type, uri, warehouse)"),
+])
+def test_a_catalog_mistake_names_its_key(tmp_path, change, message):
+    with pytest.raises(ConfigError) as raised:
+        parse_config({**TWO_CATALOGS, **change}, "p.yaml", base_dir=tmp_path)
+    assert str(raised.value).startswith(message), str(raised.value)

@@ -50,7 +50,8 @@ from icecdc_dagster.inputs.registry import open_input
 from icecdc_dagster.lineage import BatchFacet, LineageDataset, LineageEmitter, iceberg_dataset, location_dataset
 from icecdc_dagster.lineage.openlineage import RunOutcome
 from icecdc_dagster.lines.batch_metadata import BatchMetadata, seconds_since
-from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
+from icecdc_dagster.resources import IcebergCatalogResource, SparkResource, catalog_resource_keys, run_catalog
+from icecdc_dagster.resources.keys import SPARK_KEY
 from icecdc_dagster.steps.ingest_entry import batches_for, fixed_target, ingest_settings, ingest_stream_batch
 
 
@@ -68,16 +69,17 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
         backfill_policy=BackfillPolicy.single_run(),
         group_name=naming.ingest_group_name(entry),
         kinds={"iceberg", "spark"},
+        required_resource_keys={SPARK_KEY, *catalog_resource_keys(entry.catalog)},
         description=(f"Debezium events from {entry.any_input.describe()} upserted into "
                      f"{target or 'the tables named by ' + entry.target}; bad events go to dead-letter tables."),
         metadata={"landing" if entry.input is None else "input": entry.source, "target": entry.target,
                   "identifier_columns": ", ".join(entry.identifier_columns) or "(table's own or none)",
                   **{k: v for k, v in (described or {}).items() if k != ROW_COUNT}},
     )
-    def _ingest(context: AssetExecutionContext, icecdc_spark: SparkResource,
-                icecdc_catalog: IcebergCatalogResource) -> MaterializeResult[Any]:  # parameter = resource key
-        spark, catalog = icecdc_spark, icecdc_catalog
+    def _ingest(context: AssetExecutionContext) -> MaterializeResult[Any]:
         started = time.monotonic()
+        spark: SparkResource = getattr(context.resources, SPARK_KEY)
+        catalog = run_catalog(context.resources, entry.catalog)  # where the entry's targets live
         session = spark.session(catalog)
         stream = BatchMetadata()
         with ingest_lineage_run(lineage, context, naming.ingest_key(entry), entry.source,

@@ -29,7 +29,8 @@ from icecdc_dagster.lease.holder import Holder
 from icecdc_dagster.lease.line_lock import LineLock, holding
 from icecdc_dagster.lines.line import key_statuses
 from icecdc_dagster.lines.window import TableWindow, line_view
-from icecdc_dagster.resources.keys import CATALOG_KEY, SPARK_KEY
+from icecdc_dagster.resources import catalog_resource_keys, run_catalog
+from icecdc_dagster.resources.keys import SPARK_KEY
 from icecdc_dagster.steps import lifecycle
 from icecdc_dagster.steps import table_maintenance as maintenance
 from icecdc_dagster.steps.ordering import KeyStatus
@@ -54,22 +55,25 @@ def build_maintenance_schedule(table: TableConfig) -> ScheduleDefinition:
 
 
 def build_maintenance_asset(table: TableConfig, writers: tuple[IngestConfig, ...] = ()) -> AssetsDefinition:
-    replicas = [t for t in (s.maintained_table() for s in table.sinks) if t]
+    # (catalog name or None for the default, table): each replica is maintained in its own catalog
+    replicas = [(s.target_catalog, t) for s in table.sinks if (t := s.maintained_table())]
+    named = [t if c is None else f"{c}.{t}" for c, t in replicas]
 
     @asset(
         key=maintenance_key(table),
         deps=[naming.changelog_key(table), *(naming.sink_key(s) for s in table.sinks)],
         group_name=naming.group_name(table),
         kinds={"iceberg", "spark"},
-        required_resource_keys={SPARK_KEY, CATALOG_KEY},
-        description=(f"Compacts {', '.join(replicas + ([table.table_name] if writers else [])) or 'nothing'} when a "
+        required_resource_keys={SPARK_KEY, *catalog_resource_keys(*(c for c, _ in replicas))},
+        description=(f"Compacts {', '.join(named + ([table.table_name] if writers else [])) or 'nothing'} when a "
                      f"partition has more than {table.compact_delete_files} delete files; expires "
                      f"{table.table_name}__changelog batches applied by every sink and older than "
                      f"{table.changelog_retention}; never expires a snapshot a sink still needs."),
     )
     def _maintain(context: AssetExecutionContext) -> MaterializeResult[Any]:
-        catalog = getattr(context.resources, CATALOG_KEY)
-        spark = getattr(context.resources, SPARK_KEY).session(catalog)
+        catalog = run_catalog(context.resources, None)
+        others = {c: run_catalog(context.resources, c) for c, _ in replicas if c is not None}
+        spark = getattr(context.resources, SPARK_KEY).session(catalog, *others.values())
         holder = Holder.current(role="icecdc maintenance")
         lines = [table.table_name, *(naming.ingest_line_id(e) for e in writers)]
         results: list[maintenance.TableMaintenance] = []
@@ -84,10 +88,13 @@ def build_maintenance_asset(table: TableConfig, writers: tuple[IngestConfig, ...
             pending, applied = needed_snapshots(context.instance, table, source)
             now = time.time()
             cutoff = now - table.changelog_retention_s
-            for replica in replicas:
-                done = maintenance.compact(spark, catalog.name, replica, table.compact_delete_files)
+            for replica_catalog, replica in replicas:
+                where = others[replica_catalog].name if replica_catalog is not None else catalog.name
+                done = maintenance.compact(spark, where, replica, table.compact_delete_files)
                 if done.skipped is None:
-                    done.expired_snapshots = maintenance.expire_snapshots(spark, catalog.name, replica, cutoff)
+                    done.expired_snapshots = maintenance.expire_snapshots(spark, where, replica, cutoff)
+                if replica_catalog is not None:
+                    done.table = f"{replica_catalog}.{done.table}"  # named with its catalog in the metadata
                 results.append(done)
             if writers:  # an ingest target that is also our source: compact, expire only what no sink needs
                 done = maintenance.compact(spark, catalog.name, table.table_name, table.compact_delete_files)

@@ -53,8 +53,8 @@ from icecdc_dagster.lines.batch_metadata import (
     latest_materialization,
     sink_figures,
 )
-from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
-from icecdc_dagster.resources.keys import CATALOG_KEY, SPARK_KEY
+from icecdc_dagster.resources import IcebergCatalogResource, SparkResource, catalog_resource_keys, run_catalog
+from icecdc_dagster.resources.keys import SPARK_KEY
 from icecdc_dagster.sinks.base import ApplyResult, Disagreement, Sink
 from icecdc_dagster.steps import lifecycle
 from icecdc_dagster.steps.batches import BatchRequest, batch_info, join_export, segments, source_batch, uses_row_id
@@ -79,7 +79,8 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitt
         backfill_policy=BackfillPolicy.single_run(),
         group_name=naming.group_name(table),
         kinds=set(sink.tags),
-        required_resource_keys={SPARK_KEY, CATALOG_KEY, *([resource_key] if resource_key else [])},
+        required_resource_keys={SPARK_KEY, *catalog_resource_keys(sink.target_catalog),
+                                *([resource_key] if resource_key else [])},
         description=sink.describe(table.table_name),
         metadata={"source_table": table.table_name, "target": sink.asset_name, **(described or {})},
         check_specs=[AssetCheckSpec(naming.COUNTS_CHECK, asset=naming.sink_key(sink), blocking=False,
@@ -90,7 +91,7 @@ def build_sink_asset(table: TableConfig, sink: SinkConfig, lineage: LineageEmitt
     def _sink(context: AssetExecutionContext) -> MaterializeResult:  # type: ignore[type-arg]
         with retry.classified(context.instance, context.run_id):
             result = _apply(context, table, sink, lineage, config_path)
-        catalog_name = getattr(context.resources, CATALOG_KEY).name
+        catalog_name = run_catalog(context.resources, None).name
         line_record.remember_sink(f"{catalog_name}.{table.table_name}", sink.name, sink.kind, sink.target,
                                   naming.sink_key(sink).to_user_string())
         return result
@@ -103,14 +104,15 @@ def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
     """Apply the run's batch to the sink (a sink joining the running line: its own export)."""
     started = time.monotonic()
     spark: SparkResource = getattr(context.resources, SPARK_KEY)
-    catalog: IcebergCatalogResource = getattr(context.resources, CATALOG_KEY)
-    session = spark.session(catalog)
+    catalog: IcebergCatalogResource = run_catalog(context.resources, None)
+    target_catalog = run_catalog(context.resources, sink.target_catalog)  # where the sink's table lives
+    session = spark.session(catalog, *([target_catalog] if sink.target_catalog else []))
     source = catalog.source_table(context.run_id, table.table_name)
     request = batch_request(context, table, source)
     resource_key = sink.resource_key()
     connection = getattr(context.resources, resource_key) if resource_key else None
     target = open_configured_sink(sink, table, spark=session, catalog=catalog, source_table=source,
-                                  connection=connection)
+                                  connection=connection, target_catalog=target_catalog)
     by_row_id = uses_row_id(source, request.identifier_columns)
     store = ChangelogStore(session, catalog.name, table.table_name)
     previous = latest_materialization(context.instance, naming.sink_key(sink))  # the sink's last batch, if any
@@ -129,7 +131,7 @@ def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
     lineage_columns = sink.derived_columns(changelog.data_columns(source), info.identifier_columns, by_row_id)
     with lineage_run(lineage, context, naming.sink_key(sink), table.table_name,
                      inputs=lambda: [iceberg_dataset(catalog.name, catalog.load_table(store.table_name))],
-                     outputs=lambda: _target_dataset(sink, catalog)) as outcome, \
+                     outputs=lambda: _target_dataset(sink, target_catalog)) as outcome, \
             (changelog.staged_scans(session) if parts is not None else nullcontext()):
         if parts is not None:
             info, result, applied, found = apply_segments(session, catalog.name, source, request, parts, target,
@@ -140,7 +142,7 @@ def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
             applied = {} if result.skipped else event_counts(events)
             found = [] if result.skipped else target.disagreements(info, applied, result)
         if lineage is not None:
-            outcome.outputs = _target_dataset(sink, catalog)
+            outcome.outputs = _target_dataset(sink, target_catalog)
             for dataset in outcome.outputs:
                 outcome.rows[dataset.name] = sum(applied.values())
                 outcome.column_lineage[dataset.name] = lineage_columns
@@ -154,7 +156,7 @@ def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
                                  PARTITION_ROW_COUNT: sum(applied.values())}
     written = sink.maintained_table()
     if written is not None:
-        described |= described_table(catalog.name, catalog.load_table(written), info.identifier_columns,
+        described |= described_table(target_catalog.name, target_catalog.load_table(written), info.identifier_columns,
                                      fallback=replica_fallback(table.table_name))
     recorded = BatchMetadata.of_batch(
         info, parent, started, applied, sink=target.name, skipped_already_applied=result.skipped,

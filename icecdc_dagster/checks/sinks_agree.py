@@ -9,7 +9,8 @@ from icecdc_dagster.assets import naming
 from icecdc_dagster.changelog import row_count
 from icecdc_dagster.config import SinkConfig, TableConfig
 from icecdc_dagster.lines.batch_metadata import BatchMetadata
-from icecdc_dagster.resources.keys import CATALOG_KEY, SPARK_KEY
+from icecdc_dagster.resources import catalog_resource_keys, run_catalog
+from icecdc_dagster.resources.keys import SPARK_KEY
 from icecdc_dagster.steps.open_sink import sink_context
 
 SAMPLE_SIZE = 20
@@ -27,15 +28,19 @@ def _build_check(table: TableConfig, sink: SinkConfig) -> AssetChecksDefinition:
         name=naming.CONSISTENCY_CHECK,
         description=(f"Row count and a sample of {SAMPLE_SIZE} rows of {table.table_name} at the sink's "
                      f"checkpoint snapshot agree with {sink.asset_name}."),
-        required_resource_keys={SPARK_KEY, CATALOG_KEY, *([resource_key] if resource_key else [])},
+        required_resource_keys={SPARK_KEY, *catalog_resource_keys(sink.target_catalog),
+                                *([resource_key] if resource_key else [])},
         blocking=False,
     )
     def _check(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        catalog = getattr(context.resources, CATALOG_KEY)
-        spark = getattr(context.resources, SPARK_KEY).session(catalog)
+        catalog = run_catalog(context.resources, None)
+        target_catalog = run_catalog(context.resources, sink.target_catalog)
+        spark = getattr(context.resources, SPARK_KEY).session(catalog, *([target_catalog] if sink.target_catalog
+                                                                          else []))
         source = catalog.load_table(table.table_name)
         opened = sink_context(table, spark=spark, catalog=catalog, source_table=source,
-                              connection=getattr(context.resources, resource_key) if resource_key else None)
+                              connection=getattr(context.resources, resource_key) if resource_key else None,
+                              target_catalog=target_catalog)
         target = sink.open(opened)
         checkpoint = target.read_checkpoint()
         if checkpoint is None:

@@ -144,11 +144,15 @@ def _keys(model: type[BaseModel]) -> list[str]:
 
 def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The model class that validates the mapping at ``loc`` (for the list of keys it allows)."""
+    from typing import get_origin
+
     model: type[BaseModel] | None = PipelineConfig
+    keyed = False  # the previous key was a mapping of models (``catalogs``): this item is a name in it
     for item in loc:
         if model is None:
             return None
-        if isinstance(item, int):
+        if isinstance(item, int) or keyed:
+            keyed = False
             continue
         if item in SINK_KINDS and model.__name__.endswith("Entry"):
             model = SINK_KINDS[item]
@@ -158,6 +162,7 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
             continue
         field = next((f for n, f in model.model_fields.items() if (f.alias or n) == item), None)
         model = _model_in(field.annotation) if field else None
+        keyed = field is not None and get_origin(field.annotation) is dict
     return model
 
 

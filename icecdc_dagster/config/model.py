@@ -134,6 +134,9 @@ class IngestConfig(Keyed):
                                            description="where the events come from: {landing: {path: ...}}, "
                                                        "{nats_jetstream: {...}} or {redis_stream: {...}}")
     target: str = Field(description="target table, or a template over envelope fields: db.{source.table}")
+    catalog: str | None = Field(default=None, strict=True, min_length=1,
+                                description="the catalog the targets (and their dead-letter tables) live in: a name "
+                                            "under catalogs (default: the default catalog)")
     identifier_columns: Names | dict[str, Names] = Field(
         default=(), description="upsert key; per routed target: {table or short name: [columns]}")
     write_mode: WriteMode | dict[str, WriteMode] = Field(
@@ -304,23 +307,24 @@ class CatalogConfig(Model):
             raise ValueError(str(exc).split(": ", 1)[-1]) from None
         return self
 
-    def settings(self) -> CatalogSettings:
+    def settings(self, key: str = "catalog") -> CatalogSettings:
         """Both engines' settings, secrets read from the environment now (an unset one is an error).
+        ``key``: where the block is in the file (``catalog``, ``catalogs.analytics``), for the message.
 
         Raises:
-            ConfigError: a ``catalog.properties`` value names an environment variable that is not set.
+            ConfigError: a ``properties`` value names an environment variable that is not set.
         """
-        return self._settings(resolve=True)
+        return self._settings(resolve=True, key=key)
 
-    def _settings(self, resolve: bool) -> CatalogSettings:
+    def _settings(self, resolve: bool, key: str = "catalog") -> CatalogSettings:
         uri = with_password(self.uri, self.type, self.password.resolve() if self.password is not None else None)
         properties = {}
-        for key, value in self.properties.items():
+        for prop, value in self.properties.items():
             if isinstance(value, EnvRef):
                 if value.resolve() is None and resolve:
-                    raise ConfigError(f"catalog.properties.{key}: environment variable {value.name} is not set")
+                    raise ConfigError(f"{key}.properties.{prop}: environment variable {value.name} is not set")
                 value = value.resolve() or ""
-            properties[key] = value
+            properties[prop] = value
         return CatalogSettings(self.name, uri, self.warehouse, properties, type=self.type)
 
 
@@ -377,7 +381,14 @@ def _directory(value: str, info: ValidationInfo) -> str:
 class PipelineConfig(Model):
     """The pipeline file."""
 
-    catalog: CatalogConfig = Field(default_factory=CatalogConfig)
+    catalog: CatalogConfig = Field(default_factory=CatalogConfig,
+                                   description="the default catalog: the source tables, their changelog stores, "
+                                               "and every replica or ingest target that names no other")
+    catalogs: dict[str, CatalogConfig] = Field(
+        default_factory=dict,
+        description="more catalogs by name (the key is the catalog's name in Spark SQL; a block takes what "
+                    "'catalog' takes, and must give uri, and warehouse for sql): a replica (sinks[].iceberg.catalog) "
+                    "or an ingest target (ingest[].catalog) lives there when it names one")
     spark: SparkConfig = Field(default_factory=SparkConfig)
     tables: tuple[TableConfig, ...] = ()
     ingest: tuple[IngestConfig, ...] = ()
@@ -398,18 +409,125 @@ class PipelineConfig(Model):
         """The pipeline file this was loaded from (named in every error)."""
         return self._source
 
+    @model_validator(mode="before")
+    @classmethod
+    def _named_catalogs(cls, data: Any) -> Any:
+        """A ``catalogs:`` block is named by its key; naming the default catalog by its name is naming none."""
+        if not isinstance(data, dict):
+            return data
+        named = data.get("catalogs")
+        if isinstance(named, dict):
+            data = {**data, "catalogs": {key: _named_block(key, block) for key, block in named.items()}}
+        default = data.get("catalog", {}).get("name", "lake") if isinstance(data.get("catalog"), dict) else "lake"
+        return _unname_default(data, default)
+
     @model_validator(mode="after")
     def _unique(self) -> "PipelineConfig":
         _unique("tables", [t.table_name for t in self.tables])
         _unique("sinks", [f"{s.kind}:{s.target}" for t in self.tables for s in t.sinks])
         _unique("ingest", [e.name for e in self.ingest])
+        if self.catalog.name in self.catalogs:
+            raise ValueError(f"catalogs.{self.catalog.name}: {self.catalog.name!r} is the default catalog's name "
+                             "(catalog.name); give the other catalog another name")
+        for path, name in self._catalog_references():
+            if name not in self.catalogs:
+                known = ", ".join(sorted({self.catalog.name, *self.catalogs}))
+                raise ValueError(f"{path}: unknown catalog {name!r} (the pipeline's catalogs: {known})")
+        self._followed_targets_in_the_default_catalog()
         return self
+
+    def _catalog_references(self) -> list[tuple[str, str]]:
+        """(key path, catalog name) of every sink and ingest entry that names a catalog."""
+        found = []
+        for i, table in enumerate(self.tables):
+            for j, sink in enumerate(table.sinks):
+                if sink.target_catalog is not None:
+                    found.append((f"tables[{i}] ({table.table_name}).sinks[{j}].{sink.kind}.catalog",
+                                  sink.target_catalog))
+        found += [(f"ingest[{i}] ({entry.name}).catalog", entry.catalog)
+                  for i, entry in enumerate(self.ingest) if entry.catalog is not None]
+        return found
+
+    def _followed_targets_in_the_default_catalog(self) -> None:
+        """``tables:`` are in the default catalog: an ingest entry writing one of them writes it there."""
+        followed = {t.table_name for t in self.tables}
+        for i, entry in enumerate(self.ingest):
+            if entry.catalog is not None and not routing.is_template(entry.target) and entry.target in followed:
+                raise ValueError(f"ingest[{i}] ({entry.name}).catalog: its target {entry.target} is also a table "
+                                 f"of tables:, which are in the default catalog ({self.catalog.name}); drop catalog "
+                                 f"to follow what it writes, or name another target")
+
+    def catalog_config(self, name: str | None) -> CatalogConfig:
+        """The catalog block named ``name`` (None or the default's name: the default catalog).
+
+        Raises:
+            ConfigError: no catalog of that name (a model built in code; a loaded file was checked).
+        """
+        if name is None or name == self.catalog.name:
+            return self.catalog
+        if name not in self.catalogs:
+            raise ConfigError(f"{self.source}: unknown catalog {name!r}")
+        return self.catalogs[name]
+
+    def catalog_settings(self, name: str | None = None) -> CatalogSettings:
+        """Both engines' settings of catalog ``name`` (None: the default), secrets read now.
+
+        Raises:
+            ConfigError: an unknown catalog, or a secret's environment variable is not set.
+        """
+        key = "catalog" if name is None or name == self.catalog.name else f"catalogs.{name}"
+        return self.catalog_config(name).settings(key)
 
     def table(self, table_name: str) -> TableConfig:
         for table in self.tables:
             if table.table_name == table_name:
                 return table
         raise ConfigError(f"{self.source}: no table {table_name!r} in tables")
+
+
+def _named_block(key: Any, block: Any) -> Any:
+    """A named catalog's block with its name (the key) and nothing left to a default that would put it
+    where the default catalog is (the same SQLite file and warehouse)."""
+    if not isinstance(block, dict):
+        return block
+    if "name" in block and block["name"] != key:
+        raise ValueError(f"catalogs.{key}.name: a named catalog's name is its key ({key!r}), not {block['name']!r}")
+    missing = [k for k in ("uri", *(("warehouse",) if block.get("type", "sql") == "sql" else ())) if k not in block]
+    if missing:
+        raise ValueError(f"catalogs.{key}: a named catalog gives {' and '.join(missing)} (no default: the default "
+                         "catalog's would be used)")
+    return {**block, "name": key}
+
+
+def _unname_default(data: dict[str, Any], default: str) -> dict[str, Any]:
+    """``catalog: <the default's name>`` on a sink or an ingest entry is the default catalog: spelled None."""
+    entries = data.get("ingest")
+    if isinstance(entries, list):
+        data = {**data, "ingest": [{k: v for k, v in e.items() if k != "catalog"}
+                                   if isinstance(e, dict) and e.get("catalog") == default else e for e in entries]}
+    tables = data.get("tables")
+    if not isinstance(tables, list):
+        return data
+    changed = []
+    for table in tables:
+        sinks = table.get("sinks") if isinstance(table, dict) else None
+        if isinstance(sinks, list) and any(_names_default(sink, default) for sink in sinks):
+            table = {**table, "sinks": [_without_catalog(sink) if _names_default(sink, default) else sink
+                                        for sink in sinks]}
+        changed.append(table)
+    return {**data, "tables": changed}
+
+
+def _names_default(sink: Any, default: str) -> bool:
+    if not isinstance(sink, dict) or len(sink) != 1:
+        return False
+    block = next(iter(sink.values()))
+    return isinstance(block, dict) and block.get("catalog") == default
+
+
+def _without_catalog(sink: dict[str, Any]) -> dict[str, Any]:
+    kind, block = next(iter(sink.items()))
+    return {kind: {k: v for k, v in block.items() if k != "catalog"}}
 
 
 def _unique(what: str, names: list[str]) -> None:

@@ -6,12 +6,29 @@ from typing import TYPE_CHECKING, Any
 from dagster import ConfigurableResource
 from pydantic import Field, PrivateAttr
 
+from icecdc_dagster.resources.keys import CATALOG_KEY
 from icecdc_dagster.resources.secrets import require_resolved
 from icecdc_dagster.runtime.catalog import CatalogSettings, with_password
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
+
+
+def catalog_resource_key(name: str | None) -> str:
+    """The resource key of catalog ``name`` (``catalogs:``); None: the default catalog's. One rule, used by
+    the definitions that register the resources and by every step that asks for one."""
+    return CATALOG_KEY if name is None else f"{CATALOG_KEY}__{name}"
+
+
+def catalog_resource_keys(*names: str | None) -> set[str]:
+    """The resource keys a step needs for the catalogs it touches (the default's always: the source)."""
+    return {CATALOG_KEY, *(catalog_resource_key(name) for name in names)}
+
+
+def run_catalog(resources: Any, name: str | None) -> "IcebergCatalogResource":
+    """Catalog ``name`` (None: the default) among a run's resources (``context.resources``)."""
+    return getattr(resources, catalog_resource_key(name))
 
 
 class IcebergCatalogResource(ConfigurableResource[Any]):

@@ -18,6 +18,7 @@ from dagster import ConfigurableResource, Definitions
 from dagster._core.errors import DagsterInvalidConfigError
 
 from icecdc_dagster.errors import ConfigError
+from icecdc_dagster.resources.catalog_resource import catalog_resource_key
 
 R = TypeVar("R", bound=ConfigurableResource[Any])
 
@@ -59,6 +60,17 @@ def resolved_resource(defs: Definitions, key: str) -> Any:
         ConfigError: see :func:`initialized`.
     """
     return initialized((defs.resources or {})[key], key)
+
+
+def resolved_catalog(defs: Definitions, name: str | None = None) -> Any:
+    """Catalog ``name`` of ``defs`` (None: the default), initialised: the one lookup of a catalog by name
+    outside a run (a replica's or an ingest target's catalog, ``catalogs:``).
+
+    Raises:
+        KeyError: ``defs`` has no catalog ``name``.
+        ConfigError: see :func:`initialized`.
+    """
+    return resolved_resource(defs, catalog_resource_key(name))
 
 
 def _unset_variable(exc: Exception) -> str:

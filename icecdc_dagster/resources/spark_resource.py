@@ -30,6 +30,9 @@ class SparkResource(LazyPySparkResource):
     app_name: str = "icecdc_dagster"
     conf: dict[str, str] = {}
     jars: list[str] = []
+    # What every catalog of the pipeline needs loaded when the session starts ("rest", "sqlite",
+    # "postgresql"): a step attaches only the catalogs it uses, but jars cannot be added later.
+    catalog_kinds: list[str] = []
 
     @classmethod
     def _is_dagster_maintained(cls) -> bool:
@@ -44,15 +47,17 @@ class SparkResource(LazyPySparkResource):
         user = {key: str(value) for key, value in flatten_dict(self.spark_config or {})}
         master = user.pop("spark.master", None) or self.master
         app_name = user.pop("spark.app.name", None) or self.app_name
-        return SparkSettings(master=master, app_name=app_name, conf={**user, **self.conf}, jars=tuple(self.jars))
+        drivers = tuple(sorted(kind for kind in set(self.catalog_kinds) if kind != "rest"))
+        return SparkSettings(master=master, app_name=app_name, conf={**user, **self.conf}, jars=tuple(self.jars),
+                             jdbc_drivers=drivers, rest_catalog="rest" in self.catalog_kinds)
 
     def _init_session(self) -> None:
         """dagster-pyspark's lazy start, on the process's warm session (no catalog attached yet)."""
         if self._spark_session is None:
             self._spark_session = build_spark_session(self.settings())  # type: ignore[assignment]  # None-typed upstream
 
-    def session(self, catalog: IcebergCatalogResource) -> "SparkSession":
-        """The process's session, attached to ``catalog``."""
-        session = build_spark_session(self.settings(), [catalog.settings()])
+    def session(self, catalog: IcebergCatalogResource, *more: IcebergCatalogResource) -> "SparkSession":
+        """The process's session, attached to ``catalog`` and ``more`` (a replica's in another catalog)."""
+        session = build_spark_session(self.settings(), [c.settings() for c in (catalog, *more)])
         self._spark_session = session  # type: ignore[assignment]  # dagster-pyspark declares it None-typed
         return session

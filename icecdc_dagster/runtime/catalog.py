@@ -7,15 +7,18 @@ tables in the same two SQL tables, keyed by catalog name: given one SQLAlchemy U
 configurations. Either way a table committed by either engine is visible to the other at once.
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pyiceberg.exceptions import ForbiddenError, OAuthError, UnauthorizedError
 from sqlalchemy.engine import make_url
 
-from icecdc_dagster.errors import AccessRefusedError, ConfigError
+from icecdc_dagster.errors import AccessRefusedError, CatalogUnavailableError, ConfigError, IcecdcError
 from icecdc_dagster.fields import is_secret_property
 
 SPARK_CATALOG_IMPL = "org.apache.iceberg.spark.SparkCatalog"
@@ -117,6 +120,15 @@ class CatalogSettings:
             conf[f"{prefix}.{key}"] = str(value)
         return conf
 
+    @property
+    def address(self) -> str | None:
+        """``host:port`` of a catalog reached over the network (REST, PostgreSQL); None for a SQLite file."""
+        if self.type == "sql":
+            url = make_url(self.uri)
+            return f"{url.host or '127.0.0.1'}:{url.port or 5432}" if self.backend == "postgresql" else None
+        parts = urlsplit(self.uri)
+        return parts.netloc.rsplit("@", 1)[-1] or None
+
     def load_pyiceberg(self) -> Any:
         """The pyiceberg catalog (creates the catalog tables when missing).
 
@@ -124,17 +136,20 @@ class CatalogSettings:
             AccessRefusedError: the catalog refused its credential, token or password (names the catalog
                 and the setting; terminal).
             ConfigError: a sql catalog's uri names a database other than SQLite or PostgreSQL.
+            CatalogUnavailableError: the catalog did not answer (names it; transient).
             sqlalchemy.exc.OperationalError: a sql catalog's database cannot be opened (or its tables made).
-            pyiceberg.exceptions.RESTError: a REST catalog refused the connection (``UnauthorizedError``,
-                ``ServerError``... are subclasses); ``requests.exceptions.ConnectionError``: it did not answer.
+            pyiceberg.exceptions.RESTError: a REST catalog refused the connection otherwise.
         """
         try:
             return self._load_pyiceberg()
         except Exception as exc:
-            refused = self.refusal(exc)
-            if refused is None:
+            failure = self.refusal(exc)
+            if failure is not None:
+                raise failure from None  # the client's exception may quote its request: not chained
+            unanswered = catalog_failure(exc, self)
+            if unanswered is None:
                 raise
-            raise refused from None  # the client's exception may quote its request: not chained
+            raise unanswered from exc
 
     def _load_pyiceberg(self) -> Any:
         from pyiceberg.catalog.sql import SqlCatalog  # pyiceberg.catalog: ~2.4 s; only a pyiceberg load pays it
@@ -177,3 +192,68 @@ class CatalogSettings:
         found = [make_url(self.uri).password] if self.type == "sql" else []
         found += [v for k, v in self.properties.items() if is_secret_property(k)]
         return [str(v) for v in found if v]
+
+# What a catalog that did not answer looks like, from pyiceberg (requests), Iceberg's Java REST client
+# (Apache HttpClient 5, through Py4J) and the PostgreSQL drivers (psycopg2, pgjdbc).
+_UNANSWERED = ("Connection refused", "ConnectException", "HttpHostConnectException", "NoHttpResponseException",
+               "SocketTimeoutException", "Connect timed out", "Read timed out", "Connection reset",
+               "Max retries exceeded", "RemoteDisconnected", "ConnectionError", "could not connect to server",
+               "ServiceUnavailableException", "ServiceFailureException", "BadGatewayException",
+               "the database system is starting up", "server closed the connection unexpectedly")
+# What refused credentials look like (REST 401/403 from either engine; a database password or user refused).
+_REFUSED = ("NotAuthorizedException", "ForbiddenException", "UnauthorizedError", "ForbiddenError",
+            "OAuthError", "password authentication failed", "no password supplied", "authentication failed")
+
+
+def catalog_failure(exc: BaseException, catalog: CatalogSettings, attributed: bool = True) -> IcecdcError | None:
+    """``exc`` as a catalog failure naming ``catalog``: refused credentials (``AccessRefusedError``, terminal) or
+    no answer (``CatalogUnavailableError``, transient);
+    None when it is neither. ``attributed`` False: ``exc`` may come from another catalog too, so a missing
+    answer counts only when the text names this catalog's address (credentials are then never judged)."""
+    text = f"{type(exc).__name__}: {exc}"
+    if attributed and any(marker in text for marker in _REFUSED):
+        reason = _cause(text, _REFUSED)
+        for secret in catalog.secrets():
+            reason = reason.replace(secret, "***")
+        return AccessRefusedError(f"{catalog.where()} refused its credentials ({reason}): fix the token, "
+                                  f"credential or password of catalog {catalog.name!r} in the pipeline file; "
+                                  f"its value is not shown")
+    if any(marker in text for marker in _UNANSWERED):
+        if not attributed and (catalog.address is None or catalog.address not in text):
+            return None
+        return CatalogUnavailableError(f"{catalog.where()} did not answer ({_cause(text, _UNANSWERED)}); the "
+                                       f"batch is retried with backoff until it answers")
+    return None
+
+
+def settings_of(catalog: Any, name: str) -> CatalogSettings:
+    """What messages need (name, type, URI) of a loaded pyiceberg catalog (Spark name ``name``)."""
+    properties = {str(k): str(v) for k, v in (getattr(catalog, "properties", None) or {}).items()}
+    return CatalogSettings(name, properties.pop("uri", ""), properties.pop("warehouse", None), properties,
+                           type=properties.pop("type", "sql"))
+
+
+@contextmanager
+def catalog_errors(catalog: CatalogSettings, attributed: bool = True) -> Iterator[None]:
+    """Raise a failure of ``catalog`` (:func:`catalog_failure`) as ours, naming it; anything else unchanged.
+
+    Raises:
+        CatalogUnavailableError: the catalog did not answer.
+        AccessRefusedError: the catalog refused the credentials.
+    """
+    try:
+        yield
+    except IcecdcError:
+        raise
+    except Exception as exc:
+        failure = catalog_failure(exc, catalog, attributed)
+        if failure is None:
+            raise
+        raise failure from exc
+
+
+def _cause(text: str, markers: tuple[str, ...]) -> str:
+    """The line of ``text`` that says what happened (a Py4J error's first line only names the call)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    found = next((line for line in lines if any(marker in line for marker in markers)), lines[0] if lines else "")
+    return found.removeprefix(": ")[:300]

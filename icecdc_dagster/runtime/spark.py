@@ -35,6 +35,9 @@ class SparkSettings:
     jars: tuple[str, ...] = ()
     # JDBC drivers to load: inferred from the catalog when empty.
     jdbc_drivers: tuple[str, ...] = ()
+    # Load the REST client's jars even when no catalog given at start is a REST one: the session is the
+    # process's, its jars are fixed when it starts, and a step attaches a pipeline's other catalogs later.
+    rest_catalog: bool = False
 
 
 def local_cores(master: str) -> int | None:
@@ -58,9 +61,9 @@ def local_cores(master: str) -> int | None:
 
 
 def spark_builder_conf(settings: SparkSettings, catalogs: list[CatalogSettings]) -> dict[str, str]:
-    rest = any(c.type == "rest" for c in catalogs)
+    rest = settings.rest_catalog or any(c.type == "rest" for c in catalogs)
     jar_paths = [str(p) for p in settings.jars] or [str(p) for p in jarlib.iceberg_jars(rest=rest)]
-    drivers = set(settings.jdbc_drivers) or {c.backend for c in catalogs if c.backend} or {"sqlite"}
+    drivers = set(settings.jdbc_drivers) | {c.backend for c in catalogs if c.backend} or {"sqlite"}
     jar_paths += [str(jarlib.jdbc_driver_jar(kind)) for kind in sorted(drivers)]
     java_options = [f"-Dlog4j.configurationFile=file:{LOG4J2_CONFIG}"]
     native_dir = jarlib.sqlite_native_library_dir()

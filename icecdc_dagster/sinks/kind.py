@@ -31,7 +31,9 @@ if TYPE_CHECKING:
 class SinkContext:
     """What opening a sink needs from the run: sessions, the source table and its keys.
 
-    ``connection``: the sink's connection resource with secrets resolved (see
+    ``catalog_name`` / ``pyiceberg_catalog``: the source's catalog. ``target_catalog_name`` /
+    ``target_pyiceberg_catalog``: the catalog of the table the sink writes (:attr:`SinkConfig.target_catalog`),
+    unset when it is the source's. ``connection``: the sink's connection resource with secrets resolved (see
     :meth:`SinkConfig.connection_resource`), or None to use the config's own values.
     """
 
@@ -42,6 +44,14 @@ class SinkContext:
     identifier_columns: tuple[str, ...]
     spark: "SparkSession | None" = None
     connection: Any = None
+    target_catalog_name: str | None = None
+    target_pyiceberg_catalog: "Catalog | None" = None
+
+    def target_catalog(self) -> tuple[str, "Catalog"]:
+        """(Spark name, pyiceberg catalog) of the catalog the sink's table lives in."""
+        if self.target_catalog_name is None or self.target_pyiceberg_catalog is None:
+            return self.catalog_name, self.pyiceberg_catalog
+        return self.target_catalog_name, self.target_pyiceberg_catalog
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,11 @@ class SinkConfig(Keyed):
 
     def describe(self, source_table: str) -> str:
         raise NotImplementedError
+
+    @property
+    def target_catalog(self) -> str | None:
+        """The named catalog (``catalogs:``) of the table this sink writes; None: the default catalog."""
+        return None
 
     def maintained_table(self) -> str | None:
         """An Iceberg table this sink owns and the table group's maintenance compacts and expires."""

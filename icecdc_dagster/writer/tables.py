@@ -24,9 +24,11 @@ def table_exists(spark: Any, catalog_name: str, table: str) -> bool:
 
 def copy_table(spark: Any, catalog_name: str, source: str, target: str,
                identifier_columns: Sequence[str] = (), key_column: tuple[str, str] | None = None,
-               schema_id: int | None = None) -> None:
+               schema_id: int | None = None, target_catalog: str | None = None) -> None:
     """Create ``target`` with the source's schema, partition spec, sort order, properties and format version.
 
+    ``target_catalog``: the catalog ``target`` is created in, when not the source's (its namespace is
+    created there when missing: a replica in another catalog usually starts in an empty one).
     The source schema holds its data columns only (never v3 ``_row_id`` / ``_last_updated_sequence_number``,
     which are metadata), so a v3 target gets its own row lineage. ``key_column``: (name, doc) of a
     required ``long`` column added after the source's columns and made the identifier field (the replica
@@ -50,11 +52,27 @@ def copy_table(spark: Any, catalog_name: str, source: str, target: str,
             schema.highestFieldId() + 1, name, jvm.org.apache.iceberg.types.Types.LongType.get(), doc))
         schema = jvm.org.apache.iceberg.Schema(fields)
         identifier_columns = (*identifier_columns, name)
-    builder = (spark_catalog(spark, catalog_name).buildTable(ident, schema).withPartitionSpec(src.spec())
+    target_catalog = target_catalog or catalog_name
+    catalog = spark_catalog(spark, target_catalog)
+    _ensure_namespace(jvm, catalog, ident.namespace())
+    builder = (catalog.buildTable(ident, schema).withPartitionSpec(src.spec())
                .withSortOrder(src.sortOrder()).withProperties(props))
     builder.create()
     if identifier_columns:
-        set_identifier_fields(spark, f"{catalog_name}.{target}", identifier_columns)
+        set_identifier_fields(spark, f"{target_catalog}.{target}", identifier_columns)
+
+
+def _ensure_namespace(jvm: Any, catalog: Any, namespace: Any) -> None:
+    """Create ``namespace`` in ``catalog`` when it supports namespaces and lacks it (a REST catalog
+    refuses a table in a missing namespace)."""
+    if not jvm.org.apache.iceberg.catalog.SupportsNamespaces._java_lang_class.isInstance(catalog):
+        return
+    if not catalog.namespaceExists(namespace):
+        try:
+            catalog.createNamespace(namespace)
+        except Exception as exc:  # noqa: BLE001 - another writer created it meanwhile: fine
+            if "AlreadyExists" not in str(exc):
+                raise
 
 
 def _schema_to_copy(src: Any, schema_id: int | None) -> Any:

@@ -20,20 +20,29 @@ if TYPE_CHECKING:
 
 
 class IcebergSinkConfig(SinkConfig):
-    """A replica in the same catalog: created like the source, then one MERGE commit per batch."""
+    """A replica, in the source's catalog or another (``catalog``): created like the source, then one MERGE
+    commit per batch."""
 
     kind: ClassVar[str] = "iceberg"
     asset_prefix: ClassVar[str] = "replica"
     tags: ClassVar[frozenset[str]] = frozenset({"iceberg", "spark"})
 
     table_name: TableName = Field(description="<namespace>.<table> of the replica (created when missing)")
+    catalog: str | None = Field(default=None, strict=True, min_length=1,
+                                description="the catalog the replica lives in: a name under catalogs (default: "
+                                            "the default catalog, the source's)")
+
+    @property
+    def target_catalog(self) -> str | None:
+        return self.catalog
 
     @property
     def target(self) -> str:
         return self.table_name
 
     def describe(self, source_table: str) -> str:
-        return f"Iceberg replica {self.table_name} of {source_table} (MERGE per batch)"
+        where = f" in catalog {self.catalog}" if self.catalog else ""
+        return f"Iceberg replica {self.table_name}{where} of {source_table} (MERGE per batch)"
 
     def maintained_table(self) -> str:
         return self.table_name
@@ -69,12 +78,14 @@ class IcebergSinkConfig(SinkConfig):
                 f"append_only: true")
 
     def open(self, context: SinkContext) -> IcebergReplicaSink:
-        return IcebergReplicaSink(context.spark, context.catalog_name, context.pyiceberg_catalog, self.table_name,
+        catalog_name, catalog = context.target_catalog()
+        return IcebergReplicaSink(context.spark, catalog_name, catalog, self.table_name,
                                   context.source_table, identifier_columns=context.identifier_columns,
-                                  name=self.name)
+                                  name=self.name, source_catalog=context.catalog_name)
 
     def compare(self, context: SinkContext, sink: Any, checkpoint: "Checkpoint", source_rows: "DataFrame",
                 source_count: int, sample_size: int) -> Comparison:
         assert context.spark is not None
-        return compare_replica(context.spark, f"{context.catalog_name}.{self.table_name}", source_rows,
-                               source_count, sample_size, context.pyiceberg_catalog.load_table(self.table_name))
+        catalog_name, catalog = context.target_catalog()
+        return compare_replica(context.spark, f"{catalog_name}.{self.table_name}", source_rows,
+                               source_count, sample_size, catalog.load_table(self.table_name))

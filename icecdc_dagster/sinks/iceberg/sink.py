@@ -43,6 +43,7 @@ from icecdc_dagster.batch import (
 )
 from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import SchemaChangeError, SinkWriteError, resync_command
+from icecdc_dagster.runtime.catalog import catalog_errors, settings_of
 from icecdc_dagster.runtime.java import java_map
 from icecdc_dagster.sinks.base import ApplyResult, Disagreement
 from icecdc_dagster.sinks.iceberg.agreement import replica_disagreements
@@ -120,9 +121,13 @@ class IcebergReplicaSink:
     """Keeps ``target_table`` equal to the source table at the last applied snapshot."""
 
     def __init__(self, spark: Any, catalog_name: str, pyiceberg_catalog: Any, target_table: str, source_table: Any,
-                 identifier_columns: Sequence[str] = (), name: str | None = None) -> None:
+                 identifier_columns: Sequence[str] = (), name: str | None = None,
+                 source_catalog: str | None = None) -> None:
+        """``catalog_name`` / ``pyiceberg_catalog``: the replica's catalog; ``source_catalog``: the Spark
+        name of the source's, when it is another (both attached to ``spark``)."""
         self.spark = spark
         self.catalog_name = catalog_name
+        self.source_catalog = source_catalog or catalog_name
         self.pyiceberg_catalog = pyiceberg_catalog
         self.target_table = _table_name(target_table)
         self.source_table = _table_name(source_table)
@@ -132,6 +137,10 @@ class IcebergReplicaSink:
     @property
     def _target(self) -> str:
         return f"{self.catalog_name}.{self.target_table}"
+
+    @property
+    def _source(self) -> str:
+        return f"{self.source_catalog}.{self.source_table}"
 
     def read_checkpoint(self) -> Checkpoint | None:
         """The newest ancestor summary that carries a checkpoint, else the ``icecdc.last-batch`` property
@@ -143,9 +152,15 @@ class IcebergReplicaSink:
         """
         if self.spark is None:  # icecdc status: the table's metadata, no SparkSession
             return self._checkpoint_in_metadata()
-        if not table_exists(self.spark, self.catalog_name, self.target_table):
-            return None
-        return self._checkpoint_of(java_table(self.spark, self._target))
+        with self._catalog_errors():
+            if not table_exists(self.spark, self.catalog_name, self.target_table):
+                return None
+            return self._checkpoint_of(java_table(self.spark, self._target))
+
+    def _catalog_errors(self, attributed: bool = True) -> Any:
+        """The replica catalog's failures named as such (``runtime.catalog.catalog_errors``): certain where
+        only the replica is touched (``attributed``), else only when the error names its address."""
+        return catalog_errors(settings_of(self.pyiceberg_catalog, self.catalog_name), attributed)
 
     def _checkpoint_of(self, jtable: Any) -> Checkpoint | None:
         return _checkpoint_from(last_batch(jtable), lambda i: jtable.snapshot(i) is not None,
@@ -169,7 +184,7 @@ class IcebergReplicaSink:
         """No identifier columns, and the source has v3 row lineage: rows are matched by ``_row_id``."""
         if self.identifier_columns:
             return False
-        source = java_table(self.spark, f"{self.catalog_name}.{self.source_table}")
+        source = java_table(self.spark, self._source)
         return int(source.operations().current().formatVersion()) >= 3
 
     def apply(self, batch: BatchInfo, events: DataFrame) -> ApplyResult:
@@ -183,15 +198,22 @@ class IcebergReplicaSink:
                 replica is not keyed by ``_source_row_id``.
             StagingBranchLostError: the replica's staging branch vanished mid-write (``write_batch``);
                 nothing was published.
+            CatalogUnavailableError: the replica's catalog did not answer (transient); nothing was published.
+            AccessRefusedError: the replica's catalog refused the credentials (terminal).
             pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: Spark or Iceberg refused the
                 write; nothing was published.
         """
-        exists = table_exists(self.spark, self.catalog_name, self.target_table)
-        # One load of the target serves the checkpoint and the identifier check.
-        jtarget = java_table(self.spark, self._target) if exists else None
-        checkpoint = self._checkpoint_of(jtarget) if jtarget is not None else None
+        with self._catalog_errors():  # the first call of the batch to the replica's catalog
+            exists = table_exists(self.spark, self.catalog_name, self.target_table)
+            # One load of the target serves the checkpoint and the identifier check.
+            jtarget = java_table(self.spark, self._target) if exists else None
+            checkpoint = self._checkpoint_of(jtarget) if jtarget is not None else None
         if decide(self.name, checkpoint, batch) is Decision.ALREADY_APPLIED:
             return ApplyResult(self.name, True, checkpoint)
+        with self._catalog_errors(attributed=False):
+            return self._write(batch, events, jtarget)
+
+    def _write(self, batch: BatchInfo, events: DataFrame, jtarget: Any) -> ApplyResult:
         by_row_id = self.keyed_by_row_id()
         if by_row_id:
             events = self._with_source_row_id(batch, events)
@@ -241,7 +263,7 @@ class IcebergReplicaSink:
     def _follow_source(self, batch: BatchInfo, jtarget: Any, by_row_id: bool) -> Evolution:
         """Create the replica, or make it follow the source schema of the batch's snapshot by field id.
         A resync export rebuilds a replica that cannot follow."""
-        source = SourceSchemas(self.spark, java_table(self.spark, f"{self.catalog_name}.{self.source_table}"))
+        source = SourceSchemas(self.spark, java_table(self.spark, self._source))
         schema = source.of(batch.schema_id)
         if jtarget is not None:
             try:
@@ -253,7 +275,8 @@ class IcebergReplicaSink:
         names = {f.field_id: f.name for f in schema.fields}
         current = {f.name: f.field_id for f in source.current.fields}
         keys = tuple(names.get(current.get(c, -1), c) for c in self.identifier_columns)
-        copy_table(self.spark, self.catalog_name, self.source_table, self.target_table, keys,
+        copy_table(self.spark, self.source_catalog, self.source_table, self.target_table, keys,
+                   target_catalog=self.catalog_name,
                    key_column=(SOURCE_ROW_ID, SOURCE_ROW_ID_DOC) if by_row_id else None, schema_id=schema.schema_id)
         created = java_table(self.spark, self._target)
         mapping = align_by_name(schema_of(self.spark, created.schema()), schema)
