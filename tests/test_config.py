@@ -289,10 +289,11 @@ def test_named_catalogs_each_keep_their_settings_and_secrets_and_reach_both_engi
     assert archive["spark.sql.catalog.archive.uri"] == f"jdbc:sqlite:{(tmp_path / 'archive.db').resolve()}"
     assert config.catalog_settings(None).name == config.catalog_settings("lake").name == "lake"
     resources = build_resources(config)
-    assert {"catalog", "catalog_analytics", "catalog_archive"} <= set(resources)
-    assert resources["catalog_analytics"].properties["token"] == EnvVar("ANALYTICS_TOKEN")
+    assert {"icecdc_catalog", "icecdc_catalog__analytics", "icecdc_catalog__archive"} <= set(resources)
+    assert resources["icecdc_catalog__analytics"].properties["token"] == EnvVar("ANALYTICS_TOKEN")
     # the session starts with what every catalog needs (the REST client, the SQLite driver)
-    assert resources["spark"].settings().rest_catalog and resources["spark"].settings().jdbc_drivers == ("sqlite",)
+    spark = resources["icecdc_spark"].settings()
+    assert spark.rest_catalog and spark.jdbc_drivers == ("sqlite",)
     monkeypatch.delenv("ANALYTICS_TOKEN")
     with pytest.raises(ConfigError, match="catalogs.analytics.properties.token: environment variable "
                                           "ANALYTICS_TOKEN is not set"):
