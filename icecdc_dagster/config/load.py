@@ -5,7 +5,7 @@
 
 import os
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -144,8 +144,6 @@ def _keys(model: type[BaseModel]) -> list[str]:
 
 def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The model class that validates the mapping at ``loc`` (for the list of keys it allows)."""
-    from typing import get_origin
-
     model: type[BaseModel] | None = PipelineConfig
     keyed = False  # the previous key was a mapping of models (``catalogs``): this item is a name in it
     for item in loc:
