@@ -21,7 +21,7 @@ the latest resync bootstrap are superseded and never planned again.
 import dataclasses
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from dagster import (
@@ -239,11 +239,12 @@ def build_tables_sensor(tables: Sequence[TableConfig], config_path: str | None,
     the UI shows one tick history and one on/off switch for every table. The cursor is a JSON map by
     table name: ``{"cursor": <the table's tick cursor>, "at": <its last tick>}``."""
     resolved = ResolvedCatalog(catalog_resource)
-    selection = [key for table in tables for key in naming.asset_keys(table)]
+    # One job per table, as with a sensor per table: a job's assets share one partitions definition.
+    jobs = {table.table_name: line_job(naming.sensor_name(table), naming.asset_keys(table)) for table in tables}
     minimum = {table.table_name: line.minimum_interval(table.polling_interval_s) for table in tables}
 
     @sensor(name=ALL_TABLES_SENSOR, minimum_interval_seconds=min(minimum.values()),
-            job=line_job(ALL_TABLES_SENSOR, selection),
+            jobs=list(jobs.values()),
             default_status=DefaultSensorStatus.RUNNING,
             description="Adds each new snapshot of every table as a partition and syncs them in order, each table "
                         "at its own polling interval.")
@@ -258,14 +259,16 @@ def build_tables_sensor(tables: Sequence[TableConfig], config_path: str | None,
             result = tick(context.instance, previous, table, resolved.get(), config_path)
             marks[table.table_name] = {"cursor": result.cursor if result.cursor is not None else previous, "at": now}
             results.append((table, result))
-        return merged(results, json.dumps(marks))
+        return merged(results, json.dumps(marks), {name: job.name for name, job in jobs.items()})
 
     return _all
 
 
-def merged(results: list[tuple[TableConfig, SensorResult]], cursor: str) -> SensorResult:
-    """Several tables' tick results as one; skipped only when no table requests a run."""
-    requests = [r for _, result in results for r in result.run_requests or []]
+def merged(results: list[tuple[TableConfig, SensorResult]], cursor: str, job_names: Mapping[str, str]) -> SensorResult:
+    """Several tables' tick results as one, each run request naming its table's job (``job_names``: table name
+    -> job); skipped only when no table requests a run."""
+    requests = [r.with_replaced_attrs(job_name=job_names[table.table_name])
+                for table, result in results for r in result.run_requests or []]
     skipped = "; ".join(f"{table.table_name}: {result.skip_reason.skip_message}" for table, result in results
                         if result.skip_reason is not None and result.skip_reason.skip_message)
     added = [p for _, result in results for p in result.dynamic_partitions_requests or []]

@@ -1,6 +1,6 @@
 """The contract every sink implements; the Dagster layer only talks to this."""
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -36,6 +36,25 @@ class Disagreement:
     @property
     def difference(self) -> int:
         return self.found - self.expected
+
+
+# One rule of a sink's agreement: (its count, the change types that count equals, the cause when it found
+# fewer, the cause when it found more).
+CountRule = tuple[str, tuple[str, ...], str, str]
+
+
+def count_disagreements(rules: Sequence[CountRule], event_counts: Mapping[str, int],
+                        counts: Mapping[str, int]) -> list[Disagreement]:
+    """The sink's ``counts`` that differ from what the batch's ``event_counts`` imply, rule by rule (a count
+    the sink did not report is 0): the one comparison every sink kind's ``disagreements`` makes with rules of
+    its own."""
+    found = []
+    for count, change_types, fewer, more in rules:
+        expected = sum(int(event_counts.get(t, 0)) for t in change_types)
+        actual = int(counts.get(count, 0))
+        if actual != expected:
+            found.append(Disagreement(count, change_types, expected, actual, fewer if actual < expected else more))
+    return found
 
 
 class Sink(Protocol):

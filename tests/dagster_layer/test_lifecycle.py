@@ -3,15 +3,17 @@ a rollback, an expired checkpoint snapshot and a dropped-and-recreated table are
 (sensor skip reason, ``icecdc status``, the ``line_follows_table`` check) with the command that
 recovers; ``icecdc resync`` re-bootstraps the line and every sink converges to the table."""
 
+import pytest
 from dagster import AssetCheckKey, AssetKey, build_asset_check_context
 from opensearchpy import OpenSearch
 
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.naming import asset_keys
+from icecdc_dagster.changelog.ordinals import OrdinalAnchor, sequence_number
 from icecdc_dagster.cli import main
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
-from icecdc_dagster.errors import SupersededPartitionError
+from icecdc_dagster.errors import SnapshotOrderLostError, SupersededPartitionError
 from icecdc_dagster.resources.keys import CATALOG_KEY
 from icecdc_dagster.status import table_status
 from icecdc_dagster.sync import SyncContext, resync_table
@@ -33,11 +35,11 @@ def _documents(url):
     return sorted((int(h["_id"]), h["_source"]["name"], h["_source"]["qty"]) for h in hits)
 
 
-def _setup(spark, catalog_settings, tmp_path, sinks, rows=20):
+def _setup(spark, catalog_settings, tmp_path, sinks, rows=20, format_version=2):
     fq = f"{catalog_settings.name}.db.items"
+    modes = "" if format_version == 1 else ", 'write.delete.mode'='merge-on-read', 'write.update.mode'='merge-on-read'"
     spark.sql(f"""CREATE TABLE {fq} (id BIGINT NOT NULL, name STRING, qty INT) USING iceberg
-                  TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read',
-                                 'write.update.mode'='merge-on-read')""")
+                  TBLPROPERTIES ('format-version'='{format_version}'{modes})""")
     spark.sql(f"INSERT INTO {fq} SELECT id, concat('n', id), CAST(id AS INT) FROM range(0, {rows})")
     path = write_pipeline(tmp_path / "p.yaml", catalog_settings, [{
         "table_name": "db.items", "identifier_columns": ["id"], "sinks": sinks}])
@@ -59,6 +61,45 @@ def _resync(config, defs, instance, path):
 
     context = SyncContext(defs=defs, instance=instance, holder=Holder.current(), config_path=path)
     return resync_table(config, defs, instance, "db.items", context=context)
+
+
+def test_a_format_v1_line_rolled_back_below_its_anchor_stops_named_then_resync_recovers(
+        spark, catalog_settings, catalog, instance, tmp_path):
+    """Format v1 has no sequence numbers: the line numbers its snapshots along parent ids from its anchor (the
+    last stored batch). Rolled back below the anchor and written again, the new snapshot is linked to the
+    anchor no more, so its place cannot be counted; a real sync stops the line naming the rollback and the
+    command (before any snapshot is counted), and ``icecdc resync`` starts a new line that goes on with CDC."""
+    fq, config, defs, table, path = _setup(spark, catalog_settings, tmp_path,
+                                           [{"iceberg": {"table_name": "db.items_replica"}}], format_version=1)
+    replica = f"{catalog_settings.name}.db.items_replica"
+    assert all(all(t.succeeded) for t in drain(defs, instance, table))          # the export
+    good = catalog.load_table("db.items").current_snapshot().snapshot_id
+    spark.sql(f"UPDATE {fq} SET qty = qty + 100 WHERE id < 5")
+    spark.sql(f"DELETE FROM {fq} WHERE id >= 15")
+    assert all(all(t.succeeded) for t in drain(defs, instance, table))
+    assert _rows(spark, replica) == _rows(spark, fq)
+    anchored = catalog.load_table("db.items").current_snapshot().snapshot_id  # the line's last stored batch
+    record = instance.fetch_materializations(CHANGELOG, limit=1).records[0].asset_materialization
+    anchor = OrdinalAnchor(int(record.metadata["snapshot_id"].value), int(record.metadata["sequence_number"].value))
+    assert anchor.snapshot_id == anchored and anchor.ordinal == 3               # export, update, delete
+
+    spark.sql(f"CALL {catalog_settings.name}.system.rollback_to_snapshot('db.items', {good})")
+    spark.sql(f"INSERT INTO {fq} VALUES (100, 'new', 1)")
+    written = catalog.load_table("db.items").current_snapshot().snapshot_id
+    with pytest.raises(SnapshotOrderLostError, match=f"snapshot {written} is no longer linked to it"):
+        sequence_number(catalog.load_table("db.items"), written, anchor)
+    command = f"icecdc resync --config {path} --table db.items"
+    stopped = tick(defs, instance, table)
+    assert stopped.requested == [] and "rolled back" in stopped.skip_reason and command in stopped.skip_reason
+    assert str(anchored) in stopped.skip_reason
+    assert _rows(spark, replica) != _rows(spark, fq)                            # nothing applied out of order
+
+    report = _resync(config, defs, instance, path)
+    assert report.sync.ok and "rolled back" in report.diagnosis, report.render()
+    assert _rows(spark, replica) == _rows(spark, fq)
+    spark.sql(f"DELETE FROM {fq} WHERE id = 100")                               # the new line counts on
+    assert all(all(t.succeeded) for t in drain(defs, instance, table))
+    assert _rows(spark, replica) == _rows(spark, fq) and (100, "new", 1) not in _rows(spark, replica)
 
 
 @BOTH_CATALOGS

@@ -13,9 +13,10 @@ import zipfile
 
 import pyarrow as pa
 import pytest
-from pyiceberg.exceptions import ForbiddenError, NoSuchNamespaceError, OAuthError, UnauthorizedError
+from pyiceberg.exceptions import NoSuchNamespaceError
 
 from icecdc_dagster.config import parse_config
+from icecdc_dagster.errors import AccessRefusedError
 from icecdc_dagster.runtime import jars
 from icecdc_dagster.runtime.relocation import TLS_SOCKET_STRATEGY
 from icecdc_dagster.runtime.rest_server import RestServerOptions, start_rest_server
@@ -96,17 +97,23 @@ def test_token_credential_prefix_and_headers_reach_pyiceberg_and_spark(spark, gu
     assert sorted(catalog.load_table(f"{namespace}.t").scan().to_arrow()["id"].to_pylist()) == [1, 2, 3]
 
 
-@pytest.mark.parametrize("drop, error", [("header.X-Icecdc-Trial", ForbiddenError), ("prefix", NoSuchNamespaceError),
-                                         ("secret", UnauthorizedError)])
-def test_the_guarded_server_refuses_a_client_without_each_property(guarded_server, drop, error, monkeypatch):
-    """The test above would pass against a server that checks nothing; this one shows it checks."""
+@pytest.mark.parametrize("drop, error, says", [
+    ("header.X-Icecdc-Trial", AccessRefusedError, "ForbiddenError"), ("prefix", NoSuchNamespaceError, ""),
+    ("secret", AccessRefusedError, "UnauthorizedError")])
+def test_the_guarded_server_refuses_a_client_without_each_property(guarded_server, drop, error, says, monkeypatch):
+    """The test above would pass against a server that checks nothing; this one shows it checks. A refusal
+    reaches the caller as the terminal ``AccessRefusedError`` naming the catalog and the server's answer,
+    never the value sent."""
     properties = {"secret_key": "token", "secret": "t0ken", "prefix": "p1", "header.X-Icecdc-Trial": "yes"}
     if drop == "secret":
-        properties["secret"] = "wrong"
+        properties["secret"] = "n0t-the-s3cret"
     else:
         properties.pop(drop)
-    with pytest.raises((error, OAuthError)):
+    with pytest.raises(error, match=says) as refused:
         _settings(guarded_server, "guarded", properties, monkeypatch).load_pyiceberg().list_tables("db")
+    assert "t0ken" not in str(refused.value) and "n0t-the-s3cret" not in str(refused.value)
+    if error is AccessRefusedError:
+        assert "catalog 'guarded'" in str(refused.value)
 
 
 def test_rest_server_command_serves_a_catalog_for_trials(tmp_path, tmp_path_factory):

@@ -45,7 +45,7 @@ def test_replica_checkpoint_survives_compaction_and_expiry(spark, catalog, catal
     rerun = sink.apply(_batch(101, 2, [100]), _events(spark, first, 101, 2))
     assert rerun.skipped                                  # not applied twice
     result = sink.apply(_batch(102, 3, [101]), _events(spark, [("INSERT", 9, "n9"), ("DELETE", 0, "n0")], 102, 3))
-    assert not result.skipped and result.counts == {"inserted": 1, "deleted": 1}
+    assert not result.skipped and result.counts == {"inserted": 1, "updated": 0, "deleted": 1, "delete_missing": 0}
     assert {r.id: r.name for r in spark.table(f"{cat}.db.dst").collect()} == {
         1: "x1", 3: "n3", 4: "n4", 5: "n5", 9: "n9"}
     assert sink.read_checkpoint().snapshot_id == 102

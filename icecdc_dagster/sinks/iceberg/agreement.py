@@ -28,7 +28,7 @@ it) or unpublished (the retry MERGEs into the same snapshot as the first attempt
 from collections.abc import Mapping
 
 from icecdc_dagster.batch import DELETE, INSERT, UPDATE_AFTER, BatchInfo
-from icecdc_dagster.sinks.base import ApplyResult, Disagreement
+from icecdc_dagster.sinks.base import ApplyResult, CountRule, Disagreement, count_disagreements
 
 KEYS_HELD = ("the replica already held keys the batch inserts (its INSERTs became updates): the source holds "
              "those keys twice (rows appended with keys it already had), or something else wrote them into the "
@@ -39,11 +39,11 @@ KEYS_MISSING = ("the replica lacked keys the batch updates or deletes (updates b
 OTHER_WRITER = "something else wrote the replica"
 
 # (the replica's count, the change types it equals, the cause when it found fewer, when it found more)
-KEYED_RULES = (("inserted", (INSERT,), KEYS_HELD, KEYS_MISSING),
+KEYED_RULES: tuple[CountRule, ...] = (("inserted", (INSERT,), KEYS_HELD, KEYS_MISSING),
                ("updated", (UPDATE_AFTER,), KEYS_MISSING, KEYS_HELD),
                ("deleted", (DELETE,), KEYS_MISSING, OTHER_WRITER),
                ("delete_missing", (), OTHER_WRITER, KEYS_MISSING))
-APPEND_RULES = (("appended", (INSERT, UPDATE_AFTER), OTHER_WRITER, OTHER_WRITER),)
+APPEND_RULES: tuple[CountRule, ...] = (("appended", (INSERT, UPDATE_AFTER), OTHER_WRITER, OTHER_WRITER),)
 
 
 def compared(batch: BatchInfo, result: ApplyResult) -> bool:
@@ -58,10 +58,4 @@ def replica_disagreements(batch: BatchInfo, event_counts: Mapping[str, int],
     if not compared(batch, result):
         return []
     rules = APPEND_RULES if "appended" in result.counts else KEYED_RULES
-    found = []
-    for count, change_types, fewer, more in rules:
-        expected = sum(int(event_counts.get(t, 0)) for t in change_types)
-        actual = int(result.counts.get(count, 0))
-        if actual != expected:
-            found.append(Disagreement(count, change_types, expected, actual, fewer if actual < expected else more))
-    return found
+    return count_disagreements(rules, event_counts, result.counts)

@@ -22,7 +22,7 @@ Not compared, because the answers are not exactly comparable there:
 from collections.abc import Mapping
 
 from icecdc_dagster.batch import DELETE, INSERT, UPDATE_AFTER, BatchInfo
-from icecdc_dagster.sinks.base import ApplyResult, Disagreement
+from icecdc_dagster.sinks.base import ApplyResult, CountRule, Disagreement, count_disagreements
 from icecdc_dagster.sinks.opensearch.actions import CREATED, DELETE_NOT_FOUND, DELETED, UPDATED, VERSION_CONFLICT
 
 KEYS_HELD = ("the index already held documents the batch inserts (its INSERTs became updates): the source holds "
@@ -33,7 +33,7 @@ KEYS_MISSING = ("the index lacked documents the batch updates (updates became cr
 OTHER_WRITER = "something else wrote the index"
 
 # (the bulk's count, the change types it equals, the cause when it found fewer, when it found more)
-RULES = ((CREATED, (INSERT,), KEYS_HELD, KEYS_MISSING),
+RULES: tuple[CountRule, ...] = ((CREATED, (INSERT,), KEYS_HELD, KEYS_MISSING),
          (UPDATED, (UPDATE_AFTER,), KEYS_MISSING, KEYS_HELD),
          (DELETED, (DELETE,), OTHER_WRITER, OTHER_WRITER))
 
@@ -51,10 +51,4 @@ def index_disagreements(batch: BatchInfo, event_counts: Mapping[str, int],
     """The bulk's counts that differ from the batch's events (empty: they agree, or not compared)."""
     if not compared(batch, result):
         return []
-    found = []
-    for count, change_types, fewer, more in RULES:
-        expected = sum(int(event_counts.get(t, 0)) for t in change_types)
-        actual = int(result.counts.get(count, 0))
-        if actual != expected:
-            found.append(Disagreement(count, change_types, expected, actual, fewer if actual < expected else more))
-    return found
+    return count_disagreements(RULES, event_counts, result.counts)
