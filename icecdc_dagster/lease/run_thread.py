@@ -31,7 +31,8 @@ _log = logging.getLogger("icecdc_dagster.lease")
 def _spark_context() -> "SparkContext | None":
     pyspark = sys.modules.get("pyspark")
     context = getattr(getattr(pyspark, "SparkContext", None), "_active_spark_context", None)
-    return context if context is not None and context._jsc is not None else None
+    # A context still starting up has no ``_jsc`` yet: there is nothing to cancel then.
+    return context if getattr(context, "_jsc", None) is not None else None
 
 
 def cancel_spark_jobs(group: str | None = None) -> None:
