@@ -33,6 +33,7 @@ from dagster import (
 from dagster._core.definitions.job_base import InMemoryJob
 from dagster._core.execution.api import create_execution_plan
 from dagster._core.execution.execute_in_process import merge_run_tags
+from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
 from dagster._core.snap import snapshot_from_execution_plan
 from dagster._core.utils import make_new_run_id
 from pyiceberg.exceptions import NoSuchTableError
@@ -269,8 +270,24 @@ def create_selected_run(instance: DagsterInstance, defs: Definitions, run_id: st
         execution_plan_snapshot=snapshot_from_execution_plan(plan, subset.get_job_snapshot_id()),
         job_snapshot=subset.get_job_snapshot(), parent_job_snapshot=subset.get_parent_job_snapshot(),
         asset_selection=frozenset(assets), asset_check_selection=check_selection, resolved_op_selection=None,
-        op_selection=None, remote_job_origin=None, job_code_origin=None, asset_graph=subset.asset_layer.asset_graph)
+        op_selection=None, remote_job_origin=remote_origin(subset.name), job_code_origin=None,
+        asset_graph=subset.asset_layer.asset_graph)
     return job, run
+
+
+# The code location a run made in process names: the one ``dagster dev -m icecdc_dagster.definitions`` (and the
+# demo's workspace) loads. The UI's Overview -> Timeline draws only runs with a repository origin (a run without
+# one is dropped: ``useRunsForTimeline``), grouped by location and job; under another location name the runs
+# still show, in a row of their own.
+CODE_LOCATION = "icecdc_dagster.definitions"
+REPOSITORY = "__repository__"  # a Definitions object's repository (dagster's SINGLETON_REPOSITORY_NAME)
+
+
+def remote_origin(job_name: str) -> RemoteJobOrigin:
+    """Where the UI files a run made in process: :data:`CODE_LOCATION`'s repository, by name only (nothing
+    loads code from it: the run has no code origin, so no launcher or monitor re-launches it)."""
+    location = RegisteredCodeLocationOrigin(CODE_LOCATION)
+    return RemoteJobOrigin(RemoteRepositoryOrigin(location, REPOSITORY), job_name)
 
 
 def execute_in_process_run(job: "JobDefinition", run: "DagsterRun", instance: DagsterInstance) -> None:

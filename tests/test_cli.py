@@ -130,7 +130,8 @@ def _assert_production_instance(home):
         assert type(instance.run_launcher).__name__ == "MonitoredRunLauncher"
         assert instance.run_monitoring_enabled and instance.run_monitoring_max_resume_run_attempts == 0
         limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
-        assert limits == [{"key": "icecdc/table", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}]
+        assert limits == [{"key": key, "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
+                          for key in ("icecdc/table", ".dagster/icecdc/line")]
     assert "enabled: false" in (home / "dagster.yaml").read_text()      # telemetry still off
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from dagster import (
     AssetExecutionContext,
-    AssetMaterialization,
+    AssetObservation,
     AssetsDefinition,
     AssetSpec,
     BackfillPolicy,
@@ -113,10 +113,13 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
                                  "widened_columns": [*prior.get("widened_columns", []), *t.widened_columns]}
         skipped = all(r.skipped for r in results)
         written = target_lineage(entry, _target_metadata(catalog, target)) if target else {}
-        if target:  # the dead-letter table, when there is one: its metadata and this run's rows
+        # The dead-letter table, when there is one: its metadata and this run's rows, observed. Not a
+        # materialisation: the asset is not one Dagster materialises (an AssetSpec), and the UI's node shows
+        # such an asset's observations as its latest event ("Materialized" beside an empty latest event).
+        if target:
             dead = _target_metadata(catalog, routing.dead_letter_table(target), dead=True)
             if dead:
-                context.log_event(AssetMaterialization(
+                context.log_event(AssetObservation(
                     asset_key=naming.dead_letter_key(entry, target),
                     metadata={**dead, PARTITION_ROW_COUNT: totals.get("dead_lettered", 0),
                               **BatchMetadata(batch_id=" | ".join(r.batch_id for r in results))}))

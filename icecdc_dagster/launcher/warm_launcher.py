@@ -66,7 +66,7 @@ def is_ours(run: DagsterRun) -> bool:
     The rest - a user's own jobs, dbt models, a materialisation they launch from the asset graph of their
     project - is theirs: it gets Dagster's default launcher (a new process per run, their executor), never
     a lane of this daemon."""
-    if run_tags.TABLE_TAG in run.tags or run.job_name.startswith(JOB_PREFIX):
+    if run_tags.line_of(run.tags) is not None or run.job_name.startswith(JOB_PREFIX):
         return True
     if run_tags.read(run.tags, LAUNCHER_PID_TAG) is not None:  # a warm launcher took it (its health is ours)
         return True

@@ -8,8 +8,8 @@ keys into yours by hand). What each key buys:
 - ``run_monitoring``: the daemon fails a run whose worker died (health check) or that never
   started (``start_timeout_seconds``), without a person; the sensor then retries the batch.
   ``max_resume_run_attempts: 0``: a batch is re-executed from its start, never resumed mid-way.
-- ``run_queue.tag_concurrency_limits``: at most one run per line (``icecdc/table``) leaves the
-  queue at a time, whoever launched it (sensor, UI, backfill).
+- ``run_queue.tag_concurrency_limits``: at most one run per line (``icecdc/table``; an ingest line's
+  hidden ``.dagster/icecdc/line``) leaves the queue at a time, whoever launched it (sensor, UI, backfill).
 - ``storage`` (only with ``instance: {storage: postgres}`` in the pipeline file): runs, events and
   schedules in PostgreSQL, the URL read from an environment variable when the instance is opened, so
   the daemon, ``dagster dev`` and every ``icecdc`` command that share ``DAGSTER_HOME`` share it.
@@ -29,6 +29,10 @@ run_launcher:
 run_queue:
   tag_concurrency_limits:
     - key: icecdc/table
+      value:
+        applyLimitPerUniqueValue: true
+      limit: 1
+    - key: .dagster/icecdc/line
       value:
         applyLimitPerUniqueValue: true
       limit: 1

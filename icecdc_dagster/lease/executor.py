@@ -46,7 +46,7 @@ class LineExecutor(InProcessExecutor):
     def execute(self, plan_context: "PlanOrchestrationContext",
                 execution_plan: "ExecutionPlan") -> Iterator[DagsterEvent]:
         run = plan_context.dagster_run
-        line_id = run.tags.get(run_tags.TABLE_TAG)
+        line_id = run_tags.line_of(run.tags)
         if line_id is None:  # not a line's run (e.g. a manual materialisation of a check)
             yield from super().execute(plan_context, execution_plan)
             return

@@ -16,7 +16,7 @@ from dagster import DagsterRunStatus, RunsFilter
 from dagster._core.storage.dagster_run import DagsterRun
 
 from icecdc_dagster.lease.holder import Holder, Verdict, heartbeat_of, iso, verdict
-from icecdc_dagster.run_tags import FAILED_OVER_TAG, FIRST_SNAPSHOT_TAG, LAST_SNAPSHOT_TAG, TABLE_TAG
+from icecdc_dagster.run_tags import FAILED_OVER_TAG, first_key_of, last_key_of, line_filters, line_of
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
@@ -44,11 +44,11 @@ def judge(run: DagsterRun, now: float | None = None) -> tuple[Holder, Verdict] |
 
 
 def failover_message(run: DagsterRun, holder: Holder, reason: str, detected_by: Holder, now: float) -> str:
-    first, last = run.tags.get(FIRST_SNAPSHOT_TAG), run.tags.get(LAST_SNAPSHOT_TAG)
+    first, last = first_key_of(run.tags), last_key_of(run.tags)
     batch = f"batch {first}..{last}" if first and first != last else f"batch {first}" if first else "the run"
     return (f"icecdc: worker {holder.host}:{holder.pid} ({holder.role}) died before the run ended: {reason}. "
             f"Detected at {iso(now)} by {detected_by.role} {detected_by.host}:{detected_by.pid}. "
-            f"{batch} of {run.tags.get(TABLE_TAG, '?')} is re-executed under the line's retry policy; "
+            f"{batch} of {line_of(run.tags) or '?'} is re-executed under the line's retry policy; "
             f"the sinks' checkpoints make the redo apply nothing twice.")
 
 
@@ -78,6 +78,7 @@ def fail_over(instance: "DagsterInstance", run: DagsterRun, detected_by: Holder,
 def fail_dead_runs(instance: "DagsterInstance", line_id: str, detected_by: Holder | None = None) -> list[FailedOver]:
     """Fail every in-flight run of the line whose worker is gone."""
     detected_by = detected_by or Holder.current()
-    records = instance.get_run_records(RunsFilter(tags={TABLE_TAG: line_id}, statuses=IN_FLIGHT))
+    records = [r for tags in line_filters(line_id)
+               for r in instance.get_run_records(RunsFilter(tags=tags, statuses=IN_FLIGHT))]
     now = time.time()
     return [done for record in records if (done := fail_over(instance, record.dagster_run, detected_by, now))]

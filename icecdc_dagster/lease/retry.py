@@ -41,8 +41,7 @@ from icecdc_dagster.run_tags import (
     FAILURE_CLASS_TAG,
     FAILURE_KIND_TAG,
     FAILURE_MESSAGE_TAG,
-    FIRST_SNAPSHOT_TAG,
-    TABLE_TAG,
+    line_filters,
 )
 
 if TYPE_CHECKING:
@@ -132,9 +131,9 @@ def attempts_at(instance: "DagsterInstance", line_id: str, key: str) -> Attempts
     """Judge the failed runs of the line that started at ``key``, newest first, down to its newest
     successful run (a failure before a success is settled; a sink joining at an applied key starts
     afresh)."""
-    of_key = {TABLE_TAG: line_id, FIRST_SNAPSHOT_TAG: key}
-    records = instance.get_run_records(RunsFilter(
-        tags=of_key, statuses=[DagsterRunStatus.FAILURE, DagsterRunStatus.SUCCESS]), limit=RECORDS_READ)
+    found = [r for of_key in line_filters(line_id, key) for r in instance.get_run_records(RunsFilter(
+        tags=of_key, statuses=[DagsterRunStatus.FAILURE, DagsterRunStatus.SUCCESS]), limit=RECORDS_READ)]
+    records = sorted(found, key=lambda r: r.create_timestamp, reverse=True)[:RECORDS_READ]
     spent, streak, latest, streak_open, runs = 0, 0, None, True, 0
     settled, dead, dead_open, dead_at = False, 0, True, 0.0
     for record in records:
@@ -157,7 +156,8 @@ def attempts_at(instance: "DagsterInstance", line_id: str, key: str) -> Attempts
         streak_open = False
         spent += 1
     if len(records) >= RECORDS_READ:
-        runs = instance.get_runs_count(RunsFilter(tags=of_key, statuses=[DagsterRunStatus.FAILURE]))
+        runs = sum(instance.get_runs_count(RunsFilter(tags=of_key, statuses=[DagsterRunStatus.FAILURE]))
+                   for of_key in line_filters(line_id, key))
     return Attempts(runs=runs, spent=spent, transient_streak=streak, latest=latest, dead_streak=dead,
                     dead_ended_at=dead_at)
 

@@ -88,7 +88,7 @@ _ACTIVE_RUN_STATUSES = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, D
 
 @dataclass(frozen=True)
 class Line:
-    line_id: str                      # the value of the icecdc/table run tag
+    line_id: str                      # its runs' line tag (run_tags.line_tags): a table, or ingest:<name>
     partitions_def: DynamicPartitionsDefinition
     asset_keys: tuple[AssetKey, ...]  # every asset a run of the line materialises
     max_keys_per_run: int
@@ -123,9 +123,11 @@ def key_statuses(instance: "DagsterInstance", line: Line, keys: Sequence[str]) -
 
 
 def active_run(instance: "DagsterInstance", line: Line) -> "DagsterRun | None":
-    records = instance.get_run_records(
-        RunsFilter(tags={run_tags.TABLE_TAG: line.line_id}, statuses=_ACTIVE_RUN_STATUSES), limit=1)
-    return records[0].dagster_run if records else None
+    for tags in run_tags.line_filters(line.line_id):
+        records = instance.get_run_records(RunsFilter(tags=tags, statuses=_ACTIVE_RUN_STATUSES), limit=1)
+        if records:
+            return records[0].dagster_run
+    return None
 
 
 def describe_run(run: "DagsterRun") -> str:
@@ -355,8 +357,7 @@ def run_selection(line: Line, planned: NextRun) -> tuple[list[AssetKey], list[As
 
 
 def run_request(line: Line, planned: NextRun) -> RunRequest:
-    tags = {run_tags.TABLE_TAG: line.line_id, run_tags.FIRST_SNAPSHOT_TAG: planned.first_key,
-            run_tags.LAST_SNAPSHOT_TAG: planned.last_key}
+    tags = run_tags.line_tags(line.line_id, planned.first_key, planned.last_key)
     selection, checks = run_selection(line, planned)
     if planned.first_key == planned.last_key:
         return RunRequest(run_key=planned.run_key, partition_key=planned.first_key, asset_selection=selection,

@@ -72,14 +72,17 @@ def create_launchable_run(defs: Definitions, instance: DagsterInstance, request,
 
     from dagster._core.definitions.reconstruct import ReconstructableRepository
 
+    from icecdc_dagster.sync import remote_origin
+
     job = defs.resolve_implicit_global_asset_job_def()
     repository = ReconstructableRepository.for_module("icecdc_dagster.definitions", "defs", os.getcwd())
     origin = repository.get_reconstructable_job(job.name).get_python_origin()
     # The daemon adds the sensor's own tag (``DagsterRun.tags_for_sensor``): the UI's "Launched by".
     tags = {**request.tags, "dagster/partition": request.partition_key,
             **({"dagster/sensor_name": sensor_name} if sensor_name else {})}
+    # ... and the job's remote origin in the code location that loaded it (the UI files the run under it).
     return instance.create_run_for_job(job_def=job, tags=tags, asset_selection=frozenset(request.asset_selection),
-                                       job_code_origin=origin)
+                                       job_code_origin=origin, remote_job_origin=remote_origin(job.name))
 
 
 def start_run_worker(instance: DagsterInstance, run, env: dict, log):  # noqa: ANN001, ANN201

@@ -3,9 +3,11 @@
 every asset and every column has a description; ``dagster/uri`` is text the Storage panel renders."""
 
 import json
+import re
 
 from dagster import AssetKey
 
+from icecdc_dagster import run_tags
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
 from tests.dagster_layer.harness import drain, drain_sensor
@@ -14,13 +16,16 @@ from tests.helpers import write_pipeline
 TARGET = AssetKey(["iceberg", "db", "customers"])
 INGEST = AssetKey(["ingest", "customers_cdc"])
 REPLICA = AssetKey(["replica", "replica", "replica_customers"])
+DEAD = AssetKey(["dead_letters", "db", "customers_dead_letters"])
 
 QUERY = """
-query Graph($path: [String!]!, $ingest: [String!]!, $replica: [String!]!) {
+query Graph($path: [String!]!, $ingest: [String!]!, $replica: [String!]!, $dead: [String!]!) {
   assetNodes {
     assetKey { path }
     groupName
     description
+    isPartitioned
+    assetChecksOrError { ... on AssetChecks { checks { name description } } }
     metadataEntries {
       label
       __typename
@@ -48,6 +53,16 @@ query Graph($path: [String!]!, $ingest: [String!]!, $replica: [String!]!) {
     ... on Asset {
       assetMaterializations(limit: 1) { metadataEntries { label ... on MarkdownMetadataEntry { mdStr } } }
     }
+  }
+  dead: assetOrError(assetKey: {path: $dead}) {
+    ... on Asset {
+      assetMaterializations(limit: 1) { runId }
+      assetObservations(limit: 1) { runId timestamp metadataEntries { label ... on IntMetadataEntry { intValue } } }
+      definition { isMaterializable isObservable }
+    }
+  }
+  ingestRuns: runsOrError(filter: {tags: [{key: "icecdc/ingest", value: "customers_cdc"}]}) {
+    ... on Runs { results { runId status assetSelection { path } tags { key value } } }
   }
 }
 """
@@ -85,7 +100,7 @@ def test_asset_pages_explain_themselves(spark, catalog_settings, catalog, instan
     monkeypatch.setenv("ICECDC_CONFIG", str(path))
     with define_out_of_process_context(str(code), "defs", instance) as context:
         result = execute_dagster_graphql(context, QUERY, {"path": list(TARGET.path), "ingest": list(INGEST.path),
-                                                          "replica": list(REPLICA.path)})
+                                                          "replica": list(REPLICA.path), "dead": list(DEAD.path)})
     assert not result.errors, result.errors
 
     # 6: the ingest target is materialised when its line adds the snapshot the ingest committed as a
@@ -126,7 +141,34 @@ def test_asset_pages_explain_themselves(spark, catalog_settings, catalog, instan
         3, 0, 0, 0]
     assert not {"snapshots", "export", "insert_rows", "counted_by", "carry_over_groups_in_arrow"} & set(shown)
 
+    # Issue 44, 7: an ingest run shows its entry and its landing files (no snapshot or table tag naming a
+    # file or an entry), and its Target the ingest asset; the line key the queue and the lock use is hidden.
+    ingest_runs = result.data["ingestRuns"]["results"]
+    assert ingest_runs and all(r["status"] == "SUCCESS" for r in ingest_runs)
+    for run in ingest_runs:
+        tags = {t["key"]: t["value"] for t in run["tags"] if not t["key"].startswith("dagster/")}
+        assert set(tags) == {run_tags.INGEST_TAG, run_tags.BATCH_TAG}, tags
+        assert tags[run_tags.BATCH_TAG] in ("001.json", "002.json", "001.json..002.json"), tags
+        assert [a["path"] for a in run["assetSelection"]] == [list(INGEST.path)]
+        assert run_tags.line_of(instance.get_run_by_id(run["runId"]).tags) == "ingest:customers_cdc"
+
+    # Issue 44, 12: the dead letters are observed by the ingest run that found their table (its row count),
+    # never shown "Materialized" beside an empty latest event (the UI's node reads an observation for an
+    # asset it cannot materialise); the maintenance asset is not partitioned.
+    dead = result.data["dead"]
+    assert dead["definition"] == {"isMaterializable": False, "isObservable": False}
+    assert dead["assetMaterializations"] == []
+    (observed,) = dead["assetObservations"]
+    assert observed["runId"] in {r["runId"] for r in ingest_runs}
+    assert {e["label"]: e.get("intValue") for e in observed["metadataEntries"]}["dagster/row_count"] == 1
+
     nodes = result.data["assetNodes"]
+    assert [n["isPartitioned"] for n in nodes if n["assetKey"]["path"][0] == "maintenance"] == [False]
+    # Issue 44, 6: every check says what it looks at in words: no metadata key, no ISO 8601 duration.
+    checks = {c["name"]: c["description"] for n in nodes for c in (n["assetChecksOrError"] or {}).get("checks", [])}
+    assert {"no_stuck_snapshots", "line_follows_table", "sink_counts_agree"} <= set(checks), checks
+    for name, description in checks.items():
+        assert description and not re.search(r"\b[a-z]+_[a-z_]+\b|\bPT?\d", description), (name, description)
     titles: dict[str, list[str]] = {}
     for node in nodes:
         titles.setdefault(node["groupName"], []).append(node["assetKey"]["path"][-1])

@@ -5,6 +5,7 @@ process (as Dagster's default launcher starts it) and for an ``icecdc sync`` run
 still on the runs, hidden, for crash recovery."""
 
 import os
+import time
 
 from dagster import DagsterRunStatus
 
@@ -14,7 +15,7 @@ from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
 from icecdc_dagster.lease.holder import Holder, heartbeat_of
 from icecdc_dagster.run_tags import FIRST_SNAPSHOT_TAG, LAST_SNAPSHOT_TAG, LAUNCHED_BY_TAG, TABLE_TAG
-from icecdc_dagster.sync import sync_table
+from icecdc_dagster.sync import CODE_LOCATION, sync_table
 from tests.dagster_layer.harness import create_launchable_run, start_run_worker, tick
 from tests.helpers import write_pipeline
 
@@ -43,6 +44,23 @@ query Runs($changelog: [String!]!) {
 }
 """
 
+# Overview -> Timeline, as the UI asks (dagster-webserver's useRunsForTimeline: CompletedRunTimelineQuery with
+# RunTimelineFragment); the UI draws a run only with a start time and a repository origin.
+TIMELINE = """
+query CompletedRunTimelineQuery($completedFilter: RunsFilter!, $limit: Int!, $cursor: String) {
+  completed: runsOrError(filter: $completedFilter, limit: $limit, cursor: $cursor) {
+    ... on Runs {
+      results {
+        id pipelineName externalJobSource tags { key value }
+        repositoryOrigin { id repositoryName repositoryLocationName }
+        status creationTime startTime endTime updateTime
+      }
+    }
+  }
+}
+"""
+DONE = ["SUCCESS", "FAILURE", "CANCELED"]
+
 
 def test_runs_name_their_target_and_show_the_line_not_the_bookkeeping(spark, catalog_settings, catalog, instance,
                                                                       tmp_path, monkeypatch):
@@ -67,9 +85,12 @@ def test_runs_name_their_target_and_show_the_line_not_the_bookkeeping(spark, cat
     code = tmp_path / "code.py"
     code.write_text("from icecdc_dagster.definitions import defs  # noqa: F401\n")
     monkeypatch.setenv("ICECDC_CONFIG", str(path))
+    window = {"updatedAfter": time.time() - 3600, "updatedBefore": time.time() + 60, "statuses": DONE}
     with define_out_of_process_context(str(code), "defs", instance) as context:
         result = execute_dagster_graphql(context, RUNS, {"changelog": list(naming.changelog_key(table).path)})
+        timeline = execute_dagster_graphql(context, TIMELINE, {"completedFilter": window, "limit": 500})
     assert not result.errors, result.errors
+    assert not timeline.errors, timeline.errors
     runs = {r["runId"]: r for r in result.data["runsOrError"]["results"]}
     line_runs = [r for r in runs.values() if {"key": TABLE_TAG, "value": "db.items"} in r["tags"]]
     assert sensor_run.run_id in runs and len(line_runs) == 2
@@ -99,4 +120,13 @@ def test_runs_name_their_target_and_show_the_line_not_the_bookkeeping(spark, cat
     assert stuck["executionForLatestMaterialization"]["status"] == "SUCCEEDED"
     entries = {e["label"]: e for e in stuck["executionForLatestMaterialization"]["evaluation"]["metadataEntries"]}
     assert entries["pending_snapshots"]["intValue"] == 0
+    # Issue 44, 8: Overview -> Timeline draws both runs: each has its times and a repository origin, the
+    # sync's naming the location `dagster dev -m icecdc_dagster.definitions` loads.
+    drawn = {r["id"]: r for r in timeline.data["completed"]["results"]}
+    assert {r["runId"] for r in line_runs} <= set(drawn)
+    for run in line_runs:
+        entry = drawn[run["runId"]]
+        assert entry["startTime"] and entry["endTime"] >= entry["startTime"], entry
+        assert entry["repositoryOrigin"] is not None, entry
+    assert drawn[sync_run["runId"]]["repositoryOrigin"]["repositoryLocationName"] == CODE_LOCATION
     assert "PT" not in stuck["description"] and "_" not in stuck["description"].replace(naming.STUCK_CHECK, "")
