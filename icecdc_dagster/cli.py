@@ -119,6 +119,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
             for message in report.failed_over:
                 print(f"{report.table_name}: failed over a dead worker's run: {message}")
             print(report.render())
+        for line in display.summary():
+            print(line)
         print(f"sync finished in {display.progress.total():.1f}s (DAGSTER_HOME={os.environ['DAGSTER_HOME']})")
         if stop.requested:
             print(f"icecdc sync: stopped by {stop.name}; run it again to continue where each line stopped")

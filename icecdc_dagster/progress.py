@@ -30,11 +30,14 @@ class LineRow:
     state: str                # "waiting", "export", "applying snapshot N", "done", "blocked: ..."
     done: int                 # batches this sync finished (successful or not)
     pending: int | None       # batches still to run, the one in flight included (None: unknown)
-    rows: int | None          # records of the batch in flight, from metadata (None: not known)
+    rows: int | None          # records the batch in flight reads, from snapshot summaries (not shown: rows
+                              # read are not change events; a 3-row delete may rewrite 1,000 rows)
     elapsed: float            # seconds since the line started (frozen when it ended); 0 before it starts
     failed: int = 0           # of ``done``, the batches whose run did not succeed
     batch: str | None = None  # the batch in flight, else the last one ("first..last" keys)
     batch_seconds: float | None = None  # how long the last finished batch took
+    events: int = 0           # change events this sync's batches of the line applied (their metadata's)
+    last_events: int | None = None  # those of the last finished batch (None: its metadata does not say)
 
 
 @dataclass
@@ -107,8 +110,9 @@ class SyncProgress:
             entry.row = replace(entry.row, state=state, rows=rows, pending=1 + later, batch=batch)
         return self.changed("batch_started", line)
 
-    def batch_finished(self, line: str, ok: bool) -> LineRow:
-        """A batch ended; one that failed stays pending (it is retried, or blocks the line)."""
+    def batch_finished(self, line: str, ok: bool, events: int | None = None) -> LineRow:
+        """A batch ended; one that failed stays pending (it is retried, or blocks the line). ``events``: the
+        change events it applied, as its materialisations count them."""
         with self.lock:
             entry = self._entry(line)
             pending = entry.row.pending
@@ -117,7 +121,8 @@ class SyncProgress:
                 pending = None if pending is None else pending + 1
             entry.row = replace(entry.row, done=entry.row.done + 1, failed=entry.row.failed + (not ok),
                                 pending=None if pending is None else max(pending - 1, 0), rows=None,
-                                state=PLANNING, batch_seconds=self.clock() - entry.batch_started)
+                                state=PLANNING, batch_seconds=self.clock() - entry.batch_started,
+                                events=entry.row.events + (events or 0), last_events=events)
         return self.changed("batch_finished" if ok else "batch_failed", line)
 
     def line_finished(self, line: str, outcome: str = "done", drained: bool = True) -> LineRow:
@@ -162,12 +167,12 @@ class SyncProgress:
 
 
 def describe(row: LineRow) -> str:
-    """One plain line for a log: ``db.t: export, batches 0 done / 1 pending, ~1000 records, elapsed 2.1s``."""
+    """One plain line for a log: ``db.t: export, batches 0 done / 1 pending, 1,000 change events, elapsed 2.1s``
+    (the change events the line's finished batches applied)."""
     failed = f" ({row.failed} failed)" if row.failed else ""
     pending = "?" if row.pending is None else str(row.pending)
-    records = f", ~{row.rows} records" if row.rows is not None else ""
-    return (f"{row.line}: {row.state}, batches {row.done} done{failed} / {pending} pending{records}, "
-            f"elapsed {row.elapsed:.1f}s")
+    return (f"{row.line}: {row.state}, batches {row.done} done{failed} / {pending} pending, "
+            f"{row.events:,} change events, elapsed {row.elapsed:.1f}s")
 
 
 def process_age(proc: str = "/proc") -> float | None:

@@ -29,6 +29,7 @@ from dagster import (
     DagsterInstance,
     DagsterRunStatus,
     Definitions,
+    IntMetadataValue,
 )
 from dagster._core.definitions.job_base import InMemoryJob
 from dagster._core.execution.api import create_execution_plan
@@ -353,7 +354,8 @@ def _drain(context: SyncContext, line: lines.Line, evaluate: Callable[[], tuple[
         report.record_checks(instance, run_id, planned.last_key)
         context.batches_run += 1
         if context.progress is not None:
-            context.progress.batch_finished(line.line_id, status == DagsterRunStatus.SUCCESS)
+            events = run_events(instance, run_id)
+            context.progress.batch_finished(line.line_id, status == DagsterRunStatus.SUCCESS, events)
         if context.stop.requested and status != DagsterRunStatus.SUCCESS:
             applied = next((last for _, last, ok in reversed(report.runs) if ok), None)
             report.stopped = (f"{context.stop.name} received: batch {planned.first_key}..{planned.last_key} abandoned "
@@ -361,6 +363,19 @@ def _drain(context: SyncContext, line: lines.Line, evaluate: Callable[[], tuple[
                               f"{applied or 'the previous sync'}; the next sync continues at {planned.first_key}")
             return None
     return None
+
+
+def run_events(instance: DagsterInstance, run_id: str) -> int | None:
+    """The change events a run's batch applied, as its materialisations count them (a changelog's or a
+    sink's ``rows``, an ingest's ``events_read``); None when none says (a failed run). For the display only:
+    never raises."""
+    try:
+        records = instance.get_records_for_run(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION).records
+    except Exception:  # noqa: BLE001 - the display never fails the sync
+        return None
+    counts = [int(value.value or 0) for record in records if (m := record.asset_materialization) is not None
+              for key in ("rows", "events_read") if isinstance(value := m.metadata.get(key), IntMetadataValue)]
+    return max(counts, default=None)
 
 
 def show_batch(context: SyncContext, line: lines.Line, planned: NextRun, view: LineDisplay | None) -> None:

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,68 @@ def fault_env(fault: str, table: str = "") -> dict[str, str]:
     path = os.pathsep.join(p for p in (str(FAULT_HOOKS), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "PYTHONPATH": path, "ICECDC_TEST_FAULT": fault}
     return {**env, "ICECDC_TEST_FAULT_TABLE": table} if table else env
+
+
+def run_on_terminal(argv, env, rows: int = 50, columns: int = 160):  # noqa: ANN001, ANN201
+    """Run a command with a pseudo-terminal as its stdin, stdout and stderr (a person at a terminal);
+    returns (exit code, everything it wrote, [(seconds since the start, offset in the output)] per read)."""
+    import fcntl
+    import pty
+    import struct
+    import subprocess
+    import termios
+    import time
+
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    started = time.monotonic()
+    process = subprocess.Popen(argv, stdin=terminal, stdout=terminal, stderr=terminal, env=env, close_fds=True)
+    os.close(terminal)
+    written, reads = bytearray(), []
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # EIO: every writer of the terminal has closed it
+            break
+        if not chunk:
+            break
+        written += chunk
+        reads.append((time.monotonic() - started, len(written)))
+    os.close(controller)
+    return process.wait(), written.decode("utf-8", "replace"), reads
+
+
+CLEAR = re.compile(r"\x1b\[(\d+)F\x1b\[J")     # the live table erasing its previous frame
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+CAPTION = re.compile(r"icecdc sync: (\d+\.\d)s since the command started")
+
+
+def live_frames(shown: str, header: str = "batches done") -> tuple[list[str], list[str]]:
+    """The frames of ``icecdc sync``'s live table in a terminal's output, and the lines written outside
+    them (log lines, the report), asserting what a person at the terminal relies on: each frame but the last
+    is erased whole before anything else is written (no stale copy stays), and nothing is written inside a
+    frame (a log line goes above it). A segment between two erasures is [lines written above] + one frame."""
+    segments, erased = [], []
+    position = 0
+    for match in CLEAR.finditer(shown):
+        segments.append(shown[position:match.start()])
+        erased.append(int(match.group(1)))
+        position = match.end()
+    segments.append(shown[position:])
+    frames, outside = [], []
+    for index, segment in enumerate(segments):
+        text = ANSI.sub("", segment).replace("\r\n", "\n")  # the terminal's line ends
+        lines = text.split("\n")
+        top = next((i for i, line in enumerate(lines) if header in line), None)
+        if top is None:  # nothing of a frame: only lines written outside
+            outside.extend(line for line in lines if line.strip())
+            continue
+        bottom = next(i for i in range(top, len(lines)) if CAPTION.search(lines[i]))
+        start = top - 1 if top > 0 and not lines[top - 1].strip() else top  # rich's blank line above the header
+        frame = lines[start:bottom + 1]
+        outside.extend(line for line in lines[:start] + lines[bottom + 1:] if line.strip())
+        if index < len(erased):  # erased before the next write: exactly the frame's lines, nothing after it
+            assert erased[index] == len(frame), (erased[index], frame)
+            assert not "".join(lines[bottom + 1:]).strip(), lines[bottom + 1:]
+        frames.append("\n".join(frame))
+    return frames, outside

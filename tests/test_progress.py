@@ -133,14 +133,15 @@ def test_plain_output_has_one_line_per_event_and_no_escape_sequences():
         display.progress.line_started("db.items")
         display.progress.batch_started("db.items", "7", EXPORT, rows=2)
         clock.now = 12.0
-        display.progress.batch_finished("db.items", ok=True)
+        display.progress.batch_finished("db.items", ok=True, events=2)
         display.progress.line_finished("db.items")
     assert out.getvalue().splitlines() == [
-        "db.items: waiting, batches 0 done / 1 pending, elapsed 0.0s",
-        "db.items: export, batches 0 done / 1 pending, ~2 records, elapsed 0.0s",
-        "db.items: batch 7 applied in 2.0s; batches 1 done / 0 pending",
-        "db.items: done, batches 1 done / 0 pending, elapsed 2.0s"]
+        "db.items: waiting, batches 0 done / 1 pending, 0 change events, elapsed 0.0s",
+        "db.items: export, batches 0 done / 1 pending, 0 change events, elapsed 0.0s",
+        "db.items: batch 7 applied in 2.0s, 2 change events; batches 1 done / 0 pending",
+        "db.items: done, batches 1 done / 0 pending, 2 change events, elapsed 2.0s"]
     assert "\x1b[" not in out.getvalue()
+    assert display.summary() == ["db.items: done; 1 batch, 2 change events applied, 2.0s"]
 
 
 def test_the_live_frame_has_a_row_per_line_and_the_total():
@@ -151,11 +152,78 @@ def test_the_live_frame_has_a_row_per_line_and_the_total():
     display.progress.planned("db.a", 12, per_batch=5)
     display.progress.planned("db.b", 1, export_first=True)
     display.progress.line_started("db.a")
-    display.progress.batch_started("db.a", "1..5", snapshot_state("1", "5", 5), keys=5, rows=12345)
+    display.progress.batch_started("db.a", "0", EXPORT, keys=1, rows=12345)
+    display.progress.batch_finished("db.a", ok=True, events=12345)
+    display.progress.batch_started("db.a", "1..5", snapshot_state("1", "5", 5), keys=5, rows=99999)
     clock.now = 12.0
     console = Console(record=True, width=160, file=io.StringIO())
     console.print(display.table())
     text = console.export_text()
-    assert re.search(r"db\.a\s+applying snapshots 1\.\.5 \(5\)\s+0\s+3\s+~12,345\s+2\.0s", text), text
-    assert re.search(r"db\.b\s+waiting\s+0\s+1\s+0\.0s", text), text
+    # change events: those the line's finished batches applied (the export's), never rows read.
+    assert re.search(r"db\.a\s+applying snapshots 1\.\.5 \(5\)\s+1\s+3\s+12,345\s+2\.0s", text), text
+    assert re.search(r"db\.b\s+waiting\s+0\s+1\s+0\s+0\.0s", text), text
     assert "8.5s since the command started" in text
+
+
+BUSY_BATCH = r'''
+import logging, os, sys, threading, time
+from icecdc_dagster.progress import SyncProgress
+from icecdc_dagster.progress_display import SyncDisplay
+
+log = logging.getLogger("dagster")
+handler = logging.StreamHandler(sys.stderr)  # holds sys.stderr from before the display, as Dagster's handlers do
+handler.setFormatter(logging.Formatter("%(name)s - INFO - %(message)s"))
+log.addHandler(handler)
+log.setLevel(logging.INFO)
+display = SyncDisplay(live=True, progress=SyncProgress(started=time.monotonic()))
+
+
+def batch():
+    """Pure Python for 3 s (the GIL held but for the interpreter's switches), writing as a run does."""
+    end, n = time.monotonic() + 3.0, 0
+    while time.monotonic() < end:
+        sum(i * i for i in range(20000))
+        n += 1
+        if n % 25 == 0:
+            log.info(f"log line {n // 25}")
+            os.write(2, f"jvm line {n // 25}".encode())  # the JVM writes to descriptor 2, a line in two writes
+            os.write(2, b" end\n")
+            print(f"print line {n // 25}", flush=True)
+
+
+with display:
+    display.progress.planned("db.items", 1)
+    display.progress.line_started("db.items")
+    display.progress.batch_started("db.items", "7", "applying snapshot 7")
+    worker = threading.Thread(target=batch)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.5)
+    display.progress.batch_finished("db.items", True, events=3)
+    display.progress.line_finished("db.items")
+print("\n".join(display.summary()))
+'''
+
+
+def test_the_live_table_keeps_its_rate_while_a_batch_is_busy_and_log_lines_go_above_it():
+    """On a terminal (a pty): while a thread keeps the process busy the table is redrawn at its rate; what
+    Dagster's handlers, the JVM (descriptor 2) and print write goes above the table, each line once, never
+    inside it; every frame is erased whole before the next (no stale copies); the summary gives counts."""
+    import sys
+
+    from tests.helpers import CAPTION, live_frames, run_on_terminal
+
+    code, shown, _ = run_on_terminal([sys.executable, "-c", BUSY_BATCH], {**os.environ, "TERM": "xterm-256color"})
+    assert code == 0, shown
+    frames, outside = live_frames(shown)
+    for kind in ("dagster - INFO - log line", "jvm line", "print line"):
+        written = [line for line in outside if line.startswith(kind)]
+        assert written and len(written) == len(set(written)), (kind, outside)
+        assert not any(kind in frame for frame in frames)
+    assert all(line.endswith(" end") for line in outside if line.startswith("jvm line"))   # joined, whole
+    busy = [float(CAPTION.search(f).group(1)) for f in frames if "applying snapshot 7" in f]
+    span = busy[-1] - busy[0]
+    # The refresh thread draws 4 frames a second of the process's own clock; the busy thread takes 3 s.
+    assert span >= 2.0 and len(busy) >= span * 2, (len(busy), span)
+    assert re.search(r"db\.items\s+done\s+1\s+0\s+3\s", frames[-1]), frames[-1]
+    assert outside[-1] == "db.items: done; 1 batch, 3 change events applied, " + outside[-1].rsplit(", ", 1)[1]
