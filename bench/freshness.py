@@ -44,6 +44,16 @@ Usage: python bench/freshness.py [--commits 20] [--interval 5] [--modes warm,def
                                  [--tables 20[,50] --warm-rounds 4 --rounds 3 --workers 3]
                                  [--sensors per-table|one|both] [--line-checks one|two|both]
                                  [--instance sqlite|postgres|both]
+       python bench/freshness.py --sustained 100 [--sustained-minutes 10 --commit-every 60]
+                                 [--snapshot-sensors per_table|one] [--instance sqlite|postgres|both]
+
+Sustained (``--sustained N``, alone): N tables each commit every ``--commit-every`` seconds at staggered times
+for ``--sustained-minutes``; ``tables_<N>_p95_s`` over every commit, ``backlog_end`` = commits not applied when
+the commits stop, against ``backlog_allowed`` = the commits of the last sensor interval.
+
+Each many-tables RESULT also holds ``tables_<N>_p95_s``, the per-step medians (``step_<step>_s``), the
+per-process CPU per batch (``batch_cpu_<process>_s``) and ``spark_job_split`` (per call site: jobs and
+median wall seconds per run, from the warm launcher's run profile).
 """
 
 import argparse
@@ -348,7 +358,94 @@ def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlit
             * SENSOR_LOOP_S,
             "batch_cpu_s": sum(cpu.values()) / runs, "batch_cpu": {k: v / runs for k, v in cpu.items()},
             "steps": medians.get("steps", 0.0), "run_s": medians.get("run", 0.0),
-            "spark_jobs": medians.get("spark_jobs", 0.0), "framework_s": medians.get("framework", 0.0)}
+            "spark_jobs": medians.get("spark_jobs", 0.0), "framework_s": medians.get("framework", 0.0),
+            "medians": medians}
+
+
+def run_sustained(tables: int, minutes: float, every_s: float, workers: int, interval: int,
+                  sqlite_synchronous: str = "", storage: dict | None = None, snapshot_sensors: str = "per_table",
+                  label: str = "sustained") -> dict:
+    """``tables`` tables each commit once every ``every_s`` seconds, staggered evenly (table i at i/N of the
+    period), for ``minutes``: commit -> applied of every commit, and the backlog when the commits stop
+    (commits not applied at that moment) against the commits of the last sensor interval (what a keeping-up
+    pipeline still has in flight). The exports are applied first and not measured."""
+    root = Path(tempfile.mkdtemp(prefix="icecdc-fresh-sustained-"))
+    names = tuple(f"db.events_{i:03d}" for i in range(tables))
+    catalog, config_path = setup_lake(root, interval, names, snapshot_sensors)
+    home = root / "dagster_home"
+    write_home(home, "warm", workers, sqlite_synchronous, storage)
+    profile = root / "runs.jsonl"
+    os.environ[PROFILE_ENV] = str(profile)
+    process, instance = start_dagster(root, home, config_path)
+    sink_keys = {name: ("replica", "replica", "replica_" + name.split(".")[1]) for name in names}
+    commits: list[tuple[str, str, float]] = []  # table, partition key, commit time
+    try:
+        started = time.time()
+        for name in names:
+            bootstrap = str(catalog.load_table(name).current_snapshot().snapshot_id)
+            wait_applied(instance, bootstrap, 1800, sink_keys[name])
+        print(f"[{label}] {tables} exports applied in {time.time() - started:.1f}s ({load()})", flush=True)
+        time.sleep(2 * interval)
+        cpu_before, begin = process_cpu(process.pid), time.time()
+        schedule = sorted((period * every_s + i * every_s / tables, name)
+                          for period in range(max(1, round(minutes * 60 / every_s))) for i, name in enumerate(names))
+        loaded = {name: catalog.load_table(name) for name in names}
+        for n, (offset, name) in enumerate(schedule):
+            delay = begin + offset - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            table = loaded[name]
+            table.append(rows(1000 + n * 10, 10))
+            snapshot = table.current_snapshot()
+            commits.append((name, str(snapshot.snapshot_id), snapshot.timestamp_ms / 1000))
+            if (n + 1) % tables == 0:
+                print(f"[{label}] {n + 1} commits, {time.time() - begin:.0f}s ({load()})", flush=True)
+        end = time.time()
+        late = max(0.0, end - (begin + schedule[-1][0]))
+        stamps = {key: wait_applied(instance, key, 1800, sink_keys[name]) for name, key, _ in commits}
+        cpu_after = process_cpu(process.pid)
+        medians = breakdown(instance, {key: at for _, key, at in commits}, profile, workers, label)
+    finally:
+        os.environ.pop(PROFILE_ENV, None)
+        stop_dagster(process)
+        instance.dispose()
+    latencies = [stamps[key] - at for _, key, at in commits]
+    backlog = sum(1 for _, key, _ in commits if stamps[key] > end)
+    allowed = sum(1 for _, _, at in commits if at > end - interval)
+    cpu = {name: cpu_after.get(name, 0.0) - cpu_before.get(name, 0.0) for name in cpu_after}
+    minute = [stamps[key] - at for _, key, at in commits if at > end - 60]
+    print(f"[{label}] {len(commits)} commits over {end - begin:.0f}s (the committer {late:.1f}s behind its "
+          f"schedule at the end): p50 {statistics.median(latencies):.1f}s p95 {percentile(latencies, 0.95):.1f}s, "
+          f"last minute p95 {percentile(minute, 0.95) if minute else 0:.1f}s; backlog at the end {backlog} "
+          f"(commits of the last {interval}s: {allowed}); {sum(cpu.values()) / len(commits):.2f} CPU-s per batch "
+          f"({', '.join(f'{k} {v / len(commits):.2f}' for k, v in sorted(cpu.items()) if v >= 0.05)}) ({load()})",
+          flush=True)
+    return {"p50": statistics.median(latencies), "p95": percentile(latencies, 0.95), "backlog_end": backlog,
+            "backlog_allowed": allowed, "commits": len(commits), "batch_cpu_s": sum(cpu.values()) / len(commits),
+            "medians": medians,
+            "last_minute_p95": percentile(minute, 0.95) if minute else None}
+
+
+def sustained_scenario(args: argparse.Namespace) -> None:
+    """``--sustained N``: the sustained scenario on each instance kind of ``--instance``; its own RESULT line."""
+    kinds = {"sqlite": ("sqlite",), "postgres": ("postgres",), "both": ("sqlite", "postgres")}[args.instance]
+    start_load = load()
+    keys: dict[str, str] = {}
+    for kind in kinds:
+        prefix = "" if len(kinds) == 1 else f"{KIND_PREFIX[kind]}_"
+        with instance_storage(kind, args.pg_server) as storage:
+            m = run_sustained(args.sustained, args.sustained_minutes, args.commit_every, args.workers, args.interval,
+                              args.sqlite_synchronous, storage, args.snapshot_sensors, label=f"sustained {kind}")
+        n = args.sustained
+        keys |= {f"{prefix}tables_{n}_p50_s": f"{m['p50']:.2f}", f"{prefix}tables_{n}_p95_s": f"{m['p95']:.2f}",
+                 f"{prefix}backlog_end": str(m["backlog_end"]), f"{prefix}backlog_allowed": str(m["backlog_allowed"]),
+                 f"{prefix}sustained_commits": str(m["commits"]), f"{prefix}batch_cpu_s": f"{m['batch_cpu_s']:.2f}",
+                 f"{prefix}spark_jobs_per_run": f"{m['medians'].get('spark_jobs', 0):.0f}",
+                 f"{prefix}run_steps": f"{m['medians'].get('steps', 0):.0f}"} | step_keys(m["medians"], prefix)
+    print("RESULT " + " ".join(f"{k}={v}" for k, v in keys.items()) + f" minutes={args.sustained_minutes} "
+          f"commit_every_s={args.commit_every} workers={args.workers} interval_s={args.interval} "
+          f"snapshot_sensors={args.snapshot_sensors} load1_start={start_load.split()[2]} "
+          f"load1_end={load().split()[2]}")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -401,10 +498,17 @@ def breakdown(instance, commits: dict[str, float], profile: Path, workers: int, 
     from dagster import DagsterEventType, RunsFilter
 
     profiled = {}
-    if profile.exists():
-        for line in profile.read_text().splitlines():
-            record = json.loads(line)
-            profiled[record["run_id"]] = record
+    deadline = time.time() + 60 * TIMEOUTS["scale"]
+    for key in commits:  # a run is materialised before it ends, and profiled when it has ended
+        wait_run_finished(instance, key, 120)
+    while True:
+        if profile.exists():
+            for line in profile.read_text().splitlines():
+                record = json.loads(line)
+                profiled[record["run_id"]] = record
+        if len(profiled) >= len(commits) or time.time() > deadline:
+            break
+        time.sleep(0.5)
     parts: dict[str, list[float]] = {}
     spans: list[tuple[float, float, float]] = []  # created, started, ended
     for key, committed in commits.items():
@@ -418,6 +522,7 @@ def breakdown(instance, commits: dict[str, float], profile: Path, workers: int, 
         spans.append((created, record.start_time, record.end_time))
         starts: dict[str, float] = {}
         steps, count = 0.0, 0
+        windows: list[tuple[str, float, float]] = []
         for event in instance.all_logs(record.dagster_run.run_id, of_type={
                 DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS}):
             step = event.step_key or ""
@@ -428,19 +533,60 @@ def breakdown(instance, commits: dict[str, float], profile: Path, workers: int, 
                 values[f"step {kind}"] = values.get(f"step {kind}", 0.0) + event.timestamp - starts[step]
                 steps += event.timestamp - starts[step]
                 count += 1
+                windows.append((re.sub(r"[^a-z_]", "", kind.split("__")[0]), starts[step], event.timestamp))
+        for job in profiled.get(record.dagster_run.run_id, {}).get("jobs", []):
+            at = job[2] if len(job) > 2 else None
+            owner = next((name for name, begin, end in windows if at is not None and begin <= at <= end), "other")
+            values[f"jobs in {owner}"] = values.get(f"jobs in {owner}", 0) + 1
         values["framework"] = values["run"] - steps
         values["steps"] = count
         extra = profiled.get(record.dagster_run.run_id, {})
         for name in ("thread_cpu_s", "spark_jobs"):
             if name in extra:
                 values[name] = extra[name]
+        for site, seconds in job_split(extra.get("jobs", [])).items():
+            values[f"job {site}"] = seconds
         for name, value in values.items():
             parts.setdefault(name, []).append(value)
     print(f"[{label}] lanes idle while runs waited: {idle_lane_seconds(spans, workers):.1f} lane-s over "
           f"{len(spans)} runs", flush=True)
-    medians = {name: statistics.median(v) for name, v in parts.items()}
-    print(f"[{label}] medians per run: " + ", ".join(f"{name} {v:.2f}" for name, v in medians.items()), flush=True)
+    # A job site absent from a run counts 0 there: the median is over every run.
+    medians = {name: statistics.median(v + [0.0] * (len(spans) - len(v)) if name.startswith("job") else v)
+               for name, v in parts.items()}
+    print(f"[{label}] medians per run: " + ", ".join(f"{name} {v:.2f}" for name, v in medians.items()
+                                                      if not name.startswith("job ")), flush=True)
+    jobs = {name[4:]: v for name, v in medians.items() if name.startswith("job ")}
+    print(f"[{label}] Spark jobs per run by the code that made them (median wall s, all jobs of that site): "
+          + (", ".join(f"{site} {v:.2f}" for site, v in sorted(jobs.items(), key=lambda kv: -kv[1])) or "none"),
+          flush=True)
     return medians
+
+
+def job_split(jobs: list[list]) -> dict[str, float]:
+    """A run's Spark jobs (``[call site, wall s]`` from the launcher's profile) summed per call site, the
+    site suffixed with its job count (``merge.py:183 x1``)."""
+    seconds: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for site, wall, *_ in jobs:
+        seconds[site] = seconds.get(site, 0.0) + (wall or 0.0)
+        counts[site] = counts.get(site, 0) + 1
+    return {f"{site} x{counts[site]}": value for site, value in seconds.items()}
+
+
+def step_keys(medians: dict[str, float], prefix: str = "") -> dict[str, str]:
+    """RESULT keys of the per-step medians (``step_changelog_s``, ``step_replica_s``, ...) and the per-job split
+    (``spark_job_split``: ``site xN:seconds`` joined by commas)."""
+    keys = {}
+    for name, value in medians.items():
+        if name.startswith("step "):
+            short = re.sub(r"[^a-z_]", "", name[5:].split("__")[0]) or "step"
+            keys[f"{prefix}step_{short}_s"] = f"{value:.2f}"
+        elif name.startswith("jobs in "):
+            keys[f"{prefix}spark_jobs_{name[8:]}"] = f"{value:.0f}"
+    jobs = [f"{name[4:].replace(' ', '')}:{value:.2f}" for name, value in medians.items() if name.startswith("job ")]
+    if jobs:
+        keys[f"{prefix}spark_job_split"] = ",".join(jobs)
+    return keys
 
 
 def load() -> str:
@@ -469,13 +615,22 @@ def main() -> None:
     parser.add_argument("--pg-server", default=PG_SERVER, help="PostgreSQL server for --instance postgres|both")
     parser.add_argument("--timeouts-x", type=float, default=1.0,
                         help="multiply every wait's timeout (exports, batches) on a heavily loaded machine")
+    parser.add_argument("--sustained", type=int, default=0, metavar="N",
+                        help="the sustained scenario alone: N tables, each committing every --commit-every seconds, "
+                             "staggered, for --sustained-minutes")
+    parser.add_argument("--sustained-minutes", type=float, default=10.0)
+    parser.add_argument("--commit-every", type=float, default=60.0)
+    parser.add_argument("--snapshot-sensors", choices=("per_table", "one"), default="per_table",
+                        help="the sustained scenario's sensor layout")
     args = parser.parse_args()
     args.table_counts = [int(n) for n in args.tables.split(",") if int(n)]
     TIMEOUTS["scale"] = args.timeouts_x
     # SIGTERM (timeout, a supervisor) unwinds like an exception: `dagster dev` is stopped and a scenario's
     # PostgreSQL database dropped by their `finally`, not left behind.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if args.instance == "sqlite":
+    if args.sustained:
+        sustained_scenario(args)
+    elif args.instance == "sqlite":
         single_kind(args)
     else:
         instance_kinds(args, ("sqlite", "postgres") if args.instance == "both" else ("postgres",))
@@ -544,6 +699,9 @@ def many_tables_scenarios(args: argparse.Namespace) -> str:
                      f"{prefix}idle_loop_cpu_s": f"{m['idle_loop_cpu_s']:.3f}",
                      f"{prefix}batch_cpu_s": f"{m['batch_cpu_s']:.2f}", f"{prefix}run_steps": f"{m['steps']:.0f}",
                      f"{prefix}spark_jobs_per_run": f"{m['spark_jobs']:.0f}"}
+            keys |= {f"{prefix}tables_{count}_p95_s": f"{m['p95']:.2f}"} | step_keys(m["medians"], prefix)
+            keys |= {f"{prefix}batch_cpu_{proc.replace(' ', '_')}_s": f"{v:.2f}"
+                     for proc, v in sorted(m["batch_cpu"].items()) if v >= 0.005}
             if m["cold_p95"] is not None:
                 keys[f"{prefix}multi_table_cold_p95_s"] = f"{m['cold_p95']:.2f}"
             if name == "shipped":
@@ -587,7 +745,12 @@ def instance_kinds(args: argparse.Namespace, kinds: tuple[str, ...]) -> None:
         figures.setdefault(kind, {})["multi_p95"] = m["p95"]
         print(f"[{prefix}] {args.tables} tables x {args.rounds} rounds after {args.warm_rounds} warm-up rounds, "
               f"{args.workers} lanes: p50 {m['p50']:.1f}s p95 {m['p95']:.1f}s (end: {load()})", flush=True)
-        keys.update({f"{prefix}_multi_p50_s": f"{m['p50']:.2f}", f"{prefix}_multi_p95_s": f"{m['p95']:.2f}"})
+        keys.update({f"{prefix}_multi_p50_s": f"{m['p50']:.2f}", f"{prefix}_multi_p95_s": f"{m['p95']:.2f}",
+                     f"{prefix}_batch_cpu_s": f"{m['batch_cpu_s']:.2f}",
+                     f"{prefix}_spark_jobs_per_run": f"{m['spark_jobs']:.0f}",
+                     f"{prefix}_run_steps": f"{m['steps']:.0f}",
+                     f"{prefix}_idle_loop_cpu_s": f"{m['idle_loop_cpu_s']:.3f}"})
+        keys |= step_keys(m["medians"], f"{prefix}_")
         if m["cold_p95"] is not None:
             keys[f"{prefix}_multi_cold_p95_s"] = f"{m['cold_p95']:.2f}"
     if len(kinds) == 2:

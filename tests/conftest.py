@@ -34,7 +34,8 @@ POSTGRES_URI = os.environ.get("ICECDC_TEST_POSTGRES_URI", "postgresql+psycopg2:/
 # path) was a quarter of the JVM's CPU: 27% less JVM CPU without it. The syncs that tests start as subprocesses
 # (``write_pipeline``) keep Spark's defaults, so whole-stage codegen stays covered end to end.
 # Adaptive execution is off here for the same reason: it plans each query again after every stage and runs
-# each shuffle's map side as a job of its own (twice the jobs); the subprocess syncs keep it on. Measured on
+# each shuffle's map side as a job of its own (twice the jobs); a local session is built without it by the
+# product too (runtime/spark.py). Measured on
 # tests/writer/test_commit.py + tests/changelog/test_oracle.py, one worker: 252 -> 230 JVM CPU-s without
 # it, 191 with two partitions as well (TEST_SPARK_CONF); 271 -> 204 s.
 SESSION_SPARK_CONF = {

@@ -139,7 +139,8 @@ def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
         else:
             events = joined_events if joining else store.read_events(info, use_row_id=by_row_id)
             result = target.apply(info, events)
-            applied = {} if result.skipped else event_counts(events)
+            applied = {} if result.skipped else (result.event_counts if result.event_counts is not None
+                                                  else event_counts(events))
             found = [] if result.skipped else target.disagreements(info, applied, result)
         if lineage is not None:
             outcome.outputs = _target_dataset(sink, target_catalog)
@@ -257,7 +258,7 @@ def apply_segments(session: Any, catalog_name: str, source: Any, request: BatchR
         info, events = source_batch(session, catalog_name, source, part, by_row_id)
         result = target.apply(info, events)
         if not result.skipped:
-            part_counts = event_counts(events)
+            part_counts = result.event_counts if result.event_counts is not None else event_counts(events)
             applied.update(part_counts)
             found += target.disagreements(info, part_counts, result)
             counts.update(result.counts)

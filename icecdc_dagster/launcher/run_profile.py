@@ -34,11 +34,26 @@ class RunProfile:
         context = _spark_context_or_none()
         if context is not None:
             try:
-                record["spark_jobs"] = len(context.statusTracker().getJobIdsForGroup(self.run_id))
+                job_ids = sorted(context.statusTracker().getJobIdsForGroup(self.run_id))
+                record["spark_jobs"] = len(job_ids)
+                record["jobs"] = [_job_record(context, job_id) for job_id in job_ids]
             except Exception:  # noqa: BLE001 - a measurement only
                 pass
         with self._write, open(self.path, "a", encoding="utf-8") as out:
             out.write(json.dumps(record) + "\n")
+
+
+def _job_record(context: Any, job_id: int) -> list[Any]:
+    """[what made the job (its call site: file:line, or Spark's own name), its wall seconds, when it was
+    submitted (epoch s)]: Spark's own job record, for a split of a run's jobs by step and by the code that
+    made them. (Lanes running at once can swap Python call sites: Spark keeps the last one set.)"""
+    data = context._jsc.sc().statusStore().job(job_id)  # noqa: SLF001 - Spark's job records have no Python API
+    name = str(data.name()).split(" at ")
+    site = name[-1].rsplit("/", 1)[-1] if len(name) > 1 and ".py:" in name[-1] else name[0]
+    submitted, completed = data.submissionTime(), data.completionTime()
+    seconds = ((completed.get().getTime() - submitted.get().getTime()) / 1000
+               if submitted.isDefined() and completed.isDefined() else None)
+    return [site, seconds, submitted.get().getTime() / 1000 if submitted.isDefined() else None]
 
 
 def _spark_context_or_none() -> Any:

@@ -92,6 +92,10 @@ def spark_builder_conf(settings: SparkSettings, catalogs: list[CatalogSettings])
     cores = local_cores(settings.master)
     if cores is not None:
         conf["spark.sql.shuffle.partitions"] = str(cores)
+        # With one shuffle partition per core there is nothing for adaptive execution to coalesce, and it
+        # submits every shuffle stage as a job of its own: a small batch ran 13 Spark jobs with it, 8
+        # without (bench/batch_profile.py --jobs, docs/performance.md). A cluster keeps Spark's default.
+        conf["spark.sql.adaptive.enabled"] = "false"
         conf["spark.ui.showConsoleProgress"] = "false"
     for catalog in catalogs:
         conf.update(catalog.spark_conf())

@@ -16,6 +16,9 @@ class ApplyResult:
     checkpoint: Checkpoint | None
     counts: dict[str, int] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
+    # The batch's events per change type, when the sink counted them while its write read them (no job of
+    # their own); None: the caller counts them.
+    event_counts: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,9 @@ from pyspark.sql import functions as F
 
 from icecdc_dagster.batch import CHANGE_COLUMNS, CHANGE_TYPE, LAST_UPDATED_SEQUENCE_NUMBER, ROW_ID, BatchInfo
 from icecdc_dagster.changelog import to_events
+from icecdc_dagster.changelog.observed import observe_change_counts
 from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import ChangelogError, resync_command
-from icecdc_dagster.steps.observed import observe_change_counts
 from icecdc_dagster.writer import (
     FIELD_MAP_PROPERTY,
     SourceSchemas,

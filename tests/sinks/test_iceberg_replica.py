@@ -40,6 +40,7 @@ def test_replica_export_then_batches(spark, catalog, catalog_settings, version, 
     export = _events(spark, [("INSERT", i, f"n{i}") for i in range(6)], 100, 1)
     result = sink.apply(_batch(100, 1, [], export=True), export)
     assert not result.skipped and result.counts["inserted"] == 6
+    assert result.event_counts == {"INSERT": 6}  # counted by the write's own tasks, not by a job of their own
     target = catalog.load_table("db.dst")
     assert [f.transform.__class__.__name__ for f in target.spec().fields] == ["DayTransform"]
     assert target.schema().identifier_field_names() == {"id"}
@@ -51,6 +52,8 @@ def test_replica_export_then_batches(spark, catalog, catalog_settings, version, 
                ("INSERT", 8, "n8"), ("DELETE", 8, "n8"), ("UPDATE_AFTER", 3, "y3"), ("UPDATE_AFTER", 3, "z3")]
     result = sink.apply(_batch(101, 2, [100]), _events(spark, changes, 101, 2))
     assert result.counts == {"updated": 2, "deleted": 1, "inserted": 1, "delete_missing": 1}
+    # every event the sink was given, as the caller's aggregate would count them (UPDATE_BEFORE included)
+    assert result.event_counts == {"UPDATE_BEFORE": 1, "UPDATE_AFTER": 3, "DELETE": 2, "INSERT": 2}
     expected = {0: "n0", 1: "x1", 3: "z3", 4: "n4", 5: "n5", 7: "n7"}
     got = {r.id: r.name for r in spark.table(f"{cat}.db.dst").collect()}
     assert got == expected

@@ -41,6 +41,7 @@ from icecdc_dagster.batch import (
     Decision,
     decide,
 )
+from icecdc_dagster.changelog.observed import observe_change_counts
 from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import SchemaChangeError, SinkWriteError, resync_command
 from icecdc_dagster.runtime.catalog import catalog_errors, settings_of
@@ -82,6 +83,8 @@ LINE_PROPERTY = "icecdc.line"  # the resync key of the line the batch belongs to
 KEYED_COUNTS = ("inserted", "updated", "deleted", "delete_missing")  # what a keyed MERGE counts
 SOURCE_ROW_ID = "_source_row_id"
 SOURCE_ROW_ID_DOC = "_row_id of the source row (icecdc replica key of a keyless v3 table)"
+# Spark hands the observed event counts over just after the write's query ends; past this the caller counts.
+OBSERVED_WAIT_S = 5.0
 
 
 def _table_name(table: Any) -> str:
@@ -228,6 +231,8 @@ class IcebergReplicaSink:
         if not keys and events.where(F.col(CHANGE_TYPE) == DELETE).limit(1).count():
             raise SinkWriteError(f"{self.name}: snapshot {batch.snapshot_id} of {batch.table_name} deletes rows but "
                                  f"neither the sink nor {self.target_table} has identifier columns to match them")
+        # Every event is read by the write (or none: a batch the ledger has): counted on the way.
+        events, observed = observe_change_counts(events)
         op = (F.when(F.col(CHANGE_TYPE) == DELETE, F.lit(OP_DELETE))
               .when(F.col(CHANGE_TYPE) == INSERT, F.lit(OP_INSERT)).otherwise(F.lit(OP_UPSERT)))
         order = F.col(COMMIT_SEQUENCE_NUMBER) * F.lit(1 << 31) + F.col(CHANGE_ORDINAL)
@@ -253,7 +258,8 @@ class IcebergReplicaSink:
         return ApplyResult(self.name, outcome.skipped, batch.checkpoint, counts,
                            {"target_snapshot_id": outcome.snapshot_id, "added_columns": evolution.added,
                             "schema_changes": evolution.changes,
-                            "counted_by": outcome.counted_by})
+                            "counted_by": outcome.counted_by},
+                           event_counts=None if outcome.skipped else observed.get(OBSERVED_WAIT_S))
 
     def disagreements(self, batch: BatchInfo, event_counts: Mapping[str, int],
                       result: ApplyResult) -> list[Disagreement]:
