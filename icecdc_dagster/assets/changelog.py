@@ -34,7 +34,7 @@ from icecdc_dagster.changelog.ordinals import OrdinalAnchor, uses_ordinals
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.lease import retry
 from icecdc_dagster.lineage import LineageDataset, LineageEmitter, iceberg_dataset
-from icecdc_dagster.lines.batch_metadata import ANCESTRY, BatchMetadata
+from icecdc_dagster.lines.batch_metadata import ANCESTRY, BatchMetadata, ChangelogMetadata
 from icecdc_dagster.lines.line import TAIL_PAGE
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource
 from icecdc_dagster.steps import lifecycle
@@ -165,7 +165,7 @@ def _store_batch(context: AssetExecutionContext, table: TableConfig, lineage: Li
                                   fallback=changelog_fallback(table.table_name)),
                  **lineage_metadata(naming.source_key(table), {c: [c] for c in columns}),
                  PARTITION_ROW_COUNT: stored.rows}
-    recorded = BatchMetadata.of_batch(
+    recorded = ChangelogMetadata.of_batch(
         computed.info, parent, started, stored.counts, batch_kind=computed.kind, changelog_table=stored.table_name,
         changelog_snapshot_id=str(stored.snapshot_id), line=request.line,
         source_table_uuid=lifecycle.table_uuid(source),

@@ -49,7 +49,7 @@ from icecdc_dagster.ingest import IngestResult, dead_letters, ingest_files, reco
 from icecdc_dagster.inputs.registry import open_input
 from icecdc_dagster.lineage import BatchFacet, LineageDataset, LineageEmitter, iceberg_dataset, location_dataset
 from icecdc_dagster.lineage.openlineage import RunOutcome
-from icecdc_dagster.lines.batch_metadata import BatchMetadata, seconds_since
+from icecdc_dagster.lines.batch_metadata import IngestMetadata, seconds_since
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource, catalog_resource_keys, run_catalog
 from icecdc_dagster.resources.keys import SPARK_KEY
 from icecdc_dagster.steps.ingest_entry import batches_for, fixed_target, ingest_settings, ingest_stream_batch
@@ -81,7 +81,7 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
         spark: SparkResource = getattr(context.resources, SPARK_KEY)
         catalog = run_catalog(context.resources, entry.catalog)  # where the entry's targets live
         session = spark.session(catalog)
-        stream = BatchMetadata()
+        stream = IngestMetadata()
         with ingest_lineage_run(lineage, context, naming.ingest_key(entry), entry.source,
                                 inputs=lambda: [landing_dataset(entry.source, _existing(catalog, target))],
                                 outputs=lambda: _existing(catalog, target)) as (outcome, facet):
@@ -122,18 +122,19 @@ def build_ingest_asset(entry: IngestConfig, described: Mapping[str, Any] | None 
                 context.log_event(AssetObservation(
                     asset_key=naming.dead_letter_key(entry, target),
                     metadata={**dead, PARTITION_ROW_COUNT: totals.get("dead_lettered", 0),
-                              **BatchMetadata(batch_id=" | ".join(r.batch_id for r in results))}))
+                              **IngestMetadata(batch_id=" | ".join(r.batch_id for r in results))}))
         context.log.info(f"ingest {entry.name}: {'skipped (already committed)' if skipped else 'committed'} "
                          f"{len(files)} file(s) in {len(results)} batch(es): {totals}")
         recorded = stream.model_copy(update={
             "files": MetadataValue.json([f.rsplit("/", 1)[-1] for f in files]) if entry.input is None else None,
             "batch_id": " | ".join(r.batch_id for r in results), "skipped_already_committed": skipped,
             "expired": MetadataValue.json(expired) if expired else None,
-            "targets": MetadataValue.json(dict(sorted(targets.items()))), "duration_s": seconds_since(started)})
+            "targets": targets_table(targets), "duration_s": seconds_since(started)})
         # The landing -> table edge: the target's columns from the landing fields (the whole table metadata
         # when this asset stands for the target; a configured table's own asset records its partitions).
         edge = written if described is not None else {k: v for k, v in written.items() if k == COLUMN_LINEAGE_TABLE}
-        return MaterializeResult(metadata={**recorded.with_figures(dict(sorted(totals.items()))), **edge})
+        counts = {**dict.fromkeys(IngestMetadata.ALWAYS, 0), **totals}  # 0 included: the Plots tab has no gaps
+        return MaterializeResult(metadata={**recorded.with_figures(dict(sorted(counts.items()))), **edge})
 
     return _ingest
 
@@ -153,7 +154,7 @@ def _landing_batches(context: AssetExecutionContext, session: Any, catalog: Iceb
 
 
 def _stream_batch(context: AssetExecutionContext, session: Any, catalog: IcebergCatalogResource,
-                  entry: IngestConfig) -> tuple[list[IngestResult], BatchMetadata]:
+                  entry: IngestConfig) -> tuple[list[IngestResult], IngestMetadata]:
     """One bounded batch of the stream input: read, commit, acknowledge. Metadata: the batch's position range,
     messages, re-deliveries the ledger skipped, and the consumer lag after the acknowledgement."""
     assert entry.input is not None
@@ -163,11 +164,24 @@ def _stream_batch(context: AssetExecutionContext, session: Any, catalog: Iceberg
     result = run.result or IngestResult(batch.batch_id or "", (entry.source,), True)
     context.log.info(f"ingest {entry.name}: batch {batch.first}..{batch.last} ({len(batch.messages)} messages), "
                      f"{run.redelivered_skipped} re-deliveries already committed, lag {run.lag_after.waiting}")
-    return [result], BatchMetadata(
+    return [result], IngestMetadata(
         input=entry.input.describe(), first_position=batch.first or "", last_position=batch.last or "",
         messages=len(batch.messages), redelivered_skipped=run.redelivered_skipped,
         consumer_lag=run.lag_after.waiting, lag_pending=run.lag_after.pending,
         lag_unacknowledged=run.lag_after.unacknowledged)
+
+
+def targets_table(targets: Mapping[str, Mapping[str, Any]]) -> MetadataValue:
+    """``targets`` as the asset page renders it: a markdown table, a row per table written (its snapshot,
+    whether the batch was there already, its counts, columns added or widened)."""
+    counts = sorted({k for t in targets.values() for k, v in t.items()
+                     if isinstance(v, int) and not isinstance(v, bool)})
+    header = ["table", "snapshot", "already committed", *counts, "columns added", "columns widened"]
+    rows = [[f"`{name}`", str(t.get("snapshot_id") or "none"), "yes" if t.get("skipped") else "no",
+             *(f"{int(t.get(k, 0)):,}" for k in counts), ", ".join(t.get("added_columns", [])) or "-",
+             ", ".join(t.get("widened_columns", [])) or "-"] for name, t in sorted(targets.items())]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
+    return MetadataValue.md("\n".join(lines) if rows else "no table written")
 
 
 WRITTEN = ("inserted", "updated", "deleted", "appended", "upserted", "delete_keys")  # counts of rows written

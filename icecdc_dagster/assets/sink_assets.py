@@ -48,10 +48,11 @@ from icecdc_dagster.lines.batch_metadata import (
     DISAGREEMENTS,
     NONE,
     BatchMetadata,
+    SinkMetadata,
     disagreement_figure,
     disagreement_figures,
     latest_materialization,
-    sink_figures,
+    sink_set,
 )
 from icecdc_dagster.resources import IcebergCatalogResource, SparkResource, catalog_resource_keys, run_catalog
 from icecdc_dagster.resources.keys import SPARK_KEY
@@ -159,12 +160,13 @@ def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
     if written is not None:
         described |= described_table(target_catalog.name, target_catalog.load_table(written), info.identifier_columns,
                                      fallback=replica_fallback(table.table_name))
-    recorded = BatchMetadata.of_batch(
-        info, parent, started, applied, sink=target.name, skipped_already_applied=result.skipped,
+    recorded = sink_set(sink.kind).of_batch(
+        info, parent, started, applied, skipped_already_applied=result.skipped,
         checkpoint_snapshot_id=str(checkpoint.snapshot_id) if checkpoint else NONE, line=request.line,
         joined_line_export=True if joining else None,
         diverged_at_snapshot_id=diverged_at(BatchMetadata.read(previous), request.line, info, found))
-    metadata = recorded.with_figures({**sink_figures(result.counts), **disagreement_figures(found), **result.details})
+    metadata = recorded.with_figures({**recorded.sink_counts(result.counts), **disagreement_figures(found),
+                                      **result.details})
     # The data version is the source snapshot the sink now holds, as the source observation records it.
     return MaterializeResult(metadata={**metadata, **described}, data_version=DataVersion(str(info.snapshot_id)),
                              check_results=counts_check(context, table, sink, recorded, found, config_path))
@@ -197,7 +199,7 @@ def diverged_at(previous: BatchMetadata, line: str | None, info: BatchInfo, foun
     return carried or (str(info.snapshot_id) if found else None)
 
 
-def counts_check(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig, recorded: BatchMetadata,
+def counts_check(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig, recorded: SinkMetadata,
                  found: list[Disagreement], config_path: str | None) -> list[AssetCheckResult]:
     """``sink_counts_agree`` of the batch, when the run selected it. ERROR: a disagreement means the target
     lost or overwrote rows the source has (what ``matches_source_at_checkpoint`` fails on, found here at
@@ -206,7 +208,7 @@ def counts_check(context: AssetExecutionContext, table: TableConfig, sink: SinkC
     if key not in context.selected_asset_check_keys:
         return []
     since = recorded.diverged_at_snapshot_id
-    where = BatchMetadata(snapshot_id=recorded.snapshot_id, line=recorded.line, diverged_at_snapshot_id=since)
+    where = SinkMetadata(snapshot_id=recorded.snapshot_id, line=recorded.line, diverged_at_snapshot_id=since)
     figures: dict[str, Any] = disagreement_figures(found)
     if since is not None:
         figures["recover"] = resync_command(table.table_name, config_path)

@@ -28,7 +28,7 @@ from dagster._core.definitions.data_version import DATA_VERSION_TAG
 from icecdc_dagster.assets import naming
 from icecdc_dagster.assets.table_metadata import source_fallback, table_metadata
 from icecdc_dagster.config import TableConfig
-from icecdc_dagster.lines.batch_metadata import BatchMetadata
+from icecdc_dagster.lines.batch_metadata import SourceMetadata
 from icecdc_dagster.lines.line import TAIL_PAGE
 from icecdc_dagster.steps import lifecycle
 
@@ -80,11 +80,11 @@ def source_observations(table: TableConfig, catalog_name: str, source: "Table",
     events: list[AssetObservation | AssetMaterialization] = []
     for key in new_keys:
         version = {DATA_VERSION_TAG: str(lifecycle.snapshot_id_of(key))}
-        metadata: dict[str, Any] = dict(BatchMetadata(snapshot_id=str(lifecycle.snapshot_id_of(key))))
+        metadata: dict[str, Any] = dict(SourceMetadata(snapshot_id=str(lifecycle.snapshot_id_of(key))))
         events.append(AssetObservation(asset_key=naming.source_key(table), partition=key, metadata=metadata,
                                        tags=version))
         if key == new_keys[-1]:
-            metadata = {**metadata, **BatchMetadata(current_snapshot_id=key, new_snapshots=len(new_keys)),
+            metadata = {**metadata, **SourceMetadata(current_snapshot_id=key, new_snapshots=len(new_keys)),
                         **table_metadata(catalog_name, source, table.identifier_columns,
                                          fallback=source_fallback(table.table_name))}
         events.append(AssetMaterialization(asset_key=naming.source_key(table), partition=key, metadata=metadata,

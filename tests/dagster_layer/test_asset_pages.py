@@ -4,6 +4,7 @@ every asset and every column has a description; ``dagster/uri`` is text the Stor
 
 import json
 import re
+from pathlib import Path
 
 from dagster import AssetKey
 
@@ -17,9 +18,12 @@ TARGET = AssetKey(["iceberg", "db", "customers"])
 INGEST = AssetKey(["ingest", "customers_cdc"])
 REPLICA = AssetKey(["replica", "replica", "replica_customers"])
 DEAD = AssetKey(["dead_letters", "db", "customers_dead_letters"])
+CHANGELOG = AssetKey(["changelog", "db", "customers_changelog"])
+DOCUMENTED = set(re.findall(r"`([a-z_/]+)`", (Path(__file__).parents[2] / "docs" / "dagster-ui.md").read_text()))
 
 QUERY = """
-query Graph($path: [String!]!, $ingest: [String!]!, $replica: [String!]!, $dead: [String!]!) {
+query Graph($path: [String!]!, $ingest: [String!]!, $replica: [String!]!, $dead: [String!]!,
+           $changelog: [String!]!) {
   assetNodes {
     assetKey { path }
     groupName
@@ -51,7 +55,9 @@ query Graph($path: [String!]!, $ingest: [String!]!, $replica: [String!]!, $dead:
   }
   ingest: assetOrError(assetKey: {path: $ingest}) {
     ... on Asset {
-      assetMaterializations(limit: 1) { metadataEntries { label ... on MarkdownMetadataEntry { mdStr } } }
+      assetMaterializations(limit: 1) {
+        metadataEntries { label __typename ... on MarkdownMetadataEntry { mdStr } ... on IntMetadataEntry { intValue } }
+      }
     }
   }
   dead: assetOrError(assetKey: {path: $dead}) {
@@ -60,6 +66,9 @@ query Graph($path: [String!]!, $ingest: [String!]!, $replica: [String!]!, $dead:
       assetObservations(limit: 1) { runId timestamp metadataEntries { label ... on IntMetadataEntry { intValue } } }
       definition { isMaterializable isObservable }
     }
+  }
+  changelog: assetOrError(assetKey: {path: $changelog}) {
+    ... on Asset { assetMaterializations(limit: 1) { metadataEntries { label __typename } } }
   }
   ingestRuns: runsOrError(filter: {tags: [{key: "icecdc/ingest", value: "customers_cdc"}]}) {
     ... on Runs { results { runId status assetSelection { path } tags { key value } } }
@@ -100,7 +109,8 @@ def test_asset_pages_explain_themselves(spark, catalog_settings, catalog, instan
     monkeypatch.setenv("ICECDC_CONFIG", str(path))
     with define_out_of_process_context(str(code), "defs", instance) as context:
         result = execute_dagster_graphql(context, QUERY, {"path": list(TARGET.path), "ingest": list(INGEST.path),
-                                                          "replica": list(REPLICA.path), "dead": list(DEAD.path)})
+                                                          "replica": list(REPLICA.path), "dead": list(DEAD.path),
+                                                          "changelog": list(CHANGELOG.path)})
     assert not result.errors, result.errors
 
     # 6: the ingest target is materialised when its line adds the snapshot the ingest committed as a
@@ -161,6 +171,26 @@ def test_asset_pages_explain_themselves(spark, catalog_settings, catalog, instan
     (observed,) = dead["assetObservations"]
     assert observed["runId"] in {r["runId"] for r in ingest_runs}
     assert {e["label"]: e.get("intValue") for e in observed["metadataEntries"]}["dagster/row_count"] == 1
+
+    # Issue 44, 3-4 and the typed sets: every label the UI shows on each kind's latest materialisation (and the
+    # dead letters' observation) is documented in docs/dagster-ui.md; the product's bookkeeping is under icecdc/;
+    # no internal names (the sink's, an engine batch id), the ingest's counts all there (0 included), its
+    # targets a table people read.
+    shown_by_kind = {"source": target["assetMaterializations"][0], "changelog": result.data["changelog"][
+        "assetMaterializations"][0], "replica": latest, "ingest": ingested, "dead letters": observed}
+    for kind, event in shown_by_kind.items():
+        labels = {e["label"] for e in event["metadataEntries"]}
+        assert labels <= DOCUMENTED, (kind, labels - DOCUMENTED)
+        assert not {"sink", "batch_id", "line", "source_table_uuid", "ordered_by"} & labels, (kind, labels)
+    assert "icecdc/source_table_uuid" in {e["label"] for e in shown_by_kind["changelog"]["metadataEntries"]}
+    assert {"icecdc/batch_id"} <= {e["label"] for e in ingested["metadataEntries"]}
+    counts = {e["label"]: e.get("intValue") for e in ingested["metadataEntries"]
+              if e["__typename"] == "IntMetadataEntry"}
+    assert {"events_read", "tombstones", "expired_files", "dead_lettered"} <= set(counts), counts
+    dead_counts = {e["label"]: e.get("intValue") for e in observed["metadataEntries"]}   # the same run's
+    assert counts["expired_files"] == 0 and counts["dead_lettered"] == dead_counts["dagster/partition_row_count"]
+    assert edge["targets"]["__typename"] == "MarkdownMetadataEntry"
+    assert edge["targets"]["mdStr"].splitlines()[2].startswith("| `db.customers` |"), edge["targets"]["mdStr"]
 
     nodes = result.data["assetNodes"]
     assert [n["isPartitioned"] for n in nodes if n["assetKey"]["path"][0] == "maintenance"] == [False]

@@ -1,5 +1,6 @@
-"""What a batch records, written and read through one set (``lines.batch_metadata.BatchMetadata``), through
-a real Dagster instance: the round trip, what the previous release wrote, missing and mistyped keys."""
+"""What a batch records, written through its kind's set and read through ``lines.batch_metadata.BatchMetadata``,
+through a real Dagster instance: the round trip, bookkeeping under ``icecdc/``, what the previous release wrote
+(bare keys), missing and mistyped keys."""
 
 import time
 
@@ -10,7 +11,14 @@ from icecdc_dagster.assets.changelog import ordinal_anchor
 from icecdc_dagster.batch import BatchInfo
 from icecdc_dagster.changelog.ordinals import OrdinalAnchor
 from icecdc_dagster.config import TableConfig
-from icecdc_dagster.lines.batch_metadata import ANCESTRY, NONE, BatchMetadata, sink_figures
+from icecdc_dagster.lines.batch_metadata import (
+    ANCESTRY,
+    NONE,
+    BatchMetadata,
+    ChangelogMetadata,
+    OpenSearchMetadata,
+    ReplicaMetadata,
+)
 
 TABLE = TableConfig(table_name="db.orders")
 SNAPSHOT, PARENT = 7336221895141105312, 5191866335463409612  # ids past 2^53: they travel as text
@@ -32,19 +40,24 @@ def test_a_batch_reads_back_as_it_was_written(instance):
                      accepted_predecessors=(PARENT,), operation="overwrite", committed_at_ms=1_700_000_000_000,
                      snapshot_ids=(SNAPSHOT,))
     counts = {"INSERT": 3, "UPDATE_AFTER": 2, "UPDATE_BEFORE": 2}
-    written = BatchMetadata.of_batch(info, PARENT, time.monotonic(), counts, line=LINE, source_table_uuid="0c5e",
-                                     ordered_by=ANCESTRY, batch_kind="cow")
-    assert BatchMetadata.extract(dict(written)) == written  # in memory, before Dagster stores it
-    figures = {"rows_read": 9, "line": "not the batch's line", "partitions": ["a=1"], "sink": "a figure"}
+    written = ChangelogMetadata.of_batch(info, PARENT, time.monotonic(), counts, line=LINE,
+                                         source_table_uuid="0c5e", ordered_by=ANCESTRY, batch_kind="cow")
+    assert ChangelogMetadata.extract(dict(written)) == written  # in memory, before Dagster stores it
+    figures = {"rows_read": 9, "line": "not the batch's line", "partitions": ["a=1"], "insert_rows": 3}
     stored = _stored(instance, written.with_figures(figures))
     read = BatchMetadata.read(stored)
-    assert read == written
+    assert ChangelogMetadata.read(stored) == written.model_copy(update={"rows_read": 9})
     assert (read.snapshot_id, read.parent_snapshot_id, read.sequence_number) == (str(SNAPSHOT), str(PARENT), 41)
     assert (read.rows, read.count_insert, read.count_update_after, read.count_delete) == (7, 3, 2, 0)
     assert read.line == LINE and read.ordinal_position == (SNAPSHOT, 41)
-    # Figures are shown beside the set, under their own names, and never replace one of its fields.
+    # A figure under a field the set leaves unset fills it (typed); others are shown beside the set under their
+    # own names and never replace one of its fields; a figure repeating a fact is left out.
     assert stored.metadata["rows_read"].value == 9 and stored.metadata["partitions"].value == ["a=1"]
-    assert stored.metadata["line"].value == LINE and "sink" not in stored.metadata
+    assert "insert_rows" not in stored.metadata
+    # Bookkeeping under icecdc/, apart from what people read.
+    assert stored.metadata["icecdc/line"].value == LINE and "line" not in stored.metadata
+    assert {key for key in stored.metadata if key.startswith("icecdc/")} == {
+        "icecdc/line", "icecdc/source_table_uuid", "icecdc/ordered_by"}
     assert ordinal_anchor(instance, TABLE, LINE) == OrdinalAnchor(SNAPSHOT, 41)
     assert ordinal_anchor(instance, TABLE, None) is None  # another line's batch
 
@@ -52,14 +65,23 @@ def test_a_batch_reads_back_as_it_was_written(instance):
 def test_the_keys_stay_those_the_ui_docs_and_earlier_releases_name(instance):
     info = BatchInfo(table_name=TABLE.table_name, snapshot_id=SNAPSHOT, sequence_number=1, first_snapshot_id=SNAPSHOT,
                      accepted_predecessors=(), operation="append", committed_at_ms=1_700_000_000_000, is_export=True)
-    sink = BatchMetadata.of_batch(info, None, time.monotonic(), {"INSERT": 4}, sink="orders_index",
-                                  skipped_already_applied=False, checkpoint_snapshot_id=str(SNAPSHOT))
-    assert list(sink.with_figures(sink_figures({"actions": 4}))) == [
-        "snapshot_id", "first_snapshot_id", "parent_snapshot_id", "snapshots_in_batch", "operation", "sequence_number",
-        "is_export", "commit_time", "lag_commit_to_applied_s", "duration_s", "rows", "count_insert", "count_delete",
-        "count_update_before", "count_update_after", "sink", "skipped_already_applied", "checkpoint_snapshot_id",
-        "sink_actions"]
-    assert sink.parent_snapshot_id == NONE and sink.checkpoint == SNAPSHOT
+    common = ["snapshot_id", "first_snapshot_id", "parent_snapshot_id", "snapshots_in_batch", "operation",
+              "sequence_number", "is_export", "commit_time", "lag_commit_to_applied_s", "duration_s", "rows",
+              "count_insert", "count_delete", "count_update_before", "count_update_after", "skipped_already_applied",
+              "checkpoint_snapshot_id"]
+    index = OpenSearchMetadata.of_batch(info, None, time.monotonic(), {"INSERT": 4}, skipped_already_applied=False,
+                                        checkpoint_snapshot_id=str(SNAPSHOT))
+    # Every count of the bulk, 0 included (a skipped batch counts nothing: all 0).
+    assert list(index.with_figures(index.sink_counts({"actions": 4}))) == [*common, *(
+        f"sink_{c}" for c in ("indexed", "created", "updated", "deleted", "delete_not_found", "version_conflicts",
+                              "failed", "actions"))]
+    replica = ReplicaMetadata.of_batch(info, None, time.monotonic(), {"INSERT": 4}, skipped_already_applied=True,
+                                       checkpoint_snapshot_id=str(SNAPSHOT))
+    shown = replica.with_figures({**replica.sink_counts({}), "target_snapshot_id": SNAPSHOT, "added_columns": []})
+    assert list(shown) == [*common, "sink_inserted", "sink_updated", "sink_deleted", "sink_delete_missing",
+                           "target_snapshot_id", "added_columns"]
+    assert shown["target_snapshot_id"] == str(SNAPSHOT) and shown["sink_deleted"] == 0  # ids as text
+    assert BatchMetadata.extract(shown).checkpoint == SNAPSHOT and index.parent_snapshot_id == NONE
 
 
 def test_a_materialisation_of_the_previous_release_is_read(instance):

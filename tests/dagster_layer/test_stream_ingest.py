@@ -40,7 +40,7 @@ def test_nats_input_sensor_runs_and_lag(spark, catalog_settings, catalog, instan
                          for r in records)
         assert (first["first_position"], first["last_position"], first["messages"]) == (str(seqs[0]), str(seqs[3]), 4)
         assert first["consumer_lag"] == 3 and newest["consumer_lag"] == 0
-        assert newest["batch_id"] == f"nats-jetstream://{stream}/{subject}#{seqs[4]}..{seqs[6]}"
+        assert newest["icecdc/batch_id"] == f"nats-jetstream://{stream}/{subject}#{seqs[4]}..{seqs[6]}"
         assert newest["tombstones"] == 1 and newest["deleted"] == 1
         assert sorted(r.id for r in spark.table(f"{cat}.db.customers").collect()) == [1001, 1002, 1003]
         after = ingest_status(instance, config.ingest[0])
