@@ -240,10 +240,10 @@ class Phases:
 
     # (module, attribute, phase): functions looked up through these module attributes at call time
     PATCHED = (("icecdc_dagster.ingest.ingester", "read_ledger", "ledger read (is the batch committed?)"),
-               ("icecdc_dagster.ingest.commit", "write_batch", "write: collapse per key + its aggregate"),
+               ("icecdc_dagster.ingest.commit", "write_batch", "write: plan (the collapse runs in the MERGE)"),
                ("icecdc_dagster.writer.merge", "is_committed", "write: ledger check"),
                ("icecdc_dagster.writer.merge", "staged_commit", "write: staging branch, refreshes"),
-               ("icecdc_dagster.writer.merge", "batch_counts", "write: exact counts (delete-key join)"),
+               ("icecdc_dagster.writer.merge", "merged_counts", "write: exact counts (observed in the MERGE)"),
                ("icecdc_dagster.writer.exactly_once", "publish", "write: publish (fast-forward + ledger)"),
                ("icecdc_dagster.ingest.dead_letters", "ensure_table", "dead-letter table"))
     MERGE = "write: MERGE INTO (Spark)"
@@ -451,6 +451,48 @@ def time_ingest(spark, catalog, landing: Path, target: str, write_mode: str, exp
     return took
 
 
+def time_pyiceberg(catalog, name: str, batches, cap_s: float) -> tuple[float, int]:  # noqa: ANN001
+    """pyiceberg's ``delete`` + ``upsert`` of each batch's final images into a fresh table like ours: (seconds,
+    batches done); it stops starting batches after ``cap_s``."""
+    table = catalog.create_table(name, schema=ARROW_SCHEMA, properties={"format-version": "2"})
+    with table.update_spec() as update:
+        update.add_identity("region")
+    t0 = time.perf_counter()
+    k = 0
+    for i, (upserts, deleted) in enumerate(batches):
+        if time.perf_counter() - t0 > cap_s:
+            break
+        k += 1
+        tb = time.perf_counter()
+        if deleted:
+            table.delete(In("id", deleted))
+        table.upsert(pa.Table.from_pylist(upserts, schema=ARROW_SCHEMA), join_cols=["id"])
+        print(f"  pyiceberg batch {i}: {len(upserts)} upserts, {len(deleted)} deletes, {time.perf_counter() - tb:.1f}s")
+    return time.perf_counter() - t0, k
+
+
+def crossover_events(spark, catalog, work: Path, small: int, big: tuple[float, float, float]) -> float:  # noqa: ANN001
+    """Events per batch where our batch time overtakes pyiceberg's: each side's batch time as a line (fixed part +
+    per event) through one batch of ``small`` events into fresh tables (created outside the clock) and the main
+    run's batches (``big``: events, ours s, pyiceberg s per batch). 0: ours is ahead at ``small`` already; inf:
+    pyiceberg's per-event cost is not above ours, so ours never gets ahead."""
+    landing = work / "landing_small"
+    landing.mkdir()
+    batches, final = generate(landing, small, max(small // 5, 1), 1, seed=13)
+    create_like_ours(spark, "db.small_ours")
+    ours = time_ingest(spark, catalog, landing, "db.small_ours", "merge", len(final))
+    theirs, _ = time_pyiceberg(catalog, "db.small_theirs", batches, float("inf"))
+    n, ours_big, theirs_big = big
+    print(f"one batch of {small:,} events: ours {ours:.2f}s, pyiceberg {theirs:.2f}s; of {n:,.0f} events: ours "
+          f"{ours_big:.2f}s, pyiceberg {theirs_big:.2f}s")
+    if ours <= theirs:
+        return 0.0
+    ours_slope, theirs_slope = (ours_big - ours) / (n - small), (theirs_big - theirs) / (n - small)
+    if theirs_slope <= ours_slope:
+        return float("inf")
+    return small + (ours - theirs) / (theirs_slope - ours_slope)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=1_000_000)
@@ -461,6 +503,8 @@ def main() -> None:
     parser.add_argument("--scale-small-rows", type=int, default=1_000_000)
     parser.add_argument("--scale-rows", type=int, default=100_000_000)
     parser.add_argument("--envelope", choices=("plain", "schema"), default="plain")
+    parser.add_argument("--small-events", type=int, default=2000,
+                        help="one batch of this many events, ours and pyiceberg's, for crossover_events")
     parser.add_argument("--cprofile", default="", help="write a cProfile of our driver to this file")
     parser.add_argument("--warm", action="store_true",
                         help="before timing, run our ingestion and the handwritten job once each into other tables "
@@ -522,30 +566,17 @@ def main() -> None:
         print(f"one batch of {args.scale_events:,} events: {small:.1f}s into {args.scale_small_rows:,} rows, "
               f"{big:.1f}s into {args.scale_rows:,} rows")
 
-        table = catalog.create_table("db.theirs", schema=ARROW_SCHEMA, properties={"format-version": "2"})
-        with table.update_spec() as update:
-            update.add_identity("region")
-        t0 = time.perf_counter()
-        k = 0
-        for i, (upserts, deleted) in enumerate(batches):
-            if time.perf_counter() - t0 > args.pyiceberg_cap_s:
-                break
-            k += 1
-            tb = time.perf_counter()
-            if deleted:
-                table.delete(In("id", deleted))
-            table.upsert(pa.Table.from_pylist(upserts, schema=ARROW_SCHEMA), join_cols=["id"])
-            print(f"  pyiceberg batch {i}: {len(upserts)} upserts, {len(deleted)} deletes, "
-                  f"{time.perf_counter() - tb:.1f}s")
-        measured = time.perf_counter() - t0
+        measured, k = time_pyiceberg(catalog, "db.theirs", batches, args.pyiceberg_cap_s)
         theirs = measured * len(batches) / k
         if k < len(batches):
             print(f"pyiceberg: {k} of {len(batches)} batches in {measured:.1f}s; EXTRAPOLATED linearly to all "
                   f"batches: {theirs:.1f}s")
         else:
             print(f"pyiceberg: all {k} batches in {measured:.1f}s (measured, not extrapolated)")
-            got = len(table.scan().to_arrow())
+            got = len(catalog.load_table("db.theirs").scan().to_arrow())
             assert got == len(final), (got, len(final))
+        cross = crossover_events(spark, catalog, work, args.small_events,
+                                 (args.events / args.files, ours / args.files, theirs / len(batches)))
         spark.stop()
         print(f"RESULT ours_s={ours:.1f} pyiceberg_s={theirs:.1f} ratio={ours / theirs:.3f} floor_s={floor:.1f} "
               f"floor_ratio={ours / floor:.2f} events_per_s={args.events / ours:.0f} driver_peak_mb={driver_mb:.0f} "
@@ -553,7 +584,7 @@ def main() -> None:
               f" handwritten_s={handwritten:.1f} handwritten_ratio={ours / handwritten:.2f}"
               f" ours_cpu_s={phases.ours_cpu:.1f} handwritten_cpu_s={handwritten_cpu:.1f}"
               f" handwritten_cpu_ratio={phases.ours_cpu / handwritten_cpu:.2f}"
-              f" eqdel_s={eqdel:.1f} eqdel_floor_ratio={eqdel / floor:.2f}"
+              f" eqdel_s={eqdel:.1f} eqdel_floor_ratio={eqdel / floor:.2f} crossover_events={cross:.0f}"
               f" load1={os.getloadavg()[0]:.2f} warm={int(args.warm)}")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -196,41 +196,58 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, line
     classified = native.coerce_lines(lines, native.columns_of(T.StructType(fields)), keys, known,
                                      native.utc(spark), ORDER_FILE_SHIFT, branches, extra)
     classified = _checkpointed(classified)
+    schema = T.StructType(fields)
+    # One aggregate over the checkpointed lines: how many the Python rules must take, how many carry a snapshot
+    # marker and, for the common batch that the native reading types whole, every figure of the batch.
+    marker = F.col(snapshot_epoch.MARKER_COLUMN)
+    first = classified.agg(F.sum((~F.col(native.FAST)).cast("long")).alias("_routed"),
+                           *([F.sum(marker.isNotNull().cast("long")).alias("_marked")] if marking else []),
+                           *_stats_aggregates(keys, schema, F.col(native.FAST))).first()
+    assert first is not None, "an aggregate without grouping has one row"
     markers: dict[str, list[tuple[int, str]]] = {}
-    if settings.snapshot_deletes:
+    if marking and first["_marked"]:
         # every line: the native reason of a line left to the Python rules is not final
-        found = classified.where(F.col(snapshot_epoch.MARKER_COLUMN).isNotNull()).select(
-            ORDER_COLUMN, snapshot_epoch.MARKER_COLUMN).collect()
+        found = classified.where(marker.isNotNull()).select(ORDER_COLUMN, snapshot_epoch.MARKER_COLUMN).collect()
         markers = snapshot_epoch.markers_by_target((target, r[0], r[1]) for r in found)
     fast, routed = native.split(classified.drop(snapshot_epoch.MARKER_COLUMN))
     held = [classified]
-    rows = fast
-    if routed.count():  # no Python worker at all for a batch the native reading types whole (the common case)
+    rows, stats = fast, first
+    if first["_routed"]:  # no Python worker at all for a batch the native reading types whole (the common case)
         columns = [(f.name, f.dataType.json(), f.nullable) for f in fields]
         slow = _checkpointed(spark.createDataFrame(  # once: the stats, dead letters and the MERGE all read it
             routed.rdd.mapPartitions(python_partition(columns, keys, set(known), False)), rows_schema(fields)))
         held.append(slow)
         rows = fast.unionByName(slow)
     try:
-        rule_sums = [F.sum(F.coalesce(F.col(NOTES)[rule], F.lit(0))).alias(rule) for rule in RULE_COUNTS]
-        stats = rows.agg(F.count(F.lit(1)).alias("events_read"),
-                         F.sum((F.col(OP_COLUMN) == TOMBSTONE).cast("long")).alias("tombstones"),
-                         F.sum(F.col(REASON).isNotNull().cast("long")).alias("dead_lettered"),
-                         F.sum(F.coalesce(F.col(NOTES)[PYTHON_RULES], F.lit(0))).alias(PYTHON_RULES),
-                         *rule_sums, *bounds_aggregates(keys, T.StructType(fields))).first()
-        assert stats is not None
+        if first["_routed"]:
+            recount = rows.agg(*_stats_aggregates(keys, schema)).first()
+            assert recount is not None
+            stats = recount
         dead_count = int(stats["dead_lettered"] or 0)
         counts = {"dead_lettered": dead_count, PYTHON_RULES: int(stats[PYTHON_RULES] or 0),
                   **{rule: int(stats[rule] or 0) for rule in RULE_COUNTS}}
         dead = {routing.dead_letter_table(target): dead_letter_rows(rows, target)} if dead_count else {}
         good = rows.where(F.col(REASON).isNull() & (F.col(OP_COLUMN) != TOMBSTONE))
-        write = TargetWrite(target, good, known, keys, bounds_from(stats, keys, T.StructType(fields)))
+        write = TargetWrite(target, good, known, keys, bounds_from(stats, keys, schema))
         results = commit_batch(spark, catalog_name, settings, bid, dead, [write], {
             target: TargetResult(target, False, None, counts, tuple(added_columns), ())}, stamp, markers)
     finally:
         for frame in held:
             _release(frame)
     return IngestResult(bid, uris, False, results, int(stats["tombstones"] or 0), int(stats["events_read"] or 0))
+
+
+def _stats_aggregates(keys: Sequence[str], schema: T.StructType, where: Column | None = None) -> list[Column]:
+    """A batch's figures over its typed rows (only those ``where`` holds for): events, tombstones, dead
+    letters, the Python rules' notes and the key range."""
+    def only(value: Column) -> Column:
+        return value if where is None else F.when(where, value)
+    rule_sums = [F.sum(only(F.coalesce(F.col(NOTES)[rule], F.lit(0)))).alias(rule) for rule in RULE_COUNTS]
+    return [F.count(only(F.lit(1))).alias("events_read"),
+            F.sum(only((F.col(OP_COLUMN) == TOMBSTONE).cast("long"))).alias("tombstones"),
+            F.sum(only(F.col(REASON).isNotNull().cast("long"))).alias("dead_lettered"),
+            F.sum(only(F.coalesce(F.col(NOTES)[PYTHON_RULES], F.lit(0)))).alias(PYTHON_RULES),
+            *rule_sums, *bounds_aggregates(keys, schema, where=where)]
 
 
 def _checkpointed(frame: DataFrame) -> DataFrame:

@@ -12,11 +12,13 @@ DuckDB still read the result. Without key columns the batch is append-only (the 
 dead-letters deletes).
 """
 
+import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, Observation, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -25,7 +27,9 @@ from icecdc_dagster.writer.exactly_once import (
     LedgerRetention,
     Published,
     is_committed,
+    java_table,
     staged_commit,
+    table_properties,
 )
 
 OP_COLUMN = "_icecdc_op"
@@ -33,11 +37,11 @@ ORDER_COLUMN = "_icecdc_order"
 OP_UPSERT, OP_DELETE, OP_INSERT = "upsert", "delete", "insert"
 _EXISTS = "_icecdc_exists"
 _DELETE_PREFIX = "_icecdc_del_"
-_BROADCAST_DELETES = 1_000_000  # delete keys up to this many are broadcast to the count join
 # WriteOutcome.counted_by: where the counts came from
-COUNTED_BY_SUMMARY = "summary"                          # the commit's snapshot summary alone
-COUNTED_BY_SUMMARY_AND_DELETES = "summary+delete-keys"  # + the batch's delete keys joined with the target
-COUNTED_BY_JOIN = "join"                                # every key of the batch joined with the target
+COUNTED_BY_SUMMARY = "summary"      # the commit's snapshot summary alone (appends, overwrites)
+COUNTED_BY_SOURCE = "merge-source"  # observed in the MERGE's own job: its source's keys against the merged-into keys
+COUNTED_BY_JOIN = "join"            # every key of the batch joined with the target after the MERGE (fallback)
+_COUNT_NAMES = ("inserted", "updated", "deleted", "delete_missing")
 
 
 @dataclass(frozen=True)
@@ -133,9 +137,9 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
     """Write ``rows`` to ``table`` (full Spark name) once: skipped when ``batch_id`` is already in main's history.
 
     Counts: inserted / updated / deleted (keys that existed) / delete_missing (last op a delete of a
-    key the table does not hold: nothing to do), or appended for key-less tables; exact, from the
-    commit's own summary where that is provably exact (:func:`batch_counts`), else by a join of the
-    batch's keys with the keys of the snapshot the MERGE read. ``exact_counts=False``: no counts.
+    key the table does not hold: nothing to do), or appended for key-less tables; exact, counted in the
+    MERGE's own job (:func:`merged_counts`), else by a join of the batch's keys with the keys of the
+    snapshot the MERGE read. ``exact_counts=False``: no counts.
     ``ledger``: keep the batch id in the table's ledger property too (survives snapshot expiry);
     ``retention``: the ledger's entries below its horizon are dropped in the same commit.
     ``bounds``: the batch's key range when the caller has it already (else one aggregate finds it).
@@ -173,49 +177,130 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
         count = int(published.summary.get("added-records") or 0)
         return WriteOutcome(table, batch_id, False, published.snapshot_id, {"appended": count}, COUNTED_BY_SUMMARY)
 
-    effective = collapse(rows, key_columns).persist()
+    schema = spark.table(table).schema
+    bounds = bounds or key_bounds(rows, key_columns, schema)  # the rows' key range is their collapse's
+    # The collapse is the MERGE's source, planned into the MERGE's own job (no intermediate), except where the
+    # MERGE reads its source twice: copy-on-write first finds the files to rewrite with it, so there the source
+    # is persisted (and counted by one aggregate over it, as an observation would see both reads).
+    effective = collapse(rows, key_columns)
+    twice = _merge_mode(spark, table) == "copy-on-write"
+    held: list[DataFrame] = []
+    counted: dict[str, int] | None = None
+    observed = Observation(f"icecdc_counts_{uuid.uuid4().hex}")
+    view = f"icecdc_batch_{abs(hash((table, batch_id))) % 10**12}"
+    # The bounds are the batch's own: a target row outside them matches no batch row, so they change
+    # nothing but the files the MERGE reads (pruned by their column statistics).
+    on = " AND ".join([f"t.{_quote(k)} = s.{_quote(k)}" for k in key_columns] + ([bounds.sql] if bounds else []))
+    sets = ", ".join(f"t.{_quote(c)} = s.{_quote(c)}" for c in data_columns if c not in key_columns)
+    cols = ", ".join(_quote(c) for c in data_columns)
+    vals = ", ".join(f"s.{_quote(c)}" for c in data_columns)
+    update = f"WHEN MATCHED THEN UPDATE SET {sets} " if sets else ""
+
+    def merge(name: str) -> None:
+        nonlocal counted
+        source = _with_presence(spark, name, effective, key_columns, bounds) if exact_counts else effective
+        if twice:
+            source = source.persist()
+            held.append(source)
+            if exact_counts:
+                counted = _counts_of(source.agg(*_count_aggregates()).first())
+        elif exact_counts:
+            source = source.observe(observed, *_count_aggregates())
+        source.drop(_EXISTS).createOrReplaceTempView(view)
+        spark.sql(f"MERGE INTO {name} t USING {view} s ON {on} "
+                  f"WHEN MATCHED AND s.{OP_COLUMN} = '{OP_DELETE}' THEN DELETE "
+                  f"{update}"
+                  f"WHEN NOT MATCHED AND s.{OP_COLUMN} <> '{OP_DELETE}' THEN INSERT ({cols}) VALUES ({vals})")
+
     try:
-        schema = spark.table(table).schema
-        is_delete = F.col(OP_COLUMN) == OP_DELETE
-        stats = effective.agg(F.count(F.lit(1)).alias("_icecdc_rows"),
-                              F.sum(is_delete.cast("long")).alias("_icecdc_deletes"),
-                              *([] if bounds else bounds_aggregates(key_columns, schema)),
-                              *bounds_aggregates(key_columns, schema, _DELETE_PREFIX, is_delete)).first()
-        assert stats is not None, "an aggregate without grouping has one row"
-        bounds = bounds or bounds_from(stats, key_columns, schema)
-        deletes = int(stats["_icecdc_deletes"] or 0)
-        upserts = int(stats["_icecdc_rows"] or 0) - deletes
-        view = f"icecdc_batch_{abs(hash((table, batch_id))) % 10**12}"
-        effective.createOrReplaceTempView(view)
-        # The bounds are the batch's own: a target row outside them matches no batch row, so they change
-        # nothing but the files the MERGE reads (pruned by their column statistics).
-        on = " AND ".join([f"t.{_quote(k)} = s.{_quote(k)}" for k in key_columns] + ([bounds.sql] if bounds else []))
-        sets = ", ".join(f"t.{_quote(c)} = s.{_quote(c)}" for c in data_columns if c not in key_columns)
-        cols = ", ".join(_quote(c) for c in data_columns)
-        vals = ", ".join(f"s.{_quote(c)}" for c in data_columns)
-        update = f"WHEN MATCHED THEN UPDATE SET {sets} " if sets else ""
-
-        def merge(name: str) -> None:
-            spark.sql(f"MERGE INTO {name} t USING {view} s ON {on} "
-                      f"WHEN MATCHED AND s.{OP_COLUMN} = '{OP_DELETE}' THEN DELETE "
-                      f"{update}"
-                      f"WHEN NOT MATCHED AND s.{OP_COLUMN} <> '{OP_DELETE}' THEN INSERT ({cols}) VALUES ({vals})")
-
         published = staged_commit(spark, table, props, merge, ledger, retention)
         spark.catalog.dropTempView(view)
         counts: dict[str, int] = {}
         counted_by = ""
         if exact_counts:
-            delete_bounds = bounds_from(stats, key_columns, schema, _DELETE_PREFIX)
-            counts, counted_by = batch_counts(spark, table, effective, key_columns, published, upserts, deletes,
-                                              delete_bounds, bounds)
+            if counted is None and not twice:
+                counted = _observation(observed)
+            counts, counted_by = merged_counts(spark, table, effective, key_columns, published, counted, bounds)
         return WriteOutcome(table, batch_id, False, published.snapshot_id, counts, counted_by)
     finally:
-        effective.unpersist()
+        for frame in held:
+            frame.unpersist()
+
+
+def _merge_mode(spark: Any, table: str) -> str:
+    """The table's ``write.merge.mode`` (Iceberg's default: copy-on-write)."""
+    return table_properties(java_table(spark, table)).get("write.merge.mode", "copy-on-write")
+
+
+def _with_presence(spark: Any, name: str, effective: DataFrame, key_columns: Sequence[str],
+                   bounds: "KeyBounds | None") -> DataFrame:
+    """The MERGE's source with each key's presence (:data:`_EXISTS`) in the snapshot the MERGE merges into
+    (``name``, read in the same statement): what the MERGE will do to each key, known from the rows it consumes.
+
+    The target's keys are read within the batch's bounds (the files the MERGE itself reads), each key once
+    (identifier columns are not enforced: a key held twice is still one key)."""
+    keys = [_quote(k) for k in key_columns]
+    target_keys = spark.table(name).select(*keys)
+    if bounds is not None:
+        target_keys = target_keys.where(bounds.column)
+    present = target_keys.dropDuplicates().withColumn(_EXISTS, F.lit(True))
+    return effective.join(present, list(key_columns), "left")
+
+
+def _count_aggregates() -> list[Column]:
+    """rows, inserted, updated, deleted and delete_missing of a :func:`_with_presence` source."""
+    exists, deleting = F.col(_EXISTS).isNotNull(), F.col(OP_COLUMN) == OP_DELETE
+    return [F.count(F.lit(1)).alias("rows"),
+            *[F.sum((op & found).cast("long")).alias(count)
+              for count, op, found in (("inserted", ~deleting, ~exists), ("updated", ~deleting, exists),
+                                       ("deleted", deleting, exists), ("delete_missing", deleting, ~exists))]]
+
+
+def _counts_of(row: Any) -> dict[str, int] | None:
+    return None if row is None else {k: int(row[k] or 0) for k in ("rows", *_COUNT_NAMES)}
+
+
+def _observation(observed: Observation, timeout_s: float = 120.0) -> dict[str, int] | None:
+    """The counts an :class:`Observation` collected, once Spark's listener has them; None when they did not
+    arrive (the caller counts another way). Spark's own ``get`` would wait forever."""
+    jobserved = observed._jo  # noqa: SLF001 - the JVM Observation (its future: a bounded wait)
+    if jobserved is None:
+        return None
+    future = jobserved.future()
+    deadline = time.monotonic() + timeout_s
+    while not future.isCompleted():
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.005)
+    return {k: int(v or 0) for k, v in observed.get.items()}
+
+
+def merged_counts(spark: Any, table: str, effective: DataFrame, key_columns: Sequence[str],
+                  published: "Published[Any]", counted: dict[str, int] | None, bounds: KeyBounds | None
+                  ) -> tuple[dict[str, int], str]:
+    """inserted / updated / deleted / delete_missing of a published MERGE, and how they were counted.
+
+    ``counted``: the counts of the MERGE's own source, whose rows carried each key's presence in the snapshot
+    it merged into (:func:`_with_presence`; observed as the MERGE consumed them, or aggregated over the
+    persisted source a copy-on-write MERGE reads twice): the MERGE's own counts, for every format, write mode
+    and delete file around. Where the commit's summary is exact (:func:`records_delta`) it must agree
+    (inserted - deleted). When it does not, or no counts arrived, the batch's keys are joined with that
+    snapshot's keys (:func:`batch_counts`: the batch and the target read once more).
+
+    Raises:
+        pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: the fallback join could not read
+            the snapshot the MERGE read.
+    """
+    delta = records_delta(published)
+    if counted is not None and sum(counted[k] for k in _COUNT_NAMES) == counted["rows"] and (
+            delta is None or counted["inserted"] - counted["deleted"] == delta):
+        return {k: counted[k] for k in _COUNT_NAMES if counted[k]}, COUNTED_BY_SOURCE
+    return batch_counts(spark, table, effective, key_columns, published, bounds)
 
 
 def records_delta(published: "Published[Any]") -> int | None:
-    """inserted - deleted (keys) of a MERGE, read from its own snapshot summary; None where that is not exact.
+    """inserted - deleted (keys) of a MERGE, read from its own snapshot summary; None where that is not exact
+    (:func:`merged_counts` checks its counts against it).
 
     Every row a MERGE writes, rewrites or deletes shows in the summary: data files added and removed
     (``added-records`` / ``deleted-records``: whole files, so copy-on-write carry-over rows count on
@@ -272,36 +357,17 @@ def _no_dangling_deletes(published: "Published[Any]") -> bool:
 
 
 def batch_counts(spark: Any, table: str, effective: DataFrame, key_columns: Sequence[str],
-                 published: "Published[Any]", upserts: int, deletes: int, delete_bounds: KeyBounds | None,
-                 bounds: KeyBounds | None) -> tuple[dict[str, int], str]:
-    """inserted / updated / deleted / delete_missing of a published MERGE, and how they were counted.
+                 published: "Published[Any]", bounds: KeyBounds | None) -> tuple[dict[str, int], str]:
+    """inserted / updated / deleted / delete_missing of a published MERGE by a join of every key of the batch
+    with the keys of the snapshot the MERGE read (the fallback of :func:`merged_counts`).
 
-    ``upserts`` (U) and ``deletes`` (D) are the collapsed batch's; the MERGE inserted I keys, updated
-    U - I and deleted M of the D (the rest were absent). The summary gives I - M (:func:`records_delta`):
-    with D = 0 that is I, and nothing is read; with D > 0, M comes from the batch's delete keys joined with
-    the staged-on snapshot's keys (broadcast, bounded by the deletes' key range). Where the summary is not
-    exact, every key of the batch is joined with that snapshot's keys. Both read the snapshot the MERGE
-    read, so the counts are the MERGE's own."""
-    delta = records_delta(published)
-    if delta is not None:
-        matched = 0
-        if deletes:
-            batch_deletes = effective.where(F.col(OP_COLUMN) == OP_DELETE).select(*[_quote(k) for k in key_columns])
-            if deletes <= _BROADCAST_DELETES:
-                batch_deletes = F.broadcast(batch_deletes)
-            matched = _staged_keys(spark, table, key_columns, published, delete_bounds).join(
-                batch_deletes, list(key_columns), "left_semi").count()
-        inserted = delta + matched
-        if 0 <= inserted <= upserts and matched <= deletes:
-            counts = {"inserted": inserted, "updated": upserts - inserted, "deleted": matched,
-                      "delete_missing": deletes - matched}
-            return {k: v for k, v in counts.items() if v}, (COUNTED_BY_SUMMARY_AND_DELETES if deletes
-                                                           else COUNTED_BY_SUMMARY)
-        # out of range: the target held a key twice (identifier columns are not enforced); count by joining
+    Raises:
+        pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: Spark could not read that snapshot.
+    """
     keys = _staged_keys(spark, table, key_columns, published, bounds).withColumn(_EXISTS, F.lit(True))
     grouped = (effective.join(keys, list(key_columns), "left")
                .groupBy(OP_COLUMN, F.col(_EXISTS).isNotNull().alias("e")).count().collect())
-    counts = {}
+    counts: dict[str, int] = {}
     for op, exists, n in grouped:
         name = ("deleted" if exists else "delete_missing") if op == OP_DELETE else (
             "updated" if exists else "inserted")

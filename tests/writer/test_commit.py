@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from icecdc_dagster.writer import merge
 from icecdc_dagster.writer.exactly_once import (
     LEDGER_PROPERTY,
     LEDGER_SEALED_PREFIX,
@@ -26,8 +27,7 @@ from icecdc_dagster.writer.exactly_once import (
 )
 from icecdc_dagster.writer.merge import (
     COUNTED_BY_JOIN,
-    COUNTED_BY_SUMMARY,
-    COUNTED_BY_SUMMARY_AND_DELETES,
+    COUNTED_BY_SOURCE,
     OP_COLUMN,
     OP_DELETE,
     OP_INSERT,
@@ -146,23 +146,19 @@ UPSERTS = [(k, OP_UPSERT, "u") for k in range(6)] + [(6, OP_INSERT, "r"), (20, O
 DELETES = [(7, OP_DELETE, None), (30, OP_DELETE, None), (8, OP_UPSERT, "u"), (40, OP_INSERT, "n")]
 
 
-@pytest.mark.parametrize(("kind", "counted_by"), [
-    # no delete file in the staged-on snapshot: the summary alone, the delete keys joined when there are deletes
-    ("v2-cow", [COUNTED_BY_SUMMARY, COUNTED_BY_SUMMARY, COUNTED_BY_SUMMARY_AND_DELETES, COUNTED_BY_SUMMARY]),
-    ("v3-cow", [COUNTED_BY_SUMMARY, COUNTED_BY_SUMMARY, COUNTED_BY_SUMMARY_AND_DELETES, COUNTED_BY_SUMMARY]),
-    # v2 merge-on-read adds position deletes of live rows only (file granularity: older file-scoped deletes
-    # of a touched file rewritten into the new one and removed, net zero): exact with delete files around
-    ("v2-mor", [COUNTED_BY_SUMMARY, COUNTED_BY_SUMMARY, COUNTED_BY_SUMMARY_AND_DELETES, COUNTED_BY_SUMMARY]),
-    ("v2-mor-partition-granularity",
-     [COUNTED_BY_SUMMARY, COUNTED_BY_SUMMARY, COUNTED_BY_SUMMARY_AND_DELETES, COUNTED_BY_SUMMARY]),
-    # v3 with deletion vectors around (a DV may fold in v2 deletes that stay live): joined
-    ("v3-mor", [COUNTED_BY_SUMMARY, COUNTED_BY_SUMMARY, COUNTED_BY_JOIN, COUNTED_BY_JOIN]),
-    # copy-on-write over files that have deletes: their deleted rows count in deleted-records: joined
-    ("v2-mor-then-cow", [COUNTED_BY_SUMMARY, COUNTED_BY_SUMMARY, COUNTED_BY_JOIN, COUNTED_BY_JOIN]),
-])
-def test_which_batches_are_counted_from_the_summary(spark, catalog, catalog_settings, kind, counted_by):
+@pytest.mark.parametrize("kind", sorted(TABLES))
+def test_every_kind_is_counted_in_the_merges_own_job(spark, catalog, catalog_settings, kind):
+    """Copy-on-write or merge-on-read, v2 or v3, delete files around or not: the counts come from the MERGE's
+    source (each key's presence in the snapshot it merged into), never from a second read of the target."""
     table = _create(spark, catalog_settings.name, kind)
-    assert _apply(spark, table, kind, [FILL, UPSERTS, DELETES, UPSERTS]) == counted_by
+    assert _apply(spark, table, kind, [FILL, UPSERTS, DELETES, UPSERTS]) == [COUNTED_BY_SOURCE] * 4
+
+
+def test_counts_fall_back_to_the_join_without_the_observation(spark, catalog, catalog_settings, monkeypatch):
+    """When the MERGE's observed counts do not arrive, the batch's keys are joined with the merged-into snapshot."""
+    monkeypatch.setattr(merge, "_observation", lambda observed: None)  # as if it never arrived
+    table = _create(spark, catalog_settings.name, "v2-mor")
+    assert _apply(spark, table, "v2-mor", [FILL, UPSERTS, DELETES]) == [COUNTED_BY_JOIN] * 3
 
 
 def _metadata_files(table_location: str) -> int:
