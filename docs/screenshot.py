@@ -1,5 +1,6 @@
-"""Regenerate docs/replica-asset-page.png and docs/asset-graph.png: the replica's asset page and the
-asset graph in the Dagster UI after `icecdc demo`.
+"""Regenerate docs/replica-asset-page.png, docs/asset-graph.png and docs/runs-timeline.png, docs/ingest-group.png:
+the replica's asset page, the asset graph, Overview -> Timeline and the ingest's group (its dead letters) in the
+Dagster UI after `icecdc demo`.
 
 Runs the demo into a temporary directory (or uses one: --demo DIR), starts `dagster dev` on it, and
 takes the screenshots with headless Chromium (Debian: `apt-get install chromium`). A one-off
@@ -20,9 +21,12 @@ import time
 import urllib.request
 from pathlib import Path
 
-# (file, page): the replica's overview (schema, partitions, lineage), then the global asset graph.
+# (file, page): the replica's overview (schema, partitions, lineage), the global asset graph, the demo's runs
+# on the timeline, the ingest's group.
 SHOTS = [("replica-asset-page.png", "assets/replica/demo_replica/demo_replica_orders?view=overview"),
-         ("asset-graph.png", "locations/icecdc_dagster.definitions/asset-groups/demo_orders")]
+         ("asset-graph.png", "locations/icecdc_dagster.definitions/asset-groups/demo_orders"),
+         ("runs-timeline.png", "overview/activity/timeline"),
+         ("ingest-group.png", "locations/icecdc_dagster.definitions/asset-groups/ingest__customers_cdc")]
 
 
 def free_port() -> int:
