@@ -8,12 +8,13 @@ only sees aggregates: the distinct (target, field, type) triples and counts.
 """
 
 import functools
+import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -37,7 +38,14 @@ from icecdc_dagster.ingest.targets import (
     table_keys,
 )
 from icecdc_dagster.ingest.writes import Stamp, TargetWrite
-from icecdc_dagster.writer import OP_COLUMN, ORDER_COLUMN, bounds_aggregates, bounds_from, table_exists
+from icecdc_dagster.writer import (
+    OP_COLUMN,
+    ORDER_COLUMN,
+    bounds_aggregates,
+    bounds_from,
+    observation_values,
+    table_exists,
+)
 
 
 def ingest_files(spark: Any, catalog_name: str, pyiceberg_catalog: Any, settings: IngestSettings,
@@ -193,16 +201,19 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, line
     known = [f.name for f in fields]
     marking = settings.snapshot_deletes
     extra = [snapshot_epoch.marker(F.col("raw")).alias(snapshot_epoch.MARKER_COLUMN)] if marking else []
-    classified = native.coerce_lines(lines, native.columns_of(T.StructType(fields)), keys, known,
-                                     native.utc(spark), ORDER_FILE_SHIFT, branches, extra)
-    classified = _checkpointed(classified)
     schema = T.StructType(fields)
-    # One aggregate over the checkpointed lines: how many the Python rules must take, how many carry a snapshot
-    # marker and, for the common batch that the native reading types whole, every figure of the batch.
+    # The batch's figures, observed while the checkpoint job types the lines (no job of their own): how many
+    # lines the Python rules must take, how many carry a snapshot marker and, for the common batch that the
+    # native reading types whole, every figure of the batch. One aggregate over the checkpoint if they do not
+    # arrive.
     marker = F.col(snapshot_epoch.MARKER_COLUMN)
-    first = classified.agg(F.sum((~F.col(native.FAST)).cast("long")).alias("_routed"),
-                           *([F.sum(marker.isNotNull().cast("long")).alias("_marked")] if marking else []),
-                           *_stats_aggregates(keys, schema, F.col(native.FAST))).first()
+    figures = [F.sum((~F.col(native.FAST)).cast("long")).alias("_routed"),
+               *([F.sum(marker.isNotNull().cast("long")).alias("_marked")] if marking else []),
+               *_stats_aggregates(keys, schema, F.col(native.FAST))]
+    observed = Observation(f"icecdc_lines_{uuid.uuid4().hex}")
+    classified = _checkpointed(native.coerce_lines(lines, native.columns_of(schema), keys, known, native.utc(spark),
+                                                   ORDER_FILE_SHIFT, branches, extra).observe(observed, *figures))
+    first = observation_values(observed) or classified.agg(*figures).first()
     assert first is not None, "an aggregate without grouping has one row"
     markers: dict[str, list[tuple[int, str]]] = {}
     if marking and first["_marked"]:

@@ -48,6 +48,7 @@ from icecdc_dagster.writer.merge import (
                                          WriteOutcome,
                                          bounds_aggregates,
                                          bounds_from,
+                                         observation_values,
                                          write_batch,
 )
 from icecdc_dagster.writer.tables import copy_table, drop_table, set_identifier_fields, table_exists
@@ -60,7 +61,7 @@ __all__ = [
     "columns_by_field_id", "committed_batch_ids", "committed_summaries", "copy_table", "create_table",
     "declared_columns", "drop_table", "encode_mapping", "ensure_namespace", "fields_by_id", "follow_source_schema",
     "infer_mapping", "java_table", "last_batch", "last_batch_in", "ledger_dropped_upto", "ledger_entries",
-    "load_mapping", "main_ancestors", "namespace_exists", "recorded_summaries", "schema_of",
+    "load_mapping", "main_ancestors", "namespace_exists", "observation_values", "recorded_summaries", "schema_of",
     "set_identifier_fields", "split_top", "table_exists", "table_properties", "widen_columns", "write_batch",
     "write_equality_delta",
 ]

@@ -219,7 +219,8 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
         counted_by = ""
         if exact_counts:
             if counted is None and not twice:
-                counted = _observation(observed)
+                seen = observation_values(observed)
+                counted = None if seen is None else {k: int(v or 0) for k, v in seen.items()}
             counts, counted_by = merged_counts(spark, table, effective, key_columns, published, counted, bounds)
         return WriteOutcome(table, batch_id, False, published.snapshot_id, counts, counted_by)
     finally:
@@ -260,9 +261,14 @@ def _counts_of(row: Any) -> dict[str, int] | None:
     return None if row is None else {k: int(row[k] or 0) for k in ("rows", *_COUNT_NAMES)}
 
 
-def _observation(observed: Observation, timeout_s: float = 120.0) -> dict[str, int] | None:
-    """The counts an :class:`Observation` collected, once Spark's listener has them; None when they did not
-    arrive (the caller counts another way). Spark's own ``get`` would wait forever."""
+def observation_values(observed: Observation, timeout_s: float = 120.0) -> dict[str, Any] | None:
+    """The values an :class:`Observation` collected, once Spark's listener has them; None when they did not
+    arrive within ``timeout_s`` or the observation was never attached (the caller counts another way).
+    Spark's own ``get`` would wait forever.
+
+    Raises:
+        Nothing of its own: it waits on the JVM observation's future.
+    """
     jobserved = observed._jo  # noqa: SLF001 - the JVM Observation (its future: a bounded wait)
     if jobserved is None:
         return None
@@ -272,7 +278,7 @@ def _observation(observed: Observation, timeout_s: float = 120.0) -> dict[str, i
         if time.monotonic() > deadline:
             return None
         time.sleep(0.005)
-    return {k: int(v or 0) for k, v in observed.get.items()}
+    return dict(observed.get)
 
 
 def merged_counts(spark: Any, table: str, effective: DataFrame, key_columns: Sequence[str],

@@ -156,7 +156,7 @@ def test_every_kind_is_counted_in_the_merges_own_job(spark, catalog, catalog_set
 
 def test_counts_fall_back_to_the_join_without_the_observation(spark, catalog, catalog_settings, monkeypatch):
     """When the MERGE's observed counts do not arrive, the batch's keys are joined with the merged-into snapshot."""
-    monkeypatch.setattr(merge, "_observation", lambda observed: None)  # as if it never arrived
+    monkeypatch.setattr(merge, "observation_values", lambda observed: None)  # as if it never arrived
     table = _create(spark, catalog_settings.name, "v2-mor")
     assert _apply(spark, table, "v2-mor", [FILL, UPSERTS, DELETES]) == [COUNTED_BY_JOIN] * 3
 
