@@ -5,14 +5,16 @@ the replica commit, right after a sink's checkpoint write - each time followed b
 leave the replica and the index equal to the source at the synced snapshot, without a duplicate
 key, without any batch committed twice and without a lock left behind.
 
-Default run: a 3,000-row export and 2 kill points. ``-m slow``: a 100,000-row export (replica sink)
-with a 2,000-row table synced into OpenSearch and a replica, 9 kill points. ``ICECDC_CRASH_SEED``
+Default run: a 3,000-row export killed in its first second (then the catch-up kill below). ``-m slow``:
+three seeded kill points over the same lake, and a 100,000-row export (replica sink) with a 2,000-row table
+synced into OpenSearch and a replica, 9 kill points. ``ICECDC_CRASH_SEED``
 picks the moments (default 1818).
 
 Issue 42's scenario (``run_catch_up_kills``): kills in a row, a commit round after each and no recovery in
 between, inside catch-up ranges of the table with two sinks (its index and replica left apart), then ONE
-plain sync: exit 0, both sinks equal to the source. Default run: the exports synced, then one kill with
-the sinks apart. ``-m slow``: six kills (the export, then five seeded catch-up moments) for seeds 1818, 7 and 42.
+plain sync: exit 0, both sinks equal to the source. Default run: the exports synced after the export kill,
+then one kill with the sinks apart. ``-m slow``: six kills (the export, then five seeded catch-up moments)
+for seeds 1818, 7 and 42.
 """
 
 import os
@@ -68,13 +70,15 @@ def run_kill_rounds(lake: Lake, points) -> list[KillResult]:  # noqa: ANN001
     return results
 
 
-@pytest.mark.long
+@pytest.mark.slow
 def test_sigkill_at_seeded_moments_then_a_plain_sync_recovers(spark, catalog_settings, catalog, opensearch_url,
                                                                tmp_path):
+    """Three seeded moments, each followed by a recovery sync (the default run kills the export in
+    ``test_kills_inside_two_sink_catch_up_ranges_then_one_plain_sync_converges``)."""
     lake = Lake(spark, catalog, catalog_settings, tmp_path, opensearch_url, big_rows=3_000, small_rows=200)
     lake.create()
     # The 3,000-row export's run takes ~3 s on a quiet machine: its kill lands in its first second.
-    results = run_kill_rounds(lake, schedule(SEED, 2, export_window_s=(0.0, 1.0)))
+    results = run_kill_rounds(lake, schedule(SEED, 3, export_window_s=(0.0, 1.0)))
     assert results[0].killed and results[0].run_id   # the export is always interrupted mid-run
 
 
@@ -136,12 +140,15 @@ def run_catch_up_kills(lake: Lake, points: list[KillPoint], first_round: int = 0
 @pytest.mark.long
 def test_kills_inside_two_sink_catch_up_ranges_then_one_plain_sync_converges(spark, catalog_settings, catalog,
                                                                             opensearch_url, tmp_path):
-    """Default run: the exports synced, then one kill inside a catch-up range of the small table with its
-    index and replica apart (one committed the range, the other not), a commit round, one plain sync
-    (``-m slow``: six kills from the export on, several seeds)."""
-    lake = Lake(spark, catalog, catalog_settings, tmp_path, opensearch_url, big_rows=1_000, small_rows=200)
+    """Default run: ``icecdc sync`` SIGKILLed in its export run (a seeded moment of its first second), a
+    plain sync that fails the dead run over and converges; then one kill inside a catch-up range of the small
+    table with its index and replica apart (one committed the range, the other not), a commit round, one
+    plain sync (``-m slow``: six kills from the export on, several seeds; more seeded moments)."""
+    lake = Lake(spark, catalog, catalog_settings, tmp_path, opensearch_url, big_rows=3_000, small_rows=200)
     lake.create()
-    assert lake.sync_to_end()[0] == 0
+    # The 3,000-row export's run takes ~3 s on a quiet machine: its kill lands in its first second.
+    [export] = run_kill_rounds(lake, schedule(SEED, 1, export_window_s=(0.0, 1.0)))
+    assert export.killed and export.run_id             # the export is always interrupted mid-run
     results = run_catch_up_kills(lake, [KillPoint("catch-up sinks apart", 0.0)], first_round=1)
     ((catch_up, apart),) = results
     assert catch_up.killed and catch_up.observed == "catch-up sinks apart" and apart

@@ -83,7 +83,7 @@ def _walk(spark, source_settings, source_catalog, replica_settings, instance, tm
     spark.sql(f"INSERT INTO {fq} VALUES (1, 'a', 1), (2, 'b', 2), (3, 'c', 3), (4, 'd', 4)")
     config = load_config(write_pipeline(
         tmp_path / "pipeline.yaml", source_settings,
-        [{"table_name": "db.orders", "identifier_columns": ["id"], "max_snapshots_per_run": 1,
+        [{"table_name": "db.orders", "identifier_columns": ["id"],
           "sinks": [{"iceberg": {"catalog": replica_settings.name, "table_name": "mart.orders"}}]}],
         catalogs={replica_settings.name: replica_block or catalog_block(replica_settings)}))
     defs, table = build_definitions(config), config.tables[0]
