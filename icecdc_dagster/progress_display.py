@@ -4,9 +4,10 @@ lines as the events happen, no escape sequences.
 
 The live table owns the terminal while it runs. Everything else the process writes - Dagster's log
 lines (its handlers hold the ``sys.stderr`` they found at start), the JVM's and Spark's output on file
-descriptor 2, a ``print`` - goes through a pipe put in place of descriptors 1 and 2; a reader thread takes
-each complete line and writes it above the table (the frame is cleared, the line written, the frame drawn
-again), so a log line never lands inside the table and no stale copy of the table stays behind. A refresh
+descriptor 2, a ``print`` - goes through a pipe put in place of descriptors 1 and 2 (2 only when it is a
+terminal: ``2>log`` keeps the log in its file); a reader thread takes each complete line and writes it above
+the table (the frame is cleared, the line written, the frame drawn again), so a log line never lands inside
+the table and no stale copy of the table stays behind. A refresh
 thread redraws the frame at its rate whatever the batch's thread does: it renders to text and writes with
 ``os.write``, holding no lock the batch could hold.
 """
@@ -63,7 +64,8 @@ class SyncDisplay:
                 pass
         self.terminal = os.dup(self.out.fileno())
         read_end, write_end = os.pipe()
-        for fd in (1, 2):
+        # Descriptor 2 only when it is a terminal too: ``icecdc sync 2>log`` keeps its log in the file.
+        for fd in (1, 2) if os.isatty(2) else (1,):
             self.saved.append((fd, os.dup(fd)))
             os.dup2(write_end, fd)
         os.close(write_end)
@@ -82,7 +84,7 @@ class SyncDisplay:
                 stream.flush()
             except (OSError, ValueError):  # a closed stream: nothing to flush
                 pass
-        os.write(2, DRAINED + b"\n")  # behind every line written so far; the relay reports it, never writes it
+        os.write(1, DRAINED + b"\n")  # behind every line written so far; the relay reports it, never writes it
         for fd, original in self.saved:
             os.dup2(original, fd)  # the JVM keeps its copy of the pipe: the relay goes on (plain lines)
             os.close(original)

@@ -227,3 +227,22 @@ def test_the_live_table_keeps_its_rate_while_a_batch_is_busy_and_log_lines_go_ab
     assert span >= 2.0 and len(busy) >= span * 2, (len(busy), span)
     assert re.search(r"db\.items\s+done\s+1\s+0\s+3\s", frames[-1]), frames[-1]
     assert outside[-1] == "db.items: done; 1 batch, 3 change events applied, " + outside[-1].rsplit(", ", 1)[1]
+
+
+def test_a_log_redirected_to_a_file_stays_in_the_file(tmp_path):
+    """``icecdc sync 2>log`` on a terminal: the live table on the terminal, Dagster's and the JVM's lines in the
+    log file, not above the table."""
+    import shlex
+    import sys
+
+    from tests.helpers import live_frames, run_on_terminal
+
+    log = tmp_path / "sync.log"
+    command = f"exec {shlex.quote(sys.executable)} -c {shlex.quote(BUSY_BATCH)} 2>{shlex.quote(str(log))}"
+    code, shown, _ = run_on_terminal(["sh", "-c", command], {**os.environ, "TERM": "xterm-256color"})
+    assert code == 0, shown
+    frames, outside = live_frames(shown)
+    assert frames and any(line.startswith("print line") for line in outside)     # stdout: above the table
+    assert not any(line.startswith(("dagster - INFO", "jvm line")) for line in outside), outside
+    written = log.read_text().splitlines()
+    assert "dagster - INFO - log line 1" in written and "jvm line 1 end" in written

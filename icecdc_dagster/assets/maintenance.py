@@ -27,6 +27,7 @@ from icecdc_dagster.config import IngestConfig, TableConfig
 from icecdc_dagster.lease.executor import line_job
 from icecdc_dagster.lease.holder import Holder
 from icecdc_dagster.lease.line_lock import LineLock, holding
+from icecdc_dagster.lines.batch_metadata import MaintenanceMetadata
 from icecdc_dagster.lines.line import key_statuses
 from icecdc_dagster.lines.window import TableWindow, line_view
 from icecdc_dagster.resources import catalog_resource_keys, run_catalog
@@ -84,7 +85,9 @@ def build_maintenance_asset(table: TableConfig, writers: tuple[IngestConfig, ...
             try:
                 source = catalog.load_table(table.table_name)
             except NoSuchTableError:
-                return MaterializeResult(metadata={"skipped": f"{table.table_name} does not exist yet"})
+                return MaterializeResult(metadata=dict(MaintenanceMetadata(
+                    skipped=f"{table.table_name} does not exist yet", tables_maintained=0, tables_compacted=0,
+                    rewritten_data_files=0, removed_delete_files=0, deleted_batches=0, expired_snapshots=0)))
             pending, applied = needed_snapshots(context.instance, table, source)
             now = time.time()
             cutoff = now - table.changelog_retention_s
@@ -105,7 +108,12 @@ def build_maintenance_asset(table: TableConfig, writers: tuple[IngestConfig, ...
                 results.append(done)
             results.append(maintenance.expire_changelog(spark, catalog.name, table.table_name,
                                                         table.changelog_retention_s, set(pending), now_s=now))
-        metadata: dict[str, Any] = {}
+        metadata: dict[str, Any] = dict(MaintenanceMetadata(
+            tables_maintained=len(results), tables_compacted=sum(r.compacted for r in results),
+            rewritten_data_files=sum(r.rewritten_data_files for r in results),
+            removed_delete_files=sum(r.removed_delete_files for r in results),
+            deleted_batches=sum(r.deleted_batches for r in results),
+            expired_snapshots=sum(r.expired_snapshots for r in results)))
         for r in results:
             prefix = r.table
             metadata[f"{prefix}: max delete files per partition"] = r.max_delete_files_per_partition

@@ -284,6 +284,19 @@ class IngestMetadata(_Bookkeeping):
     lag_unacknowledged: int | None = None
 
 
+class MaintenanceMetadata(_Facts):
+    """``maintenance/<ns>/<table>_maintenance``: what one run did over every table it maintained (0 included:
+    the Plots tab has no gaps); each table's own figures are shown beside, as ``<table>: <figure>``."""
+
+    tables_maintained: int | None = None
+    tables_compacted: int | None = None
+    rewritten_data_files: int | None = None
+    removed_delete_files: int | None = None
+    deleted_batches: int | None = None  # changelog batches every sink applied, past the retention
+    expired_snapshots: int | None = None
+    skipped: str | None = None  # why nothing was maintained (the source does not exist yet)
+
+
 class BatchMetadata(ChangelogMetadata, ReplicaMetadata, OpenSearchMetadata, IngestMetadata, SourceMetadata):
     """Every set's fields, for readers (the sensor, the checks, ``icecdc status``, the next batch): each
     kind of asset writes through its own set (:data:`SETS`); a reader reads any of them through this one."""
@@ -310,7 +323,8 @@ class BatchMetadata(ChangelogMetadata, ReplicaMetadata, OpenSearchMetadata, Inge
 # Each kind of asset's set, as docs/dagster-ui.md lists them (a sink's by its kind's YAML key).
 SINK_SETS: dict[str, type[SinkMetadata]] = {"iceberg": ReplicaMetadata, "opensearch": OpenSearchMetadata}
 SETS: dict[str, type[_Facts]] = {"source": SourceMetadata, "changelog": ChangelogMetadata, "replica": ReplicaMetadata,
-                                 "opensearch": OpenSearchMetadata, "ingest": IngestMetadata}
+                                 "opensearch": OpenSearchMetadata, "ingest": IngestMetadata,
+                                 "maintenance": MaintenanceMetadata}
 
 
 def sink_set(kind: str) -> type[SinkMetadata]:
@@ -378,6 +392,7 @@ def _snapshot(value: str | None) -> int | None:
 
 
 __all__ = ["ANCESTRY", "BOOKKEEPING", "DISAGREEMENTS", "INTERNAL", "NONE", "REPEATS", "SETS", "SINK_SETS",
-           "BatchMetadata", "ChangelogMetadata", "IngestMetadata", "OpenSearchMetadata", "ReplicaMetadata",
-           "SinkMetadata", "SourceMetadata", "disagreement_figure", "disagreement_figures", "event_count_key",
+           "BatchMetadata", "ChangelogMetadata", "IngestMetadata", "MaintenanceMetadata", "OpenSearchMetadata",
+           "ReplicaMetadata", "SinkMetadata", "SourceMetadata", "disagreement_figure", "disagreement_figures",
+           "event_count_key",
            "figure_value", "latest_materialization", "seconds_since", "sink_figure_key", "sink_figures", "sink_set"]

@@ -72,6 +72,9 @@ def test_maintenance_compacts_and_expires_while_a_sync_runs(spark, catalog_setti
     values = {k: getattr(v, "value", v) for k, v in metadata.asset_materialization.metadata.items()}
     assert values["db.items_replica: compacted"] is True
     assert values["db.items__changelog: deleted batches"] == 5   # every batch is applied and past PT0S
+    # The run's totals over its tables (MaintenanceMetadata: what the Plots tab draws), 0 included.
+    assert values["tables_maintained"] == 2 and values["tables_compacted"] >= 1 and values["deleted_batches"] == 5
+    assert values["expired_snapshots"] == sum(v for k, v in values.items() if k.endswith(": expired snapshots"))
     assert spark.table(f"{fq}__changelog").count() == 0
     assert len(catalog.load_table("db.items_replica").snapshots()) == 1
     # The line goes on after maintenance: a new batch applies on the compacted, expired replica.
