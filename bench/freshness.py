@@ -514,18 +514,23 @@ def breakdown(instance, commits: dict[str, float], profile: Path, workers: int, 
     (started -> ended), each step, framework (run minus steps); the launcher's profile per run."""
     import json
 
-    from dagster import DagsterEventType, RunsFilter
+    from dagster import DagsterEventType, DagsterRunStatus, RunsFilter
 
     profiled = {}
     deadline = time.time() + 60 * TIMEOUTS["scale"]
-    for key in commits:  # a run is materialised before it ends, and profiled when it has ended
-        wait_run_finished(instance, key, 120)
+    # A run is materialised before it ends, and profiled when it has ended: wait until none is in flight
+    # (a key may have been applied by a run of several snapshots, which has no run of its own to wait for).
+    in_flight = RunsFilter(statuses=[DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED,
+                                     DagsterRunStatus.STARTING, DagsterRunStatus.STARTED])
+    while instance.get_runs_count(in_flight) and time.time() < deadline:
+        time.sleep(0.5)
+    grace = time.time() + 5  # the last run's profile line is written just after its final status
     while True:
         if profile.exists():
             for line in profile.read_text().splitlines():
                 record = json.loads(line)
                 profiled[record["run_id"]] = record
-        if len(profiled) >= len(commits) or time.time() > deadline:
+        if len(profiled) >= len(commits) or time.time() > min(deadline, grace):
             break
         time.sleep(0.5)
     parts: dict[str, list[float]] = {}
