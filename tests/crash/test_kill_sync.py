@@ -99,11 +99,11 @@ def catch_up_schedule(seed: int, count: int) -> list[KillPoint]:
     """The export first, then seeded kills inside catch-up ranges of the two-sink table: during a sink step
     before either sink has the range, or with its sinks apart (one committed, the other not)."""
     rng = random.Random(seed)
-    points = [KillPoint("export", rng.uniform(0.0, 1.0))]
-    for _ in range(count - 1):
-        target = rng.choice(CATCH_UP_PHASES)
-        points.append(KillPoint(target, rng.uniform(0, CATCH_UP_SPREAD_S[target])))
-    return points
+    targets = [rng.choice(CATCH_UP_PHASES) for _ in range(count - 1)]
+    if "catch-up sinks apart" not in targets:       # every seed leaves the sinks apart at least once
+        targets[rng.randrange(len(targets))] = "catch-up sinks apart"
+    return [KillPoint("export", rng.uniform(0.0, 1.0))] + [
+        KillPoint(target, rng.uniform(0, CATCH_UP_SPREAD_S[target])) for target in targets]
 
 
 def run_catch_up_kills(lake: Lake, points: list[KillPoint], first_round: int = 0) -> list[tuple[KillResult, bool]]:
