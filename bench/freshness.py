@@ -68,6 +68,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC
 from pathlib import Path
 
 import pyarrow as pa
@@ -402,6 +403,14 @@ def run_sustained(tables: int, minutes: float, every_s: float, workers: int, int
                 print(f"[{label}] {n + 1} commits, {time.time() - begin:.0f}s ({load()})", flush=True)
         end = time.time()
         late = max(0.0, end - (begin + schedule[-1][0]))
+        from datetime import datetime
+
+        from dagster import DagsterRunStatus, RunsFilter
+
+        # CPU per batch: over the runs that ended while the commits went on (a backlog leaves commits unapplied)
+        runs_done = instance.get_runs_count(RunsFilter(
+            statuses=[DagsterRunStatus.SUCCESS], updated_after=datetime.fromtimestamp(begin, UTC),
+            updated_before=datetime.fromtimestamp(end, UTC)))
         cpu_after = process_cpu(process.pid)
         # Drain for at most drain_s: a commit still not applied then counts with the time it waited so far
         # (its latency is at least that), and the p95 is then a lower bound.
@@ -425,19 +434,22 @@ def run_sustained(tables: int, minutes: float, every_s: float, workers: int, int
     backlog = sum(1 for _, key, _ in commits if stamps[key] > end)
     allowed = sum(1 for _, _, at in commits if at > end - interval)
     cpu = {name: cpu_after.get(name, 0.0) - cpu_before.get(name, 0.0) for name in cpu_after}
+    runs = max(runs_done, 1)
     minute = [stamps[key] - at for _, key, at in commits if at > end - 60]
     print(f"[{label}] {len(commits)} commits over {end - begin:.0f}s (the committer {late:.1f}s behind its "
           f"schedule at the end): p50 {statistics.median(latencies):.1f}s p95 {percentile(latencies, 0.95):.1f}s, "
           f"last minute p95 {percentile(minute, 0.95) if minute else 0:.1f}s; backlog at the end {backlog} "
-          f"(commits of the last {interval}s: {allowed}); {sum(cpu.values()) / len(commits):.2f} CPU-s per batch "
-          f"({', '.join(f'{k} {v / len(commits):.2f}' for k, v in sorted(cpu.items()) if v >= 0.05)}) ({load()})",
-          flush=True)
+          f"(commits of the last {interval}s: {allowed}); {runs_done} runs ended while committing, "
+          f"{sum(cpu.values()) / runs:.2f} CPU-s per run "
+          f"({', '.join(f'{k} {v / runs:.2f}' for k, v in sorted(cpu.items()) if v >= 0.05)}), "
+          f"{sum(cpu.values()) / (end - begin):.2f} cores busy ({load()})", flush=True)
     if unapplied:
         print(f"[{label}] {len(unapplied)} commits still not applied {drain_s:.0f}s after the last commit: the "
               f"latencies are lower bounds", flush=True)
     return {"p50": statistics.median(latencies), "p95": percentile(latencies, 0.95), "backlog_end": backlog,
             "unapplied_after_drain": len(unapplied),
-            "backlog_allowed": allowed, "commits": len(commits), "batch_cpu_s": sum(cpu.values()) / len(commits),
+            "backlog_allowed": allowed, "commits": len(commits), "batch_cpu_s": sum(cpu.values()) / runs,
+            "runs_done": runs_done,
             "medians": medians,
             "last_minute_p95": percentile(minute, 0.95) if minute else None}
 
@@ -456,7 +468,7 @@ def sustained_scenario(args: argparse.Namespace) -> None:
         n = args.sustained
         keys |= {f"{prefix}tables_{n}_p50_s": f"{m['p50']:.2f}", f"{prefix}tables_{n}_p95_s": f"{m['p95']:.2f}",
                  f"{prefix}backlog_end": str(m["backlog_end"]), f"{prefix}backlog_allowed": str(m["backlog_allowed"]),
-                 f"{prefix}sustained_commits": str(m["commits"]),
+                 f"{prefix}sustained_commits": str(m["commits"]), f"{prefix}runs_while_committing": str(m["runs_done"]),
                  f"{prefix}unapplied_after_drain": str(m["unapplied_after_drain"]),
                  f"{prefix}batch_cpu_s": f"{m['batch_cpu_s']:.2f}",
                  f"{prefix}spark_jobs_per_run": f"{m['medians'].get('spark_jobs', 0):.0f}",
