@@ -279,6 +279,21 @@ def stop_dagster(process) -> None:  # noqa: ANN001
         os.killpg(process.pid, signal.SIGKILL)
 
 
+def start_lake(prefix: str, names: tuple[str, ...], interval: int, snapshot_sensors: str, workers: int,
+               sqlite_synchronous: str, storage: dict | None, variant: dict[str, str] | None = None):  # noqa: ANN201
+    """A fresh lake of ``names`` under a temporary root, ``dagster dev`` on it with the warm launcher, and the
+    warm launcher's per-run profile (wall, lane CPU, Spark jobs) written to ``runs.jsonl`` there. Returns
+    (catalog, process, instance, profile)."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    catalog, config_path = setup_lake(root, interval, names, snapshot_sensors)
+    home = root / "dagster_home"
+    write_home(home, "warm", workers, sqlite_synchronous, storage)
+    profile = root / "runs.jsonl"
+    os.environ[PROFILE_ENV] = str(profile)
+    process, instance = start_dagster(root, home, config_path, variant)
+    return catalog, process, instance, profile
+
+
 def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlite_synchronous: str = "",
                     warm_rounds: int = 0, storage: dict | None = None, variant: dict[str, str] | None = None,
                     label: str = "many", snapshot_sensors: str = "per_table") -> dict:
@@ -289,14 +304,9 @@ def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlit
     and C1 threads took ~2x the CPU of the work itself over the first 30 s of batches, and settle
     after ~100), a cost a long-running daemon pays once, not per round.
     """
-    root = Path(tempfile.mkdtemp(prefix="icecdc-fresh-many-"))
     names = tuple(f"db.events_{i:02d}" for i in range(tables))
-    catalog, config_path = setup_lake(root, interval, names, snapshot_sensors)
-    home = root / "dagster_home"
-    write_home(home, "warm", workers, sqlite_synchronous, storage)
-    profile = root / "runs.jsonl"
-    os.environ[PROFILE_ENV] = str(profile)  # the warm launcher's per-run profile (wall, lane CPU, Spark jobs)
-    process, instance = start_dagster(root, home, config_path, variant)
+    catalog, process, instance, profile = start_lake("icecdc-fresh-many-", names, interval, snapshot_sensors,
+                                                     workers, sqlite_synchronous, storage, variant)
     sink_keys = {name: ("replica", "replica", "replica_" + name.split(".")[1]) for name in names}
     latencies: list[float] = []
     commits: dict[str, float] = {}  # partition key -> commit time
@@ -370,14 +380,9 @@ def run_sustained(tables: int, minutes: float, every_s: float, workers: int, int
     period), for ``minutes``: commit -> applied of every commit, and the backlog when the commits stop
     (commits not applied at that moment) against the commits of the last sensor interval (what a keeping-up
     pipeline still has in flight). The exports are applied first and not measured."""
-    root = Path(tempfile.mkdtemp(prefix="icecdc-fresh-sustained-"))
     names = tuple(f"db.events_{i:03d}" for i in range(tables))
-    catalog, config_path = setup_lake(root, interval, names, snapshot_sensors)
-    home = root / "dagster_home"
-    write_home(home, "warm", workers, sqlite_synchronous, storage)
-    profile = root / "runs.jsonl"
-    os.environ[PROFILE_ENV] = str(profile)
-    process, instance = start_dagster(root, home, config_path)
+    catalog, process, instance, profile = start_lake("icecdc-fresh-sustained-", names, interval, snapshot_sensors,
+                                                     workers, sqlite_synchronous, storage)
     sink_keys = {name: ("replica", "replica", "replica_" + name.split(".")[1]) for name in names}
     commits: list[tuple[str, str, float]] = []  # table, partition key, commit time
     try:
