@@ -193,7 +193,10 @@ def status_on_demo(directory: str | None, repeat: int) -> tuple[float, float, fl
         argv = ["status", "--config", os.path.join(directory, "icecdc.yaml")]
         with contextlib.redirect_stdout(io.StringIO()) as shown:
             assert icecdc(argv) == 0                                              # warm: imports done
-        assert "0 not yet applied" in shown.getvalue() and "error" not in shown.getvalue(), shown.getvalue()
+        # The demo's own OpenSearch-compatible server stopped with the demo: its index cannot be read (status
+        # says so on that sink's line); everything else must read without an error.
+        readable = [x for x in shown.getvalue().splitlines() if not x.startswith("  opensearch/")]
+        assert "0 not yet applied" in shown.getvalue() and not any("error" in x for x in readable), shown.getvalue()
 
         def quiet() -> None:
             with contextlib.redirect_stdout(io.StringIO()):

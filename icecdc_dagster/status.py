@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 class SinkStatus:
     name: str
     checkpoint_snapshot_id: int | None
-    pending_snapshots: int
+    pending_snapshots: int | None   # None: the sink could not be read (``error``), so nobody knows
     lag_s: float | None
     error: str | None = None
     target: str | None = None  # what the sink writes (a table; an OpenSearch alias with its version, a reindex)
@@ -75,8 +75,11 @@ class TableStatus:
             lines.append(f"  STOPPED: {self.problem}")
         lines += [f"  WARNING: {w}" for w in self.warnings]
         for sink in self.sinks:
-            detail = f" (error: {sink.error})" if sink.error else ""
             target = f"; {sink.target}" if sink.target else ""
+            if sink.pending_snapshots is None:  # unread: no checkpoint or count to show, only why
+                lines.append(f"  {sink.name}: cannot be read, checkpoint unknown (error: {sink.error}){target}")
+                continue
+            detail = f" (error: {sink.error})" if sink.error else ""
             lines.append(f"  {sink.name}: checkpoint {sink.checkpoint_snapshot_id}, "
                          f"{_count(sink.pending_snapshots, 'snapshot')} pending, {sink.render_lag()}{detail}{target}")
         lines += [f"  LEFT BEHIND: {left.render()}" for left in self.left_behind]
@@ -214,8 +217,7 @@ def table_status(defs: Definitions, instance: DagsterInstance, table: TableConfi
             state = getattr(target, "target_state", None)
             described = state() if state is not None else sink.target
         except Exception as exc:  # noqa: BLE001 - status reports, it does not fail
-            status.sinks.append(SinkStatus(sink.name, None, line_keys.count, None, error=str(exc)[:200],
-                                           target=sink.target))
+            status.sinks.append(SinkStatus(sink.name, None, None, None, error=str(exc)[:200], target=sink.target))
             continue
         status.sinks.append(_sink_status(source, table, sink.name, checkpoint, line_keys, status.line, config_path))
         status.sinks[-1].target = described
