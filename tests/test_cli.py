@@ -82,7 +82,8 @@ def test_demo_then_status_then_sync(spark, tmp_path, monkeypatch, capsys, opense
     captured = capsys.readouterr()
     assert "demo.orders: 1/1 runs succeeded; ok" in captured.out
     # one line per batch; the total counts from this command's call, not from the test process's start
-    assert re.search(r"^demo.orders: batch \d+ applied in \d+\.\ds; batches 1 done / 0 pending$", captured.out, re.M)
+    assert re.search(r"^demo.orders: batch \d+ applied in \d+\.\ds, 5 change events; batches 1 done / 0 pending$",
+                     captured.out, re.M), captured.out                   # the DELETE of orders 1-5
     total = float(re.search(r"^sync finished in (\d+\.\d)s", captured.out, re.M).group(1))
     assert total <= call_s + 0.05
     assert " - DEBUG - " in captured.err and "STEP_START" in captured.err   # -v: Dagster's events too
