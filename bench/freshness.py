@@ -294,6 +294,14 @@ def start_lake(prefix: str, names: tuple[str, ...], interval: int, snapshot_sens
     return catalog, process, instance, profile
 
 
+def wait_exports(catalog, instance, names: tuple[str, ...], timeout: float) -> dict:  # noqa: ANN001
+    """Wait until every table's bootstrap export is applied in its replica; returns table -> replica asset key."""
+    sink_keys = {name: ("replica", "replica", "replica_" + name.split(".")[1]) for name in names}
+    for name in names:
+        wait_applied(instance, str(catalog.load_table(name).current_snapshot().snapshot_id), timeout, sink_keys[name])
+    return sink_keys
+
+
 def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlite_synchronous: str = "",
                     warm_rounds: int = 0, storage: dict | None = None, variant: dict[str, str] | None = None,
                     label: str = "many", snapshot_sensors: str = "per_table") -> dict:
@@ -307,14 +315,11 @@ def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlit
     names = tuple(f"db.events_{i:02d}" for i in range(tables))
     catalog, process, instance, profile = start_lake("icecdc-fresh-many-", names, interval, snapshot_sensors,
                                                      workers, sqlite_synchronous, storage, variant)
-    sink_keys = {name: ("replica", "replica", "replica_" + name.split(".")[1]) for name in names}
     latencies: list[float] = []
     commits: dict[str, float] = {}  # partition key -> commit time
     try:
         started = time.time()
-        for name in names:
-            bootstrap = str(catalog.load_table(name).current_snapshot().snapshot_id)
-            wait_applied(instance, bootstrap, 900, sink_keys[name])
+        sink_keys = wait_exports(catalog, instance, names, 900)
         print(f"[{label}] {tables} exports applied in {time.time() - started:.1f}s", flush=True)
         time.sleep(2 * interval)  # the last export's run ends, idle ticks settle
         idle_before, since = process_cpu(process.pid), time.time()
@@ -383,13 +388,10 @@ def run_sustained(tables: int, minutes: float, every_s: float, workers: int, int
     names = tuple(f"db.events_{i:03d}" for i in range(tables))
     catalog, process, instance, profile = start_lake("icecdc-fresh-sustained-", names, interval, snapshot_sensors,
                                                      workers, sqlite_synchronous, storage)
-    sink_keys = {name: ("replica", "replica", "replica_" + name.split(".")[1]) for name in names}
     commits: list[tuple[str, str, float]] = []  # table, partition key, commit time
     try:
         started = time.time()
-        for name in names:
-            bootstrap = str(catalog.load_table(name).current_snapshot().snapshot_id)
-            wait_applied(instance, bootstrap, 1800, sink_keys[name])
+        sink_keys = wait_exports(catalog, instance, names, 1800)
         print(f"[{label}] {tables} exports applied in {time.time() - started:.1f}s ({load()})", flush=True)
         time.sleep(2 * interval)
         cpu_before, begin = process_cpu(process.pid), time.time()
