@@ -22,7 +22,12 @@ Also measured in the same run:
   (``handwritten_ratio`` = ours / handwritten);
 - where our time goes: each batch's wall time split by phase (exclusive time of the engine's public
   write-side functions, :class:`Phases`) and Spark's own job records per call site (``--cprofile PATH``
-  also writes a cProfile of the driver).
+  also writes a cProfile of the driver);
+- read floors, after ours and the handwritten job, CPU-s of driver + JVM into Spark's ``noop`` sink (best of 2):
+  the handwritten job's JSON read (``read_json_cpu_s``) and the least read our rules need: line text, line order,
+  ``from_json`` to maps of field texts (``read_rules_floor_cpu_s``); against them our read phase
+  (``read_ratio``, ``rules_floor_ratio``), and our MERGE against the handwritten one (its CPU-s less its read:
+  ``merge_ratio``).
 
 ``--warm`` runs our ingestion and the handwritten job once each (into other tables, untimed) before the
 timed runs: a daemon's JVM is warm (JIT, generated code, classes); without it ours runs first, on a cold JVM.
@@ -322,6 +327,68 @@ def work_cpu(spark) -> Callable[[], float]:  # noqa: ANN001
     return lambda: time.process_time() + cpu_s(jvm)
 
 
+def noop_cpu(spark, frame: Callable[[Path], Any], landing: Path, repeats: int = 2) -> float:  # noqa: ANN001
+    """CPU-s of driver + JVM to materialise ``frame(path)`` of every landing file into Spark's ``noop`` sink, best
+    of ``repeats``: the sink writes nothing, so what is left is the read; the best of a few drops a pass that
+    still compiled (JIT, generated code)."""
+    cpu = work_cpu(spark)
+    best = float("inf")
+    for _ in range(repeats):
+        c0 = cpu()
+        for path in sorted(landing.iterdir()):
+            frame(path).write.format("noop").mode("overwrite").save()
+        best = min(best, cpu() - c0)
+    return best
+
+
+def rules_envelope(envelope: str) -> Any:
+    """The envelope our native typing parses every line to (``line_typing``: op, and each image a map of its
+    fields' texts, which is what lets it prove a value exact); the schema envelope's payload holds them."""
+    from pyspark.sql import types as T
+
+    text_map = T.MapType(T.StringType(), T.StringType())
+    payload = T.StructType([T.StructField("op", T.StringType()), T.StructField("before", text_map),
+                            T.StructField("after", text_map)])
+    return T.StructType([T.StructField("payload", payload)]) if envelope == "schema" else payload
+
+
+def rules_floor_frame(spark, path: Path, envelope: str = "plain") -> Any:  # noqa: ANN001
+    """The least a reader that keeps our rules reads of one file: each line's text (kept: a dead letter carries
+    it), its position in the file (``landing_lines.lines``: the last image per key needs the order) and one
+    ``from_json`` of the line to :func:`rules_envelope`; no typing, no checks."""
+    from pyspark.sql import functions as F
+
+    from icecdc_dagster.ingest.landing import LandingFile
+    from icecdc_dagster.ingest.landing_lines import lines
+    from icecdc_dagster.ingest.native.line_typing import JSON_OPTIONS
+
+    read = lines(spark, [LandingFile(uri=str(path), size=path.stat().st_size)])
+    return read.select("source_offset", "raw",
+                       F.from_json("raw", rules_envelope(envelope), JSON_OPTIONS).alias("envelope"))
+
+
+def read_floors(spark, landing: Path, envelope: str, phases: Phases,  # noqa: ANN001
+                handwritten_cpu: float) -> dict[str, float]:
+    """Where our ingest cost sits against the handwritten job's, read against reading floors on the same warm
+    session: the handwritten job's JSON read, the least read our rules need, and each side's MERGE (the
+    handwritten one derived: its total less its read). Prints a line per probe; returns the RESULT keys."""
+    read_json = noop_cpu(spark, lambda path: events_frame(spark, path, envelope), landing)
+    floor = noop_cpu(spark, lambda path: rules_floor_frame(spark, path, envelope), landing)
+    ours_read = phases.cpu_totals.get(Phases.READ, float("nan"))
+    ours_merge = phases.cpu_totals.get(Phases.MERGE, float("nan"))
+    hand_merge = handwritten_cpu - read_json
+    print(f"read: Spark's JSON reader, the handwritten job's schema -> noop: {read_json:.2f} CPU-s (best of 2); "
+          f"ours ({Phases.READ}) {ours_read:.2f}: read_ratio {ours_read / read_json:.2f}")
+    print(f"read floor of our rules: text reader + line order + from_json to maps of field texts -> noop: "
+          f"{floor:.2f} CPU-s (best of 2): rules_floor_ratio {ours_read / floor:.2f}")
+    print(f"merge: ours ({Phases.MERGE}) {ours_merge:.2f} CPU-s; handwritten {hand_merge:.2f} (DERIVED: its "
+          f"{handwritten_cpu:.2f} CPU-s less the JSON read): merge_ratio {ours_merge / hand_merge:.2f}", flush=True)
+    return {"read_json_cpu_s": read_json, "read_rules_floor_cpu_s": floor, "ours_read_cpu_s": ours_read,
+            "ours_merge_cpu_s": ours_merge, "handwritten_merge_cpu_s": hand_merge,
+            "read_ratio": ours_read / read_json, "rules_floor_ratio": ours_read / floor,
+            "merge_ratio": ours_merge / hand_merge}
+
+
 def spark_jobs(spark, group: str) -> dict[str, tuple[int, float]]:  # noqa: ANN001
     """Spark's own records of a job group's jobs: (phase, action) -> (jobs, seconds submitted -> done)."""
     sc = spark.sparkContext
@@ -563,6 +630,7 @@ def main() -> None:
         print(f"handwritten (JSON read, last image per key, one MERGE per file): {handwritten:.1f}s; "
               f"ours / handwritten = {ours / handwritten:.2f} (tables equal); CPU-s of driver + JVM: ours "
               f"{phases.ours_cpu:.1f}, handwritten {handwritten_cpu:.1f}", flush=True)
+        floors = read_floors(spark, landing, args.envelope, phases, handwritten_cpu)
 
         small = big = float("nan")
         if args.scale_rows:
@@ -590,7 +658,8 @@ def main() -> None:
               f" ours_cpu_s={phases.ours_cpu:.1f} handwritten_cpu_s={handwritten_cpu:.1f}"
               f" handwritten_cpu_ratio={phases.ours_cpu / handwritten_cpu:.2f}"
               f" eqdel_s={eqdel:.1f} eqdel_floor_ratio={eqdel / floor:.2f} crossover_events={cross:.0f}"
-              f" load1={os.getloadavg()[0]:.2f} warm={int(args.warm) * args.warm_rounds}")
+              f" load1={os.getloadavg()[0]:.2f} warm={int(args.warm) * args.warm_rounds} "
+              + " ".join(f"{k}={v:.2f}" for k, v in floors.items()))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
