@@ -5,6 +5,16 @@ A real lakehouse (SQLite catalog, one table with an Iceberg replica, as ``bench/
 real SQLite-backed Dagster instance, the real sensor and ``execute_in_process`` runs (what the warm
 launcher's lanes execute, minus its queue). Warm-up: the export and ``--warmup`` batches.
 
+Two peers run in the same loop, after each of our batches, so that the floor of each process shows
+(``--no-peers`` skips them):
+
+- the same batch written by hand in the same JVM, no Dagster: Iceberg's ``create_changelog_view`` of
+  the same snapshot, net changes, then one ``MERGE INTO`` a second replica created as ours is
+  (``peer_*``, ``jvm_ratio`` = ours / peer); the two replicas are checked equal at the end;
+- Dagster's run machinery without our work: a no-op asset graph shaped like our run (a partitioned
+  changelog, a replica with one check, two checks on the changelog), one partition per batch on a
+  second SQLite instance (``dagster_floor_*``; ``ours_step_code_cpu_s`` = our Python CPU minus it).
+
 Run: .venv/bin/python bench/batch_profile.py [--batches 10]
 """
 
@@ -15,10 +25,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from freshness import rows, setup_lake  # noqa: E402
+
+FLOOR_PARTITIONS = "floor_snapshots"
 
 
 def jvm_cpu_s() -> float:
@@ -38,44 +51,64 @@ def jvm_cpu_s() -> float:
     return total
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--jobs", action="store_true", help="list the Spark jobs of the first measured batch")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE")
-    args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="icecdc-profile-"))
+    parser.add_argument("--no-peers", action="store_true",
+                        help="skip the hand-written batch and the Dagster floor (ours alone)")
+    return parser.parse_args()
+
+
+def prepare_lake(root: Path, spark_conf: list[str]) -> tuple[Any, Path]:
+    """The lake and pipeline file of ``bench/freshness.py``, with ``--spark-conf`` added to the pipeline's
+    Spark settings (e.g. spark.sql.adaptive.enabled=false), and the environment our definitions read."""
     catalog, config_path = setup_lake(root, 5)
-    if args.spark_conf:  # extra Spark settings for the pipeline, e.g. spark.sql.adaptive.enabled=false
+    if spark_conf:
         import yaml
 
         pipeline = yaml.safe_load(config_path.read_text())
-        pipeline["spark"]["conf"].update(dict(item.split("=", 1) for item in args.spark_conf))
+        pipeline["spark"]["conf"].update(dict(item.split("=", 1) for item in spark_conf))
         config_path.write_text(yaml.safe_dump(pipeline))
     os.environ["DAGSTER_HOME"] = str(root / "home")
     (root / "home").mkdir()
     os.environ["ICECDC_CONFIG"] = str(config_path)
+    return catalog, config_path
 
-    from dagster import DagsterEventType, DagsterInstance, build_sensor_context
+
+def spark_context() -> Any:
+    """The process's SparkContext, None before the first step starts it."""
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context  # noqa: SLF001
+
+
+def start_job_group(label: str) -> None:
+    """Tag the Spark jobs the calling thread submits from now on, to count them per batch afterwards."""
+    sc = spark_context()
+    if sc is not None:
+        sc.setJobGroup(label, label)
+
+
+def job_ids(label: str) -> list[int]:
+    sc = spark_context()
+    return list(sc.statusTracker().getJobIdsForGroup(label)) if sc is not None else []
+
+
+def print_jobs(ids: list[int]) -> None:
+    """Spark's own job records: what each job of a batch was (``--jobs``)."""
+    store = spark_context()._jsc.sc().statusStore()  # noqa: SLF001
+    for job_id in sorted(ids):
+        data = store.job(job_id)
+        print(f"  job {job_id}: {data.name()} | {str(data.description())[:100]} | tasks {data.numTasks()}",
+              flush=True)
+
+
+def count_catalog_loads() -> list[int]:
+    """A counter around pyiceberg's real ``SqlCatalog.load_table`` (reset and read by the caller)."""
     from pyiceberg.catalog.sql import SqlCatalog
-    from sqlalchemy import event
-    from sqlalchemy.engine import Engine
-
-    from icecdc_dagster.assets import naming
-    from icecdc_dagster.assets.naming import asset_keys
-    from icecdc_dagster.config import load_config
-    from icecdc_dagster.definitions import build_definitions
-
-    instance = DagsterInstance.get()
-    from icecdc_dagster.launcher import set_sqlite_synchronous
-
-    set_sqlite_synchronous(instance, "OFF")  # as bench/freshness.py's daemon
-    config = load_config(str(config_path))
-    defs = build_definitions(config)
-    table_config = config.tables[0]
-    sensor = defs.get_sensor_def(naming.sensor_name(table_config))
-    job = defs.resolve_implicit_global_asset_job_def()
 
     loads = [0]
     original = SqlCatalog.load_table
@@ -84,7 +117,15 @@ def main() -> None:
         loads[0] += 1
         return original(self, identifier)
 
-    SqlCatalog.load_table = counted  # type: ignore[method-assign]  # a counter around the real call
+    SqlCatalog.load_table = counted  # type: ignore[method-assign]
+    return loads
+
+
+def count_instance_writes() -> dict[str, int]:
+    """A counter of the writes (INSERT/UPDATE/DELETE) to our instance's SQLite files (under ``home``)."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
     statements = {"instance": 0}
 
     @event.listens_for(Engine, "before_cursor_execute")
@@ -93,68 +134,269 @@ def main() -> None:
         if "home" in url and statement.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE")):
             statements["instance"] += 1
 
-    def tick_and_run(label: str) -> dict:
-        context = build_sensor_context(instance=instance, instance_ref=instance.get_ref(), resources=defs.resources,
-                                       definitions=defs)
-        t0 = time.monotonic()
-        result = sensor.evaluate_tick(context)
-        tick_s = time.monotonic() - t0
-        for request in result.dynamic_partitions_requests or []:
-            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
-        (request,) = result.run_requests
-        from pyspark import SparkContext
+    return statements
 
-        sc = SparkContext._active_spark_context
-        if sc is not None:
-            sc.setJobGroup(label, label)
-        loads[0], statements["instance"] = 0, 0
-        cpu0, jvm0, wall0 = time.thread_time(), jvm_cpu_s(), time.monotonic()
-        subset = job.get_subset(asset_selection=set(asset_keys(table_config)),
-                                asset_check_selection=set(request.asset_check_keys or ()))
-        execution = subset.execute_in_process(instance=instance, partition_key=request.partition_key,
+
+def step_times(instance: Any, run_id: str) -> dict[str, float]:
+    """Each step's wall time, from the run's STEP_START / STEP_SUCCESS events."""
+    from dagster import DagsterEventType
+
+    starts: dict[str, float] = {}
+    out: dict[str, float] = {}
+    for entry in instance.all_logs(run_id, of_type={DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS}):
+        if entry.dagster_event_type == DagsterEventType.STEP_START:
+            starts[entry.step_key] = entry.timestamp
+        else:
+            out[entry.step_key] = entry.timestamp - starts[entry.step_key]
+    return out
+
+
+class Ours:
+    """Our line's batch as the warm launcher runs it: a real sensor tick, then ``execute_in_process`` of the
+    run it requests on the instance of ``$DAGSTER_HOME``."""
+
+    def __init__(self, config_path: Path, list_jobs: bool) -> None:
+        from dagster import DagsterInstance
+
+        from icecdc_dagster.assets import naming
+        from icecdc_dagster.config import load_config
+        from icecdc_dagster.definitions import build_definitions
+        from icecdc_dagster.launcher import set_sqlite_synchronous
+
+        self.instance = DagsterInstance.get()
+        set_sqlite_synchronous(self.instance, "OFF")  # as bench/freshness.py's daemon
+        self.config = load_config(str(config_path))
+        self.defs = build_definitions(self.config)
+        self.table = self.config.tables[0]
+        self.sensor = self.defs.get_sensor_def(naming.sensor_name(self.table))
+        self.job = self.defs.resolve_implicit_global_asset_job_def()
+        self.list_jobs = list_jobs
+        self.loads = count_catalog_loads()
+        self.writes = count_instance_writes()
+
+    def _request(self) -> Any:
+        """One tick of the real sensor; its dynamic partitions added; its one run request."""
+        from dagster import build_sensor_context
+
+        context = build_sensor_context(instance=self.instance, instance_ref=self.instance.get_ref(),
+                                       resources=self.defs.resources, definitions=self.defs)
+        result = self.sensor.evaluate_tick(context)
+        for request in result.dynamic_partitions_requests or []:
+            self.instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+        (request,) = result.run_requests
+        return request
+
+    def run(self, label: str) -> dict:
+        """Tick, then the run: its wall time, Python thread and JVM CPU, Spark jobs, loads, writes, steps."""
+        from icecdc_dagster.assets.naming import asset_keys
+
+        t0 = time.monotonic()
+        request = self._request()
+        tick_s = time.monotonic() - t0
+        start_job_group(label)
+        self.loads[0], self.writes["instance"] = 0, 0
+        jvm0, cpu0, wall0 = jvm_cpu_s(), time.thread_time(), time.monotonic()  # the /proc scans outside python_cpu
+        subset = self.job.get_subset(asset_selection=set(asset_keys(self.table)),
+                                     asset_check_selection=set(request.asset_check_keys or ()))
+        execution = subset.execute_in_process(instance=self.instance, partition_key=request.partition_key,
                                               tags=request.tags)
-        wall = time.monotonic() - wall0
+        wall, python_cpu = time.monotonic() - wall0, time.thread_time() - cpu0
         assert execution.success
-        sc = SparkContext._active_spark_context
-        job_ids = list(sc.statusTracker().getJobIdsForGroup(label)) if sc is not None else []
-        jobs = len(job_ids)
-        if args.jobs and sc is not None and label == "batch-0":
-            store = sc._jsc.sc().statusStore()  # noqa: SLF001 - Spark's own job records: what each job was
-            for job_id in sorted(job_ids):
-                data = store.job(job_id)
-                print(f"  job {job_id}: {data.name()} | {str(data.description())[:100]} | "
-                      f"tasks {data.numTasks()}", flush=True)
-        out = {"tick": tick_s, "run": wall, "python_cpu": time.thread_time() - cpu0, "jvm_cpu": jvm_cpu_s() - jvm0,
-               "spark_jobs": jobs, "catalog_loads": loads[0], "instance_writes": statements["instance"]}
-        starts: dict[str, float] = {}
-        steps = 0.0
-        for entry in instance.all_logs(execution.run_id, of_type={DagsterEventType.STEP_START,
-                                                                   DagsterEventType.STEP_SUCCESS}):
-            if entry.dagster_event_type == DagsterEventType.STEP_START:
-                starts[entry.step_key] = entry.timestamp
-            else:
-                name = entry.step_key.replace("db__events", "").strip("_")
-                out[f"step {name}"] = entry.timestamp - starts[entry.step_key]
-                steps += entry.timestamp - starts[entry.step_key]
-        out["framework"] = wall - steps
+        out = {"tick": tick_s, "run": wall, "python_cpu": python_cpu, "jvm_cpu": jvm_cpu_s() - jvm0,
+               "spark_jobs": len(job_ids(label)), "catalog_loads": self.loads[0],
+               "instance_writes": self.writes["instance"]}
+        if self.list_jobs and label == "batch-0":
+            print_jobs(job_ids(label))
+        steps = step_times(self.instance, execution.run_id)
+        out["steps"] = len(steps)
+        for key, seconds in steps.items():
+            out[f"step {key.replace('db__events', '').strip('_')}"] = seconds
+        out["framework"] = wall - sum(steps.values())
         return out
 
-    tick_and_run("export")
+
+class HandWrittenPeer:
+    """The same batch as a user writes it by hand in the same JVM, no Dagster: Iceberg's changelog view of
+    the batch's snapshot range (net changes), then one MERGE into a replica created as ours is. The floor of
+    the JVM's work per batch: what ours spends above it is ours."""
+
+    def __init__(self, ours: Ours, snapshot_id: int) -> None:
+        """Call after our export: the peer replica starts as the source at the exported ``snapshot_id``."""
+        from pyspark.sql import SparkSession
+
+        from icecdc_dagster.writer.tables import copy_table
+
+        self.spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+        self.catalog = ours.config.catalog.name
+        self.source = ours.table.table_name
+        self.ours = ours.table.sinks[0].target
+        self.replica = self.ours + "_peer"
+        self.keys = list(ours.table.identifier_columns)  # id: the source's identifier field (setup_lake)
+        self.columns = [f.name for f in self.spark.table(f"{self.catalog}.{self.source}").schema.fields]
+        copy_table(self.spark, self.catalog, self.source, self.replica, self.keys)  # as our sink creates ours
+        self.spark.sql(f"INSERT INTO {self.catalog}.{self.replica} SELECT * FROM {self.catalog}.{self.source} "
+                       f"VERSION AS OF {snapshot_id}")
+
+    def _merge_sql(self, view: str) -> str:
+        """One MERGE of the net changes: a delete removes the key, any other image is written."""
+        on = " AND ".join(f"t.{k} = s.{k}" for k in self.keys)
+        values = [c for c in self.columns if c not in self.keys]
+        return (f"MERGE INTO {self.catalog}.{self.replica} t USING {view} s ON {on} "
+                "WHEN MATCHED AND s._change_type = 'DELETE' THEN DELETE "
+                f"WHEN MATCHED THEN UPDATE SET {', '.join(f't.{c} = s.{c}' for c in values)} "
+                f"WHEN NOT MATCHED AND s._change_type != 'DELETE' THEN INSERT ({', '.join(self.columns)}) "
+                f"VALUES ({', '.join(f's.{c}' for c in self.columns)})")
+
+    def batch(self, previous: int, current: int, label: str) -> dict:
+        """Snapshots (previous, current] applied: the driver's Python CPU, the JVM's, the Spark jobs.
+
+        ``compute_updates => false``: Iceberg refuses net changes beside update images, which identifier
+        columns turn on by default; the view then removes carry-over rows and nets each row's changes. Our
+        batches only append, so each key has one net row and MERGE sees no key twice."""
+        view = f"peer_changes_{current}"
+        start_job_group(label)
+        jvm0, cpu0 = jvm_cpu_s(), time.thread_time()
+        self.spark.sql(
+            f"CALL {self.catalog}.system.create_changelog_view(table => '{self.source}', changelog_view => '{view}', "
+            f"options => map('start-snapshot-id', '{previous}', 'end-snapshot-id', '{current}'), "
+            f"net_changes => true, compute_updates => false, "
+            f"identifier_columns => array({', '.join(repr(k) for k in self.keys)}))")
+        self.spark.sql(self._merge_sql(view))
+        python_cpu = time.thread_time() - cpu0
+        out = {"python_cpu": python_cpu, "jvm_cpu": jvm_cpu_s() - jvm0, "spark_jobs": len(job_ids(label))}
+        self.spark.catalog.dropTempView(view)
+        return out
+
+    def agrees(self) -> int:
+        """The row count of both replicas, once they hold the same rows (exceptAll both ways): the peer did
+        the same work as ours."""
+        ours = self.spark.table(f"{self.catalog}.{self.ours}").select(*self.columns)
+        peer = self.spark.table(f"{self.catalog}.{self.replica}").select(*self.columns)
+        missing, extra = ours.exceptAll(peer).count(), peer.exceptAll(ours).count()
+        assert missing == 0 and extra == 0, f"peer replica differs from ours: {missing} missing, {extra} extra"
+        return ours.count()
+
+
+def floor_assets() -> list:
+    """No-op assets and checks shaped like our run: a dynamic-partitioned changelog, a replica on it with one
+    check spec, a multi_asset_check with two checks on the changelog; each returns small metadata."""
+    from dagster import (
+        AssetCheckResult,
+        AssetCheckSpec,
+        AssetKey,
+        DynamicPartitionsDefinition,
+        MaterializeResult,
+        asset,
+        multi_asset_check,
+    )
+
+    partitions = DynamicPartitionsDefinition(name=FLOOR_PARTITIONS)
+    changelog_key, replica_key = AssetKey(["floor", "changelog"]), AssetKey(["floor", "replica"])
+
+    @asset(key=changelog_key, partitions_def=partitions)
+    def changelog() -> MaterializeResult:
+        return MaterializeResult(metadata={"rows": 10, "snapshot_id": "1"})
+
+    @asset(key=replica_key, deps=[changelog_key], partitions_def=partitions,
+           check_specs=[AssetCheckSpec("counts", asset=replica_key)])
+    def replica() -> MaterializeResult:
+        return MaterializeResult(metadata={"rows": 10},
+                                 check_results=[AssetCheckResult(check_name="counts", passed=True,
+                                                                 metadata={"inserted": 10})])
+
+    @multi_asset_check(specs=[AssetCheckSpec("line", asset=changelog_key),
+                              AssetCheckSpec("stuck", asset=changelog_key)])
+    def line_checks():  # noqa: ANN202
+        yield AssetCheckResult(check_name="line", asset_key=changelog_key, passed=True, metadata={"gap": 0})
+        yield AssetCheckResult(check_name="stuck", asset_key=changelog_key, passed=True, metadata={"pending": 0})
+
+    return [changelog, replica, line_checks]
+
+
+class DagsterFloor:
+    """Dagster's run machinery without our work: the no-op graph of :func:`floor_assets`, one partition per
+    batch, ``execute_in_process`` on a SQLite instance of its own (as ours: a subset of a prebuilt job)."""
+
+    def __init__(self, home: Path) -> None:
+        from dagster import DagsterInstance, Definitions
+
+        from icecdc_dagster.launcher import set_sqlite_synchronous
+
+        home.mkdir()
+        self.instance = DagsterInstance.from_config(str(home))
+        set_sqlite_synchronous(self.instance, "OFF")  # as ours
+        assets = floor_assets()
+        self.job = Definitions(assets=assets[:2], asset_checks=assets[2:]).resolve_implicit_global_asset_job_def()
+        self.asset_keys = {key for a in assets[:2] for key in a.keys}
+        self.check_keys = {key for a in assets for key in a.check_keys}
+
+    def run(self, partition: str) -> dict:
+        """One partition's run: the Python thread's CPU (no JVM work here) and its steps."""
+        self.instance.add_dynamic_partitions(FLOOR_PARTITIONS, [partition])
+        cpu0 = time.thread_time()
+        subset = self.job.get_subset(asset_selection=self.asset_keys, asset_check_selection=self.check_keys)
+        execution = subset.execute_in_process(instance=self.instance, partition_key=partition)
+        cpu = time.thread_time() - cpu0
+        assert execution.success
+        return {"python_cpu": cpu, "steps": len(step_times(self.instance, execution.run_id))}
+
+
+def medians(results: list[dict]) -> dict[str, float]:
+    return {k: statistics.median(r[k] for r in results) for k in results[0]}
+
+
+def show(prefix: str, measured: dict) -> None:
+    print(prefix + " ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in measured.items()),
+          flush=True)
+
+
+def peers_result(ours: dict[str, float], peer: list[dict], floor: list[dict]) -> str:
+    """The peers' RESULT keys: medians over the same measured batches as ours."""
+    hand, machinery = medians(peer), medians(floor)
+    print("peer median: " + ", ".join(f"{k} {v:.2f}" for k, v in hand.items()))
+    print("floor median: " + ", ".join(f"{k} {v:.2f}" for k, v in machinery.items()))
+    return (f" peer_jvm_cpu_s={hand['jvm_cpu']:.2f} peer_python_cpu_s={hand['python_cpu']:.3f} "
+            f"peer_spark_jobs={hand['spark_jobs']:.0f} jvm_ratio={ours['jvm_cpu'] / hand['jvm_cpu']:.2f} "
+            f"dagster_floor_cpu_s={machinery['python_cpu']:.2f} dagster_floor_steps={machinery['steps']:.0f} "
+            f"ours_step_code_cpu_s={ours['python_cpu'] - machinery['python_cpu']:.2f}")
+
+
+def main() -> None:
+    args = parse_args()
+    root = Path(tempfile.mkdtemp(prefix="icecdc-profile-"))
+    catalog, config_path = prepare_lake(root, args.spark_conf)
+    ours = Ours(config_path, args.jobs)
+    ours.run("export")
     table = catalog.load_table("db.events")
-    results = []
+    peer = None if args.no_peers else HandWrittenPeer(ours, table.current_snapshot().snapshot_id)
+    floor = None if args.no_peers else DagsterFloor(root / "floor_instance")
+    results: list[dict] = []
+    peer_results: list[dict] = []
+    floor_results: list[dict] = []
     for i in range(args.warmup + args.batches):
         table.append(rows(1000 + i * 10, 10))
-        measured = tick_and_run(f"batch-{i}")
+        snapshot = table.current_snapshot()
+        measured = ours.run(f"batch-{i}")
+        hand = peer.batch(snapshot.parent_snapshot_id, snapshot.snapshot_id, f"peer-{i}") if peer else None
+        machinery = floor.run(str(snapshot.snapshot_id)) if floor else None
         if i >= args.warmup:
             results.append(measured)
-            print(" ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in measured.items()),
-                  flush=True)
-    median = {k: statistics.median(r[k] for r in results) for k in results[0]}
+            show("", measured)
+            if hand is not None and machinery is not None:
+                peer_results.append(hand)
+                floor_results.append(machinery)
+                show("  peer: ", hand)
+                show("  floor: ", machinery)
+    median = medians(results)
     print("median: " + ", ".join(f"{k} {v:.2f}" for k, v in median.items()))
+    extra = ""
+    if peer is not None:
+        print(f"peer replica = ours: {peer.agrees()} rows")
+        extra = peers_result(median, peer_results, floor_results)
     print(f"RESULT batch_run_s={median['run']:.2f} python_cpu_s={median['python_cpu']:.2f} "
           f"jvm_cpu_s={median['jvm_cpu']:.2f} spark_jobs={median['spark_jobs']:.0f} "
           f"catalog_loads={median['catalog_loads']:.0f} instance_writes={median['instance_writes']:.0f} "
-          f"load_average={os.getloadavg()[0]:.2f}")
+          f"load_average={os.getloadavg()[0]:.2f}{extra}")
 
 
 if __name__ == "__main__":
