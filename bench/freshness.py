@@ -33,8 +33,9 @@ on the PostgreSQL server at 127.0.0.1:5432 (trust auth; ``--pg-server``), named 
 scenario in the same order), so machine load hits both alike; the RESULT line then has ``sqlite_*`` and
 ``pg_*`` keys and ``pg_ratio`` (PostgreSQL / SQLite single-table p50) and ``pg_multi_ratio`` (20-table p95).
 
-Layouts (many tables, SQLite instance): ``--sensors both`` also measures one sensor for every table
-(``snapshot_sensors: one``) against the default sensor per table, ``--line-checks both`` the two line checks
+Layouts (many tables, SQLite instance): the shipped layout is ``snapshot_sensors: auto`` (a sensor per table
+below 10 tables, one sensor for all from 10); ``--sensors both`` also measures the other layout at each count
+(``per_table_sensors`` or ``one_sensor``) against it, ``--line-checks both`` the two line checks
 as two steps against the shipped one step; ``--tables 20,50`` each count. Per layout and count: p50/p95,
 the control plane's CPU per sensor loop at rest (``idle_loop_cpu_s``: every process of ``dagster dev``),
 CPU-seconds per batch by process (``batch_cpu_s``), steps and Spark jobs per run; a variant's
@@ -42,10 +43,10 @@ CPU-seconds per batch by process (``batch_cpu_s``), steps and Spark jobs per run
 
 Usage: python bench/freshness.py [--commits 20] [--interval 5] [--modes warm,default]
                                  [--tables 20[,50] --warm-rounds 4 --rounds 3 --workers 3]
-                                 [--sensors per-table|one|both] [--line-checks one|two|both]
+                                 [--sensors shipped|per-table|one|both] [--line-checks one|two|both]
                                  [--instance sqlite|postgres|both]
        python bench/freshness.py --sustained 100 [--sustained-minutes 10 --commit-every 60]
-                                 [--snapshot-sensors per_table|one] [--instance sqlite|postgres|both]
+                                 [--snapshot-sensors auto|per_table|one] [--instance sqlite|postgres|both]
 
 Sustained (``--sustained N``, alone): N tables each commit every ``--commit-every`` seconds at staggered times
 for ``--sustained-minutes``; ``tables_<N>_p95_s`` over every commit, ``backlog_end`` = commits not applied when
@@ -140,7 +141,9 @@ def write_home(home: Path, mode: str, workers: int = 1, sqlite_synchronous: str 
 
 
 def setup_lake(root: Path, interval: int, names: tuple[str, ...] = (TABLE,),  # noqa: ANN201
-               snapshot_sensors: str = "per_table"):
+               snapshot_sensors: str = "auto", snapshots_per_run: int | None = 1):
+    """``snapshots_per_run``: the tables' ``max_snapshots_per_run`` (1: each commit its own batch, so a
+    latency is one commit's; None: the shipped default, a table behind takes its pending snapshots as one)."""
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField, StringType
@@ -155,7 +158,7 @@ def setup_lake(root: Path, interval: int, names: tuple[str, ...] = (TABLE,),  # 
         "catalog": {"name": "bench", "uri": f"sqlite:///{root}/catalog.db", "warehouse": f"file://{root}/warehouse"},
         "spark": {"master": "local[2]", "conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}},
         "tables": [{"table_name": name, "identifier_columns": ["id"], "polling_interval": f"PT{interval}S",
-                    "max_snapshots_per_run": 1,
+                    **({} if snapshots_per_run is None else {"max_snapshots_per_run": snapshots_per_run}),
                     "sinks": [{"iceberg": {"table_name": "replica." + name.split(".")[1]}}]} for name in names],
         "snapshot_sensors": snapshot_sensors,
     }
@@ -279,13 +282,14 @@ def stop_dagster(process) -> None:  # noqa: ANN001
         os.killpg(process.pid, signal.SIGKILL)
 
 
-def start_lake(prefix: str, names: tuple[str, ...], interval: int, snapshot_sensors: str, workers: int,
-               sqlite_synchronous: str, storage: dict | None, variant: dict[str, str] | None = None):  # noqa: ANN201
+def start_lake(prefix: str, names: tuple[str, ...], interval: int, snapshot_sensors: str, workers: int,  # noqa: ANN201
+               sqlite_synchronous: str, storage: dict | None, variant: dict[str, str] | None = None,
+               snapshots_per_run: int | None = 1):
     """A fresh lake of ``names`` under a temporary root, ``dagster dev`` on it with the warm launcher, and the
     warm launcher's per-run profile (wall, lane CPU, Spark jobs) written to ``runs.jsonl`` there. Returns
     (catalog, process, instance, profile)."""
     root = Path(tempfile.mkdtemp(prefix=prefix))
-    catalog, config_path = setup_lake(root, interval, names, snapshot_sensors)
+    catalog, config_path = setup_lake(root, interval, names, snapshot_sensors, snapshots_per_run)
     home = root / "dagster_home"
     write_home(home, "warm", workers, sqlite_synchronous, storage)
     profile = root / "runs.jsonl"
@@ -304,7 +308,7 @@ def wait_exports(catalog, instance, names: tuple[str, ...], timeout: float) -> d
 
 def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlite_synchronous: str = "",
                     warm_rounds: int = 0, storage: dict | None = None, variant: dict[str, str] | None = None,
-                    label: str = "many", snapshot_sensors: str = "per_table") -> dict:
+                    label: str = "many", snapshot_sensors: str = "auto") -> dict:
     """N tables commit together, ``warm_rounds`` + ``rounds`` times: commit -> applied for every table.
 
     The first ``warm_rounds`` warm the daemon up and are reported apart (``cold``: the first of them):
@@ -379,16 +383,20 @@ def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlit
 
 
 def run_sustained(tables: int, minutes: float, every_s: float, workers: int, interval: int,
-                  sqlite_synchronous: str = "", storage: dict | None = None, snapshot_sensors: str = "per_table",
+                  sqlite_synchronous: str = "", storage: dict | None = None, snapshot_sensors: str = "auto",
                   label: str = "sustained", drain_s: float = 600.0) -> dict:
     """``tables`` tables each commit once every ``every_s`` seconds, staggered evenly (table i at i/N of the
-    period), for ``minutes``: commit -> applied of every commit, and the backlog when the commits stop
-    (commits not applied at that moment) against the commits of the last sensor interval (what a keeping-up
-    pipeline still has in flight). The exports are applied first and not measured."""
+    period), for ``minutes``: commit -> applied of every commit, the backlog (commits not applied) at the end
+    of every period, and at the end against the commits of the last period (a pipeline that keeps up has at
+    most each table's latest commit in flight). The tables keep the shipped ``max_snapshots_per_run``: a
+    table behind takes its pending snapshots as one batch, as in production. The exports are applied first
+    and not measured."""
     names = tuple(f"db.events_{i:03d}" for i in range(tables))
     catalog, process, instance, profile = start_lake("icecdc-fresh-sustained-", names, interval, snapshot_sensors,
-                                                     workers, sqlite_synchronous, storage)
+                                                     workers, sqlite_synchronous, storage, snapshots_per_run=None)
     commits: list[tuple[str, str, float]] = []  # table, partition key, commit time
+    stamps: dict[str, float] = {}  # partition key -> applied at
+    backlogs: list[int] = []  # commits not applied at the end of each period
     try:
         started = time.time()
         sink_keys = wait_exports(catalog, instance, names, 1800)
@@ -407,7 +415,9 @@ def run_sustained(tables: int, minutes: float, every_s: float, workers: int, int
             snapshot = table.current_snapshot()
             commits.append((name, str(snapshot.snapshot_id), snapshot.timestamp_ms / 1000))
             if (n + 1) % tables == 0:
-                print(f"[{label}] {n + 1} commits, {time.time() - begin:.0f}s ({load()})", flush=True)
+                backlogs.append(pending_commits(instance, commits, stamps, sink_keys))
+                print(f"[{label}] {n + 1} commits, {time.time() - begin:.0f}s, {backlogs[-1]} not applied "
+                      f"({load()})", flush=True)
         end = time.time()
         late = max(0.0, end - (begin + schedule[-1][0]))
         from datetime import datetime
@@ -422,11 +432,7 @@ def run_sustained(tables: int, minutes: float, every_s: float, workers: int, int
         # Drain for at most drain_s: a commit still not applied then counts with the time it waited so far
         # (its latency is at least that), and the p95 is then a lower bound.
         drain_end = time.time() + drain_s
-        stamps: dict[str, float] = {}
-        while len(stamps) < len(commits) and time.time() < drain_end:
-            for name, key, _ in commits:
-                if key not in stamps and (stamp := applied_at(instance, key, sink_keys[name])) is not None:
-                    stamps[key] = stamp
+        while pending_commits(instance, commits, stamps, sink_keys) and time.time() < drain_end:
             time.sleep(1.0)
         unapplied = [key for _, key, _ in commits if key not in stamps]
         for key in unapplied:
@@ -439,14 +445,15 @@ def run_sustained(tables: int, minutes: float, every_s: float, workers: int, int
         instance.dispose()
     latencies = [stamps[key] - at for _, key, at in commits]
     backlog = sum(1 for _, key, _ in commits if stamps[key] > end)
-    allowed = sum(1 for _, _, at in commits if at > end - interval)
+    allowed = sum(1 for _, _, at in commits if at > end - every_s)
     cpu = {name: cpu_after.get(name, 0.0) - cpu_before.get(name, 0.0) for name in cpu_after}
     runs = max(runs_done, 1)
     minute = [stamps[key] - at for _, key, at in commits if at > end - 60]
     print(f"[{label}] {len(commits)} commits over {end - begin:.0f}s (the committer {late:.1f}s behind its "
           f"schedule at the end): p50 {statistics.median(latencies):.1f}s p95 {percentile(latencies, 0.95):.1f}s, "
           f"last minute p95 {percentile(minute, 0.95) if minute else 0:.1f}s; backlog at the end {backlog} "
-          f"(commits of the last {interval}s: {allowed}); {runs_done} runs ended while committing, "
+          f"(commits of the last {every_s:.0f}s: {allowed}; per period {backlogs}); {runs_done} runs ended while "
+          f"committing, "
           f"{sum(cpu.values()) / runs:.2f} CPU-s per run "
           f"({', '.join(f'{k} {v / runs:.2f}' for k, v in sorted(cpu.items()) if v >= 0.05)}), "
           f"{sum(cpu.values()) / (end - begin):.2f} cores busy ({load()})", flush=True)
@@ -456,9 +463,19 @@ def run_sustained(tables: int, minutes: float, every_s: float, workers: int, int
     return {"p50": statistics.median(latencies), "p95": percentile(latencies, 0.95), "backlog_end": backlog,
             "unapplied_after_drain": len(unapplied),
             "backlog_allowed": allowed, "commits": len(commits), "batch_cpu_s": sum(cpu.values()) / runs,
+            "backlog_by_period": backlogs,
             "runs_done": runs_done,
             "medians": medians,
             "last_minute_p95": percentile(minute, 0.95) if minute else None}
+
+
+def pending_commits(instance, commits: list[tuple[str, str, float]], stamps: dict[str, float],  # noqa: ANN001
+                    sink_keys: dict) -> int:
+    """Commits not applied yet (``stamps`` gains those applied since the last look, with their time)."""
+    for name, key, _ in commits:
+        if key not in stamps and (stamp := applied_at(instance, key, sink_keys[name])) is not None:
+            stamps[key] = stamp
+    return sum(1 for _, key, _ in commits if key not in stamps)
 
 
 def sustained_scenario(args: argparse.Namespace) -> None:
@@ -475,6 +492,7 @@ def sustained_scenario(args: argparse.Namespace) -> None:
         n = args.sustained
         keys |= {f"{prefix}tables_{n}_p50_s": f"{m['p50']:.2f}", f"{prefix}tables_{n}_p95_s": f"{m['p95']:.2f}",
                  f"{prefix}backlog_end": str(m["backlog_end"]), f"{prefix}backlog_allowed": str(m["backlog_allowed"]),
+                 f"{prefix}backlog_by_period": ",".join(map(str, m["backlog_by_period"])),
                  f"{prefix}sustained_commits": str(m["commits"]), f"{prefix}runs_while_committing": str(m["runs_done"]),
                  f"{prefix}unapplied_after_drain": str(m["unapplied_after_drain"]),
                  f"{prefix}batch_cpu_s": f"{m['batch_cpu_s']:.2f}",
@@ -652,8 +670,8 @@ def main() -> None:
     parser.add_argument("--modes", default="warm,default")
     parser.add_argument("--tables", default="20",
                         help="tables of the many-tables scenario, a comma list for several counts (0: skip)")
-    parser.add_argument("--sensors", choices=("per-table", "one", "both"), default="per-table",
-                        help="many tables: one sensor per table (shipped), one sensor for all, or both")
+    parser.add_argument("--sensors", choices=("shipped", "per-table", "one", "both"), default="shipped",
+                        help="many tables: the shipped layout (auto), a sensor per table, one for all, or both")
     parser.add_argument("--line-checks", choices=("one", "two", "both"), default="one",
                         help="many tables: the two line checks as one step (shipped), as two, or both")
     parser.add_argument("--rounds", type=int, default=3)
@@ -674,7 +692,7 @@ def main() -> None:
     parser.add_argument("--commit-every", type=float, default=60.0)
     parser.add_argument("--drain-s", type=float, default=600.0,
                         help="sustained: how long to wait for the backlog after the last commit")
-    parser.add_argument("--snapshot-sensors", choices=("per_table", "one"), default="per_table",
+    parser.add_argument("--snapshot-sensors", choices=("auto", "per_table", "one"), default="auto",
                         help="the sustained scenario's sensor layout")
     args = parser.parse_args()
     args.table_counts = [int(n) for n in args.tables.split(",") if int(n)]
@@ -717,15 +735,23 @@ def single_kind(args: argparse.Namespace) -> None:
 
 
 # A layout: the pipeline file's ``snapshot_sensors`` and the environment of bench/variant_defs.py (empty: shipped).
-VARIANTS = {"one_sensor": ("one", {}), "two_checks": ("per_table", {"ICECDC_BENCH_LINE_CHECKS": "two"})}
+VARIANTS = {"one_sensor": ("one", {}), "per_table_sensors": ("per_table", {}),
+            "two_checks": ("auto", {"ICECDC_BENCH_LINE_CHECKS": "two"})}
 
 
-def layouts(sensors: str, line_checks: str) -> list[tuple[str, tuple[str, dict[str, str]]]]:
-    """The layouts to measure: the default one (one sensor per table, the two line checks as one step)
-    unless ``one`` / ``two`` alone was asked, and the variants that ``both`` adds."""
-    chosen = [] if "one" in (sensors,) or "two" in (line_checks,) else [("shipped", ("per_table", {}))]
-    if sensors in ("one", "both"):
-        chosen.append(("one_sensor", VARIANTS["one_sensor"]))
+def layouts(sensors: str, line_checks: str, tables: int) -> list[tuple[str, tuple[str, dict[str, str]]]]:
+    """The layouts to measure at ``tables``: the shipped one (``snapshot_sensors: auto``, the two line checks
+    as one step) unless one layout or ``two`` alone was asked, and the variants that ``both`` adds (the sensor
+    layout that ``auto`` does not pick at this count)."""
+    from icecdc_dagster.config.model import ONE_SENSOR_FROM_TABLES
+
+    auto = "one" if tables >= ONE_SENSOR_FROM_TABLES else "per-table"
+    alone = sensors in ("per-table", "one") and sensors != auto
+    chosen = [] if alone or line_checks == "two" else [("shipped", ("auto", {}))]
+    other = "per-table" if auto == "one" else "one"
+    if sensors == other or sensors == "both":
+        name = "per_table_sensors" if other == "per-table" else "one_sensor"
+        chosen.append((name, VARIANTS[name]))
     if line_checks in ("two", "both"):
         chosen.append(("two_checks", VARIANTS["two_checks"]))
     return chosen
@@ -739,7 +765,7 @@ def many_tables_scenarios(args: argparse.Namespace) -> str:
     keys: dict[str, str] = {}
     for count in counts:
         shipped: dict | None = None
-        for name, (snapshot_sensors, variant) in layouts(args.sensors, args.line_checks):
+        for name, (snapshot_sensors, variant) in layouts(args.sensors, args.line_checks, count):
             label = f"{name} x{count}"
             print(f"[{label}] start: {load()}", flush=True)
             m = run_many_tables(count, args.rounds, args.workers, args.interval, args.sqlite_synchronous,

@@ -212,10 +212,10 @@ def _build_definitions(config: PipelineConfig, check_tables: bool, rebuilt: Coll
         checks.append(build_line_checks(table, config.source))
         assets.append(build_maintenance_asset(table, tuple(entries_by_target.get(table.table_name, ()))))
         schedules.append(build_maintenance_schedule(table))
-        if config.snapshot_sensors == "per_table":
+        if config.sensor_layout == "per_table":
             sensors.append(build_snapshot_sensor(table, config.source, resources[catalog_resource_key(None)]))
 
-    if config.snapshot_sensors == "one" and config.tables:
+    if config.sensor_layout == "one" and config.tables:
         sensors.append(build_tables_sensor(config.tables, config.source, resources[catalog_resource_key(None)]))
     for table in config.tables:
         checks.extend(build_consistency_checks(table))

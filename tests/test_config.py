@@ -316,3 +316,45 @@ def test_a_catalog_mistake_names_its_key(tmp_path, change, message):
     with pytest.raises(ConfigError) as raised:
         parse_config({**TWO_CATALOGS, **change}, "p.yaml", base_dir=tmp_path)
     assert str(raised.value).startswith(message), str(raised.value)
+
+
+@pytest.mark.parametrize(("tables", "setting", "layout"), [
+    (1, "auto", "per_table"), (9, "auto", "per_table"), (10, "auto", "one"), (50, "auto", "one"),
+    (50, "per_table", "per_table"), (1, "one", "one")])
+def test_auto_sensor_layout_follows_the_table_count(tables, setting, layout):
+    """``snapshot_sensors: auto`` (the default) is a sensor per table below ``ONE_SENSOR_FROM_TABLES``
+    tables and one sensor from there on; a layout the file names is kept whatever the count."""
+    data = {"catalog": {"uri": "sqlite:///cat.db", "warehouse": "wh"},
+            "tables": [{"table_name": f"db.t{i}", "identifier_columns": ["id"]} for i in range(tables)]}
+    if setting != "auto":
+        data["snapshot_sensors"] = setting
+    assert parse_config(data).sensor_layout == layout
+
+
+def test_the_definitions_follow_the_resolved_sensor_layout(tmp_path):
+    """Ten tables on the defaults: one sensor ticks them all; nine: a sensor each (named per table)."""
+    from icecdc_dagster.assets import naming
+    from icecdc_dagster.config.model import ONE_SENSOR_FROM_TABLES
+    from icecdc_dagster.definitions import build_definitions
+    from icecdc_dagster.sensors.snapshots import ALL_TABLES_SENSOR
+
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    lake = SqlCatalog("lake", uri=f"sqlite:///{tmp_path}/cat.db", warehouse=f"file://{tmp_path}/wh")
+    lake.create_namespace("db")
+    for i in range(ONE_SENSOR_FROM_TABLES):
+        lake.create_table(f"db.t{i}", Schema(NestedField(1, "id", LongType(), required=True), identifier_field_ids=[1]))
+
+    def sensors(count: int) -> list[str]:
+        data = {"catalog": {"uri": f"sqlite:///{tmp_path}/cat.db", "warehouse": f"file://{tmp_path}/wh"},
+                "tables": [{"table_name": f"db.t{i}", "identifier_columns": ["id"]} for i in range(count)]}
+        return [s.name for s in build_definitions(parse_config(data)).sensors
+                if not s.name.startswith("ingest")]
+
+    below = ONE_SENSOR_FROM_TABLES - 1
+    config = parse_config({"catalog": {"uri": "sqlite:///c.db", "warehouse": "w"},
+                           "tables": [{"table_name": f"db.t{i}", "identifier_columns": ["id"]} for i in range(below)]})
+    assert sensors(below) == [naming.sensor_name(t) for t in config.tables]
+    assert sensors(ONE_SENSOR_FROM_TABLES) == [ALL_TABLES_SENSOR]

@@ -67,6 +67,11 @@ def _sink_kind(value: Any) -> str | None:
     return None
 
 
+# ``snapshot_sensors: auto``: from this many tables one sensor ticks them all. A sensor per table costs the
+# daemon a tick record, a code-server call and a cursor per table per loop; measured at 20 and 50 tables
+# (bench/freshness.py --sensors both, docs/performance.md "Sensor layout"). Below it, the UI's per-table
+# switch and tick history are worth the few sensors.
+ONE_SENSOR_FROM_TABLES = 10
 _ENTRIES = tuple(_sink_entry(kind, config) for kind, config in SINK_KINDS.items())
 SinkEntry = Annotated[Union[_ENTRIES],  # type: ignore[valid-type]  # noqa: UP007 - built from the registry
                       Discriminator(_sink_kind, custom_error_type="sink_kind", custom_error_message="unknown sink type",
@@ -394,16 +399,23 @@ class PipelineConfig(Model):
     ingest: tuple[IngestConfig, ...] = ()
     lineage: LineageConfig = Field(default_factory=LineageConfig)
     instance: InstanceConfig = Field(default_factory=InstanceConfig)
-    snapshot_sensors: Literal["per_table", "one"] = Field(
-        default="per_table",
+    snapshot_sensors: Literal["auto", "per_table", "one"] = Field(
+        default="auto",
         description="per_table: one sensor per table (pause, resume and tick history per table in the UI); one: a "
-                    "single sensor plans every table in one tick (same runs, in the same order: 2-4x less CPU at rest, "
-                    "about a fifth less per batch and a lower p95 from ~20 tables on; use it there, see "
-                    "docs/performance.md)")
+                    "single sensor plans every table in one tick (same runs, in the same order, less CPU at rest and "
+                    f"per batch, a lower p95); auto: per_table below {ONE_SENSOR_FROM_TABLES} tables, one from there "
+                    "on (docs/performance.md, 'Sensor layout')")
     dagster_home: Annotated[str, Field(strict=True, min_length=1), AfterValidator(_directory)] | None = Field(
         default=None, description="the Dagster instance directory this pipeline runs in (relative to the pipeline "
                                   "file); icecdc commands use it when neither --dagster-home nor $DAGSTER_HOME is set")
     _source: str = PrivateAttr(default="<defaults>")
+
+    @property
+    def sensor_layout(self) -> Literal["per_table", "one"]:
+        """The layout ``snapshot_sensors`` stands for with this file's tables (``auto`` resolved)."""
+        if self.snapshot_sensors != "auto":
+            return self.snapshot_sensors
+        return "one" if len(self.tables) >= ONE_SENSOR_FROM_TABLES else "per_table"
 
     @property
     def source(self) -> str:
