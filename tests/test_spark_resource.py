@@ -79,3 +79,17 @@ def test_a_local_session_has_one_shuffle_partition_per_slot_and_a_cluster_keeps_
     assert "spark.sql.shuffle.partitions" not in spark_builder_conf(SparkSettings(master="spark://h:7077"), [])
     ours = spark_builder_conf(SparkSettings(master="local[3]", conf={"spark.sql.shuffle.partitions": "16"}), [])
     assert ours["spark.sql.shuffle.partitions"] == "16"     # the pipeline file's setting wins
+
+
+def test_a_local_driver_compiles_with_c2_only_what_is_hot_and_a_users_jit_flags_win():
+    """A local session's JVM raises C2's thresholds (small batches' new classes stay in C1); a cluster keeps
+    the JVM's defaults; a user's flags come after ours, so the JVM takes theirs."""
+    from icecdc_dagster.runtime.spark import LOCAL_JIT_OPTIONS, SparkSettings, spark_builder_conf
+
+    local = spark_builder_conf(SparkSettings(master="local[2]"), [])["spark.driver.extraJavaOptions"].split()
+    assert all(option in local for option in LOCAL_JIT_OPTIONS)
+    cluster = spark_builder_conf(SparkSettings(master="spark://h:7077"), [])["spark.driver.extraJavaOptions"]
+    assert "Tier4" not in cluster
+    theirs = spark_builder_conf(SparkSettings(master="local[2]", conf={
+        "spark.driver.extraJavaOptions": "-XX:Tier4InvocationThreshold=5000"}), [])["spark.driver.extraJavaOptions"]
+    assert theirs.split()[-1] == "-XX:Tier4InvocationThreshold=5000"

@@ -24,6 +24,15 @@ if TYPE_CHECKING:
 
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
+# A local driver JVM that plans and runs many small batches: C2 (HotSpot's optimising compiler) only for code
+# that is hot by a hundred times the default counts. Each batch's plans carry their own literals (snapshot
+# ids, key bounds), so Spark generates new classes per batch, and Spark's planning code runs thousands of
+# times per batch: at the default thresholds C2 compiles and recompiles them for the first ~100 batches.
+# bench/batch_profile.py, 12 batches of warm-up: JVM 1.63-2.00 -> 1.08-1.27 CPU-s per batch; bench/ingest.py,
+# 200k events: ours 4.2-6.2 -> 3.7-3.8 CPU-s (the row loops of bulk reads still reach C2). A user's own JIT
+# flags come after these and win (docs/performance.md, "The JIT").
+LOCAL_JIT_OPTIONS = ("-XX:Tier4InvocationThreshold=500000", "-XX:Tier4MinInvocationThreshold=100000",
+                     "-XX:Tier4CompileThreshold=750000", "-XX:Tier4BackEdgeThreshold=5000000")
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,9 @@ def spark_builder_conf(settings: SparkSettings, catalogs: list[CatalogSettings])
     drivers = set(settings.jdbc_drivers) | {c.backend for c in catalogs if c.backend} or {"sqlite"}
     jar_paths += [str(jarlib.jdbc_driver_jar(kind)) for kind in sorted(drivers)]
     java_options = [f"-Dlog4j.configurationFile=file:{LOG4J2_CONFIG}"]
+    cores = local_cores(settings.master)
+    if cores is not None:
+        java_options += LOCAL_JIT_OPTIONS
     native_dir = jarlib.sqlite_native_library_dir()
     if native_dir is not None:
         java_options.append(f"-Djava.library.path={native_dir}")
@@ -89,7 +101,6 @@ def spark_builder_conf(settings: SparkSettings, catalogs: list[CatalogSettings])
         # set-up each, and workers that start with pyiceberg imported (runtime/worker_daemon.py).
         "spark.python.daemon.module": "icecdc_dagster.runtime.worker_daemon",
     }
-    cores = local_cores(settings.master)
     if cores is not None:
         conf["spark.sql.shuffle.partitions"] = str(cores)
         # With one shuffle partition per core there is nothing for adaptive execution to coalesce, and it
