@@ -174,10 +174,12 @@ class ResolvedCatalog:
 
 
 def tick(instance: "DagsterInstance", cursor: str | None, table: TableConfig, catalog: "IcebergCatalogResource",
-         config_path: str | None) -> SensorResult:
-    """One tick of ``table``'s line: new partitions, the next run (or why none), its cursor."""
+         config_path: str | None, known_location: str | None = None) -> SensorResult:
+    """One tick of ``table``'s line: new partitions, the next run (or why none), its cursor.
+    ``known_location``: the table's metadata location when the caller read it already (one query for
+    every table of a tick, :meth:`IcebergCatalogResource.metadata_locations`)."""
     if cursor:  # an idle mark to compare: the catalog's record first, the table only if it moved
-        location = catalog.metadata_location(table.table_name)
+        location = known_location or catalog.metadata_location(table.table_name)
         if location is not None and still_idle(cursor, idle_fingerprint(instance, table, location)):
             return SensorResult(skip_reason=SkipReason(UNCHANGED_SKIP), cursor=cursor)
     try:
@@ -253,10 +255,13 @@ def build_tables_sensor(tables: Sequence[TableConfig], config_path: str | None,
         marks = json.loads(context.cursor) if context.cursor else {}
         now = time.time()
         due = [t for t in tables if now - marks.get(t.table_name, {}).get("at", 0.0) >= minimum[t.table_name]]
+        catalog = resolved.get()
+        # Lines with an idle mark compare the catalog's record first: every such table's in one query.
+        locations = catalog.metadata_locations([t.table_name for t in due if marks.get(t.table_name, {}).get("cursor")])
         results = []
         for table in due:
             previous = marks.get(table.table_name, {}).get("cursor")
-            result = tick(context.instance, previous, table, resolved.get(), config_path)
+            result = tick(context.instance, previous, table, catalog, config_path, locations.get(table.table_name))
             marks[table.table_name] = {"cursor": result.cursor if result.cursor is not None else previous, "at": now}
             results.append((table, result))
         return merged(results, json.dumps(marks), {name: job.name for name, job in jobs.items()})

@@ -325,3 +325,21 @@ def test_one_sensor_for_all_tables_ticks_each_line_at_its_own_interval(spark, ca
     assert [r.partition_key for r in second.run_requests] == [fast_head]
     assert json.loads(second.cursor)["db.slow"] == marks["db.slow"]  # not ticked: its mark unchanged
     assert _metadata(instance, AssetKey(["changelog", "db", "fast_changelog"]), fast_head)["count_insert"] == 1
+
+    # Idle: the next tick of fast finds nothing new and marks it; the one after compares the catalog's record
+    # (every due table's in one query) and skips; a commit moves the record and is planned.
+    from icecdc_dagster.sensors.snapshots import UNCHANGED_SKIP
+
+    def later(result):  # noqa: ANN001, ANN202 - the next tick, past fast's interval
+        marks = json.loads(result.cursor)
+        marks["db.fast"]["at"] -= 10
+        return evaluate(json.dumps(marks))
+
+    idle = later(second)
+    assert not idle.run_requests and json.loads(idle.cursor)["db.fast"]["cursor"].startswith('{"idle"')
+    skipped = later(idle)
+    assert not skipped.run_requests and f"db.fast: {UNCHANGED_SKIP}" in skipped.skip_message
+    spark.sql(f"INSERT INTO {name}.db.fast VALUES (3, 'c')")
+    moved = later(skipped)
+    assert [r.partition_key for r in moved.run_requests] == [
+        str(catalog.load_table("db.fast").current_snapshot().snapshot_id)]
