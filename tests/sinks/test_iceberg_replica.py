@@ -32,7 +32,7 @@ def test_replica_export_then_batches(spark, catalog, catalog_settings, version, 
     spark.sql(f"CREATE TABLE {cat}.db.src (id bigint NOT NULL, name string, day date) USING iceberg "
               f"PARTITIONED BY (days(day)) TBLPROPERTIES ('format-version'='{version}', "
               f"'write.merge.mode'='{mode}', 'write.update.mode'='{mode}', 'write.delete.mode'='{mode}')")
-    sink = IcebergReplicaSink(spark, cat, catalog, "db.dst", catalog.load_table("db.src"), ("id",))
+    sink = IcebergReplicaSink(spark, cat, catalog, "db.dst", catalog.load_table("db.src"), ("id",), write_mode=mode)
     assert sink.read_checkpoint() is None
     with pytest.raises(CheckpointError):
         sink.apply(_batch(10, 1, [9]), _events(spark, [("INSERT", 1, "a")], 10, 1))
@@ -70,6 +70,28 @@ def test_replica_export_then_batches(spark, catalog, catalog_settings, version, 
     assert table.current_snapshot().summary["total-equality-deletes"] == "0"
     if mode == "merge-on-read":
         assert int(table.current_snapshot().summary["total-delete-files"]) > 0
+
+
+@pytest.mark.parametrize("version,source_mode,created", [
+    (2, "copy-on-write", "merge-on-read"), (1, "copy-on-write", "copy-on-write")])
+def test_a_replica_is_created_merge_on_read_unless_its_format_has_no_delete_files(spark, catalog, catalog_settings,
+                                                                                 version, source_mode, created):
+    """The sink's default write mode, whatever the source's (a replica takes one small MERGE per batch); format v1
+    has no delete files, so a v1 replica stays copy-on-write. Either way a batch applies exactly."""
+    cat = catalog_settings.name
+    spark.sql(f"CREATE TABLE {cat}.db.src (id bigint NOT NULL, name string) USING iceberg "
+              f"TBLPROPERTIES ('format-version'='{version}', 'write.merge.mode'='{source_mode}', "
+              f"'write.update.mode'='{source_mode}', 'write.delete.mode'='{source_mode}')")
+    sink = IcebergReplicaSink(spark, cat, catalog, "db.dst", catalog.load_table("db.src"), ("id",))
+    sink.apply(_batch(100, 1, [], export=True), _events(spark, [("INSERT", i, f"n{i}") for i in range(4)], 100, 1))
+    result = sink.apply(_batch(101, 2, [100]), _events(spark, [("UPDATE_AFTER", 1, "x1"), ("DELETE", 2, "n2")], 101, 2))
+    target = catalog.load_table("db.dst")
+    assert {target.properties[f"write.{op}.mode"] for op in ("merge", "update", "delete")} == {created}
+    assert target.format_version == version
+    assert result.counts == {"updated": 1, "deleted": 1, "inserted": 0, "delete_missing": 0}
+    assert {r.id: r.name for r in spark.table(f"{cat}.db.dst").collect()} == {0: "n0", 1: "x1", 3: "n3"}
+    deletes = int(target.current_snapshot().summary.get("total-delete-files", "0"))
+    assert (deletes > 0) == (created == "merge-on-read")
 
 
 def test_replica_propagates_added_column(spark, catalog, catalog_settings):

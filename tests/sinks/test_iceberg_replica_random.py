@@ -57,7 +57,7 @@ def _run(spark, catalog, catalog_settings, seed, version, mode, steps, keyed=Tru
     if keyed:
         spark.sql(f"ALTER TABLE {fq} SET IDENTIFIER FIELDS id")
     spark.sql(f"INSERT INTO {fq} VALUES " + ", ".join(f"({i}, 'n{i}', {i % 4}, {i / 10})" for i in range(20)))
-    sink = IcebergReplicaSink(spark, cat, catalog, "db.dst", catalog.load_table("db.src"), key)
+    sink = IcebergReplicaSink(spark, cat, catalog, "db.dst", catalog.load_table("db.src"), key, write_mode=mode)
     next_id, has_extra = 20, False
     bootstrap_id = catalog.load_table("db.src").current_snapshot().snapshot_id
     for step in range(steps):

@@ -1,7 +1,7 @@
 """``- iceberg: {table_name: ...}``: the Iceberg replica sink kind — a downstream table kept by MERGE."""
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 from pyiceberg.schema import Schema
@@ -31,6 +31,12 @@ class IcebergSinkConfig(SinkConfig):
     catalog: str | None = Field(default=None, strict=True, min_length=1,
                                 description="the catalog the replica lives in: a name under catalogs (default: "
                                             "the default catalog, the source's)")
+    write_mode: Literal["merge-on-read", "copy-on-write"] = Field(
+        default="merge-on-read",
+        description="how the replica it creates takes each batch's MERGE (its write.merge/update/delete.mode; "
+                    "a replica that exists keeps its own): merge-on-read writes delete files or deletion vectors "
+                    "that maintenance compacts, copy-on-write rewrites the data files a batch touches (format v1: "
+                    "always copy-on-write)")
 
     @property
     def target_catalog(self) -> str | None:
@@ -81,7 +87,7 @@ class IcebergSinkConfig(SinkConfig):
         catalog_name, catalog = context.target_catalog()
         return IcebergReplicaSink(context.spark, catalog_name, catalog, self.table_name,
                                   context.source_table, identifier_columns=context.identifier_columns,
-                                  name=self.name, source_catalog=context.catalog_name)
+                                  name=self.name, source_catalog=context.catalog_name, write_mode=self.write_mode)
 
     def compare(self, context: SinkContext, sink: Any, checkpoint: "Checkpoint", source_rows: "DataFrame",
                 source_count: int, sample_size: int) -> Comparison:
