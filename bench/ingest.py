@@ -27,7 +27,11 @@ Also measured in the same run:
   the handwritten job's JSON read (``read_json_cpu_s``) and the least read our rules need: line text, line order,
   ``from_json`` to maps of field texts (``read_rules_floor_cpu_s``); against them our read phase
   (``read_ratio``, ``rules_floor_ratio``), and our MERGE against the handwritten one (its CPU-s less its read:
-  ``merge_ratio``).
+  ``merge_ratio``);
+- our read split, into ``noop`` the same way (best of 2): the native typing a batch computes
+  (``ingester.native_read``, as a batch plans it: ``read_typed_cpu_s``, ``typing_ratio`` against the rules
+  floor), the same with the batch's figures observed (``read_typed_observed_cpu_s``), and DERIVED, our read
+  phase less that: the checkpoint and the rest of the phase's driver work (``read_checkpoint_derived_cpu_s``).
 
 ``--warm`` runs our ingestion and the handwritten job once each (into other tables, untimed) before the
 timed runs: a daemon's JVM is warm (JIT, generated code, classes); without it ours runs first, on a cold JVM.
@@ -327,18 +331,29 @@ def work_cpu(spark) -> Callable[[], float]:  # noqa: ANN001
     return lambda: time.process_time() + cpu_s(jvm)
 
 
-def noop_cpu(spark, frame: Callable[[Path], Any], landing: Path, repeats: int = 2) -> float:  # noqa: ANN001
-    """CPU-s of driver + JVM to materialise ``frame(path)`` of every landing file into Spark's ``noop`` sink, best
-    of ``repeats``: the sink writes nothing, so what is left is the read; the best of a few drops a pass that
-    still compiled (JIT, generated code)."""
+def to_noop(frame: Any) -> None:
+    """Compute every row and column of ``frame`` into Spark's ``noop`` sink: it writes nothing, so what is left
+    is the read."""
+    frame.write.format("noop").mode("overwrite").save()
+
+
+def best_cpu(spark, run: Callable[[Path], Any], landing: Path, repeats: int = 2) -> float:  # noqa: ANN001
+    """CPU-s of driver + JVM for ``run(path)`` over every landing file, best of ``repeats``: the best of a few
+    drops a pass that still compiled (JIT, generated code)."""
     cpu = work_cpu(spark)
     best = float("inf")
     for _ in range(repeats):
         c0 = cpu()
         for path in sorted(landing.iterdir()):
-            frame(path).write.format("noop").mode("overwrite").save()
+            run(path)
         best = min(best, cpu() - c0)
     return best
+
+
+def noop_cpu(spark, frame: Callable[[Path], Any], landing: Path, repeats: int = 2) -> float:  # noqa: ANN001
+    """CPU-s of driver + JVM to materialise ``frame(path)`` of every landing file into Spark's ``noop`` sink, best
+    of ``repeats`` (:func:`best_cpu`)."""
+    return best_cpu(spark, lambda path: to_noop(frame(path)), landing, repeats)
 
 
 def rules_envelope(envelope: str) -> Any:
@@ -387,6 +402,49 @@ def read_floors(spark, landing: Path, envelope: str, phases: Phases,  # noqa: AN
             "ours_merge_cpu_s": ours_merge, "handwritten_merge_cpu_s": hand_merge,
             "read_ratio": ours_read / read_json, "rules_floor_ratio": ours_read / floor,
             "merge_ratio": ours_merge / hand_merge}
+
+
+def typed_read(spark, settings: IngestSettings, path: Path) -> Any:  # noqa: ANN001 - ingester.NativeRead
+    """The native typing a batch of this one file computes (``ingester.native_read``: the frame its checkpoint
+    materialises, and the figures it observes), planned as ``ingest_files`` plans it: the file described, its
+    schema blocks sampled, its lines from the text reader. The driver's planning is part of what it costs."""
+    from icecdc_dagster.ingest import landing, landing_lines, native
+    from icecdc_dagster.ingest.ingester import native_read
+
+    described = landing.describe([str(path)])
+    return native_read(spark, "bench", settings, landing_lines.lines(spark, described),
+                       native.sample_branches(described))
+
+
+def observed_to_noop(spark, settings: IngestSettings, path: Path) -> None:  # noqa: ANN001
+    """:func:`typed_read` into ``noop`` with the batch's figures observed, their values waited for as the batch
+    waits for them (``observation_values``): the typing and the figures as a batch has them, no checkpoint."""
+    from pyspark.sql import Observation
+
+    from icecdc_dagster.writer import observation_values
+
+    read = typed_read(spark, settings, path)
+    observed = Observation(f"bench_lines_{time.perf_counter_ns()}")
+    to_noop(read.frame.observe(observed, *read.figures))
+    assert observation_values(observed, timeout_s=30) is not None, "the figures did not arrive with the write"
+
+
+def read_split(spark, landing: Path, settings: IngestSettings, floors: dict[str, float]) -> dict[str, float]:  # noqa: ANN001
+    """Where our read phase goes above the rules floor (issue #45), on the same files and warm session: the
+    native typing alone, the typing + the batch's figures, and (derived) the checkpoint with the rest of the
+    phase's driver work. Prints a line per probe; returns the RESULT keys."""
+    typed = noop_cpu(spark, lambda path: typed_read(spark, settings, path).frame, landing)
+    observed = best_cpu(spark, lambda path: observed_to_noop(spark, settings, path), landing)
+    ours_read, floor = floors["ours_read_cpu_s"], floors["read_rules_floor_cpu_s"]
+    print(f"read split: our native typing (ingester.native_read, as a batch plans it) -> noop: {typed:.2f} CPU-s "
+          f"(best of 2): typing_ratio {typed / floor:.2f} against the rules floor {floor:.2f}")
+    print(f"read split: the same + the batch's figures observed -> noop: {observed:.2f} CPU-s (best of 2): the "
+          f"figures {observed - typed:.2f} (DERIVED)")
+    print(f"read split: the checkpoint and the rest of our read phase's driver work: {ours_read - observed:.2f} "
+          f"CPU-s (DERIVED: ours {ours_read:.2f} less typing + figures; ours is one pass, the probes best of 2)",
+          flush=True)
+    return {"read_typed_cpu_s": typed, "read_typed_observed_cpu_s": observed,
+            "read_checkpoint_derived_cpu_s": ours_read - observed, "typing_ratio": typed / floor}
 
 
 def spark_jobs(spark, group: str) -> dict[str, tuple[int, float]]:  # noqa: ANN001
@@ -631,6 +689,7 @@ def main() -> None:
               f"ours / handwritten = {ours / handwritten:.2f} (tables equal); CPU-s of driver + JVM: ours "
               f"{phases.ours_cpu:.1f}, handwritten {handwritten_cpu:.1f}", flush=True)
         floors = read_floors(spark, landing, args.envelope, phases, handwritten_cpu)
+        floors = {**floors, **read_split(spark, landing, settings, floors)}
 
         small = big = float("nan")
         if args.scale_rows:

@@ -10,7 +10,7 @@ only sees aggregates: the distinct (target, field, type) triples and counts.
 import functools
 import uuid
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark import StorageLevel
@@ -189,11 +189,23 @@ def _native_eligible(spark: Any, catalog_name: str, settings: IngestSettings, te
     return table_exists(spark, catalog_name, settings.target) or bool(settings.auto_create and settings.schema)
 
 
-def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, lines: DataFrame,
-                   branches: Sequence[Any], bid: str, uris: tuple[str, ...], stamp: Stamp) -> IngestResult:
-    """One batch into a fixed target: native reading and typing, the Python rules only for routed lines.
-    ``lines``: the batch as ``native.LINE_SCHEMA`` rows (landing lines or stream messages); ``branches``: the
-    schema blocks sampled from its first lines."""
+@dataclass(frozen=True)
+class NativeRead:
+    """A batch's lines typed natively for its fixed target, planned but not computed (:func:`native_read`)."""
+
+    frame: DataFrame  # native.coerce_lines' rows (+ the snapshot marker column when the entry marks deletes)
+    figures: list[Column]  # the batch's figures, to observe while ``frame`` is computed
+    fields: list[T.StructField]  # the target's columns
+    keys: tuple[str, ...]
+    added_columns: list[str]
+
+
+def native_read(spark: Any, catalog_name: str, settings: IngestSettings, lines: DataFrame,
+                branches: Sequence[Any]) -> NativeRead:
+    """The native typing of a batch into ``settings.target`` (created first when the entry auto-creates it), as
+    :func:`_ingest_native` computes it, with the figures it observes meanwhile. Nothing runs yet: the batch
+    computes it once, in its checkpoint; public so that a measurement prices the typing on the very frame a
+    batch computes (bench/ingest.py), with and without the figures and the checkpoint."""
     target = settings.target
     added_columns, _ = prepare_target(spark, catalog_name, settings, target, {})
     fields = spark.table(f"{catalog_name}.{target}").schema.fields
@@ -204,16 +216,32 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, line
     schema = T.StructType(fields)
     # The batch's figures, observed while the checkpoint job types the lines (no job of their own): how many
     # lines the Python rules must take, how many carry a snapshot marker and, for the common batch that the
-    # native reading types whole, every figure of the batch. One aggregate over the checkpoint if they do not
-    # arrive.
+    # native reading types whole, every figure of the batch.
     marker = F.col(snapshot_epoch.MARKER_COLUMN)
     figures = [F.sum((~F.col(native.FAST)).cast("long")).alias("_routed"),
                *([F.sum(marker.isNotNull().cast("long")).alias("_marked")] if marking else []),
                *_stats_aggregates(keys, schema, F.col(native.FAST))]
+    frame = native.coerce_lines(lines, native.columns_of(schema), keys, known, native.utc(spark), ORDER_FILE_SHIFT,
+                                branches, extra)
+    return NativeRead(frame, figures, fields, keys, added_columns)
+
+
+def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, lines: DataFrame,
+                   branches: Sequence[Any], bid: str, uris: tuple[str, ...], stamp: Stamp) -> IngestResult:
+    """One batch into a fixed target: native reading and typing, the Python rules only for routed lines.
+    ``lines``: the batch as ``native.LINE_SCHEMA`` rows (landing lines or stream messages); ``branches``: the
+    schema blocks sampled from its first lines."""
+    target = settings.target
+    read = native_read(spark, catalog_name, settings, lines, branches)
+    fields, keys, added_columns = read.fields, read.keys, read.added_columns
+    known = [f.name for f in fields]
+    marking = settings.snapshot_deletes
+    schema = T.StructType(fields)
+    marker = F.col(snapshot_epoch.MARKER_COLUMN)
+    # The figures arrive with the checkpoint; one aggregate over the checkpoint if they do not.
     observed = Observation(f"icecdc_lines_{uuid.uuid4().hex}")
-    classified = _checkpointed(native.coerce_lines(lines, native.columns_of(schema), keys, known, native.utc(spark),
-                                                   ORDER_FILE_SHIFT, branches, extra).observe(observed, *figures))
-    first = observation_values(observed) or classified.agg(*figures).first()
+    classified = _checkpointed(read.frame.observe(observed, *read.figures))
+    first = observation_values(observed) or classified.agg(*read.figures).first()
     assert first is not None, "an aggregate without grouping has one row"
     markers: dict[str, list[tuple[int, str]]] = {}
     if marking and first["_marked"]:
