@@ -47,6 +47,7 @@ from icecdc_dagster.errors import LineBusyError, SyncInterruptedError, TableHasN
 from icecdc_dagster.lease import failover
 from icecdc_dagster.lease.holder import Holder, run_heartbeat
 from icecdc_dagster.lease.line_lock import LineLock, holding
+from icecdc_dagster.lease.logging_reconfiguration import skip_logging_reconfiguration_per_run
 from icecdc_dagster.lease.run_thread import adopt_spark_session, interrupt_run
 from icecdc_dagster.lines import line as lines
 from icecdc_dagster.lines.window import diagnose
@@ -296,6 +297,7 @@ def execute_in_process_run(job: "JobDefinition", run: "DagsterRun", instance: Da
     the run's selection)."""
     from dagster._core.execution.api import execute_run  # a name clash: this module's own execute_run
 
+    skip_logging_reconfiguration_per_run(instance)  # another run in this process may be logging meanwhile
     execute_run(InMemoryJob(job), run, instance, raise_on_error=False)
 
 

@@ -428,3 +428,22 @@ def test_a_users_own_run_gets_a_process_of_its_own_not_a_lane(instance):  # noqa
     line_run = launch(instance, ok_job)
     instance.run_launcher.join(timeout=30)
     assert output_metadata(instance, line_run)["pid"] == os.getpid()  # ours: a lane of this process
+
+
+def test_a_syncs_run_does_not_reconfigure_logging_either(monkeypatch):
+    """``icecdc sync`` executes its runs in a thread of its own process, beside whatever else runs there (a
+    maintenance run in tests/dagster_layer/test_maintenance.py deadlocked with one in CI): its run start must
+    not call dictConfig either."""
+    import logging.config
+
+    from icecdc_dagster.sync import execute_in_process_run
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("logging.config.dictConfig called at run start")
+
+    with instance_for_test(overrides={"telemetry": {"enabled": False}}) as instance:
+        assert instance._settings  # noqa: SLF001 - settings present: Dagster's own path would call it
+        monkeypatch.setattr(logging.config, "dictConfig", refuse)
+        run = instance.create_run_for_job(ok_job)
+        execute_in_process_run(ok_job, run, instance)
+        assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.SUCCESS

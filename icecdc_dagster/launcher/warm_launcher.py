@@ -29,7 +29,6 @@ from dagster._utils.hosted_user_process import recon_job_from_origin
 
 from icecdc_dagster import run_tags
 from icecdc_dagster.launcher.definitions_cache import warm_recon_job
-from icecdc_dagster.launcher.logging_reconfiguration import skip_logging_reconfiguration_per_run
 from icecdc_dagster.launcher.monitored_launcher import MonitoredRunLauncher
 from icecdc_dagster.launcher.run_profile import RunProfile
 from icecdc_dagster.launcher.sqlite_tuning import check_sqlite_synchronous, set_sqlite_synchronous
@@ -37,6 +36,7 @@ from icecdc_dagster.launcher.worker_health import new_session, worker_alive
 from icecdc_dagster.lease import failover
 from icecdc_dagster.lease.executor import JOB_PREFIX, WARM_WORKER_THREAD
 from icecdc_dagster.lease.holder import Holder
+from icecdc_dagster.lease.logging_reconfiguration import skip_logging_reconfiguration_per_run
 from icecdc_dagster.lease.run_thread import adopt_spark_session, cancel_spark_jobs, raise_in_thread, tag_spark_thread
 from icecdc_dagster.run_tags import FAILED_OVER_TAG, LAUNCHER_HOST_TAG, LAUNCHER_PID_TAG, LAUNCHER_SESSION_TAG
 
