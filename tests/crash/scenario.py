@@ -309,9 +309,21 @@ def _matches(target: str, phase: str) -> bool:
     return phase == target
 
 
+def _export_phase(phase: str, run, lake: Lake) -> str:  # noqa: ANN001
+    """``phase`` as the export target sees it: any step of the export's run (its changelog, which starts the
+    sync's SparkSession, and its sinks' steps) is inside the export. Gated on the JVM's age as other targets
+    are, a quiet machine's export ran from start to end before the gate opened (CI, 2026-11-28)."""
+    if run is None or run.is_finished or phase not in ("opensearch bulk", "replica commit", "checkpoint write"):
+        return phase
+    return "export" if run.tags.get(run_tags.FIRST_SNAPSHOT_TAG) in lake.bootstrap.values() else phase
+
+
 def _phase(instance: DagsterInstance, lake: Lake, known_runs: set[str], pid: int, target: str) -> tuple[str, object]:
     """The phase for ``target``. A catch-up target goes by the run's steps alone, not by the age of the sync's
     JVM: a sync may start a session per line, and a small catch-up run can end within the JVM's warm-up."""
+    if target == "export":  # the export's run from its first step: a kill always finds it in flight
+        phase, run = observe(instance, lake, known_runs)
+        return _export_phase(phase, run, lake), run
     if target not in CATCH_UP_PHASES:
         return observe(instance, lake, known_runs, pid)
     phase, run = observe(instance, lake, known_runs)
