@@ -86,6 +86,27 @@ def _wait_for(condition, what: str, process, log: Path) -> None:  # noqa: ANN001
         time.sleep(0.05)
 
 
+def pause_holding_no_sqlite_write(pid: int, home: Path, attempts: int = 50) -> None:
+    """SIGSTOP ``pid`` at a moment it holds no write transaction on the instance's SQLite files: paused inside
+    one, every other process's write would fail "database is locked" (seen in CI), which is the pause, not
+    the product. A PostgreSQL instance needs no such care (its variant pauses anywhere)."""
+    import sqlite3
+
+    files = sorted(home.rglob("*.db"))
+    for _ in range(attempts):
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            for path in files:
+                with sqlite3.connect(path, timeout=0.05) as conn:
+                    conn.execute("BEGIN IMMEDIATE")  # fails at once while the paused process holds a write
+                    conn.rollback()
+            return
+        except sqlite3.OperationalError:
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.05)
+    raise AssertionError(f"sync {pid} held a write on the instance's SQLite files at {attempts} pauses")
+
+
 def contend_with_a_paused_sync(lake: Lake, observer: DagsterInstance, logs_dir: Path) -> None:
     """The first sync is paused (SIGSTOP) while it holds the big table's line, so a second sync finds the line
     busy and exits 75 naming it, and a third with ``--wait`` says it waits, then syncs once the first is
@@ -99,7 +120,7 @@ def contend_with_a_paused_sync(lake: Lake, observer: DagsterInstance, logs_dir: 
         # lock would take it for a moment, and could make the first sync find it busy).
         _wait_for(lambda: any(r.run_id not in known for r in observer.get_runs(RunsFilter(
             tags={run_tags.TABLE_TAG: BIG}, statuses=IN_FLIGHT))), "it held the big table's line", first, logs[0])
-        os.kill(first.pid, signal.SIGSTOP)           # paused while holding the line
+        pause_holding_no_sqlite_write(first.pid, lake.home)  # paused while holding the line
         busy = lake.sync(log=logs[1])
         started.append(busy)
         assert busy.wait(timeout=600) == EXIT_BUSY, logs[1].read_text()[-3000:]
