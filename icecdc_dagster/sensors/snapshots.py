@@ -22,7 +22,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dagster import (
     DefaultSensorStatus,
@@ -44,6 +44,7 @@ from icecdc_dagster.lines import line
 from icecdc_dagster.lines.window import TableWindow, WholeLine, diagnose, discover_new_keys, line_view
 from icecdc_dagster.resources.keys import CATALOG_KEY
 from icecdc_dagster.resources.resolved import initialized
+from icecdc_dagster.sensors.admission import Admission
 from icecdc_dagster.steps import lifecycle
 from icecdc_dagster.steps.ordering import Blocked, NextRun
 
@@ -174,14 +175,18 @@ class ResolvedCatalog:
 
 
 def tick(instance: "DagsterInstance", cursor: str | None, table: TableConfig, catalog: "IcebergCatalogResource",
-         config_path: str | None, known_location: str | None = None) -> SensorResult:
+         config_path: str | None, known_location: str | None = None,
+         admission: Admission | None = None) -> SensorResult:
     """One tick of ``table``'s line: new partitions, the next run (or why none), its cursor.
     ``known_location``: the table's metadata location when the caller read it already (one query for
-    every table of a tick, :meth:`IcebergCatalogResource.metadata_locations`)."""
+    every table of a tick, :meth:`IcebergCatalogResource.metadata_locations`). ``admission``: the
+    tick's room in the run queue; a line with work when there is none is deferred, unplanned."""
     if cursor:  # an idle mark to compare: the catalog's record first, the table only if it moved
         location = known_location or catalog.metadata_location(table.table_name)
         if location is not None and still_idle(cursor, idle_fingerprint(instance, table, location)):
             return SensorResult(skip_reason=SkipReason(UNCHANGED_SKIP), cursor=cursor)
+    if admission is not None and admission.full():  # planning it now would only be thrown away
+        return SensorResult(skip_reason=SkipReason(admission.refuse(table.table_name)), cursor=cursor)
     try:
         source = catalog.load_table(table.table_name)
     except NoSuchTableError:  # an ingest entry with auto_create has not created it yet
@@ -198,6 +203,8 @@ def tick(instance: "DagsterInstance", cursor: str | None, table: TableConfig, ca
     # Record the source's new state on its observable asset (data version = snapshot id).
     events = source_observations(table, catalog.name, source, new_keys)
     busy = line.held_elsewhere(instance, table_line(table)) if isinstance(planned, NextRun) else None
+    if isinstance(planned, NextRun) and busy is None and admission is not None:
+        busy = admission.admit(table.table_name)
     if isinstance(planned, NextRun) and busy is None:
         return SensorResult(run_requests=[line.run_request(table_line(table), planned)],
                             dynamic_partitions_requests=add, asset_events=events, cursor=mark)
@@ -211,11 +218,12 @@ def build_snapshot_sensor(table: TableConfig, config_path: str | None = None,
     """``catalog_resource``: the definitions' catalog resource (None: the sensor declares the
     ``catalog`` resource and Dagster builds it per tick)."""
     resolved = ResolvedCatalog(catalog_resource) if catalog_resource is not None else None
+    job = line_job(naming.sensor_name(table), naming.asset_keys(table))
 
     @sensor(
         name=naming.sensor_name(table),
         minimum_interval_seconds=line.minimum_interval(table.polling_interval_s),
-        job=line_job(naming.sensor_name(table), naming.asset_keys(table)),
+        job=job,
         default_status=DefaultSensorStatus.RUNNING,
         required_resource_keys=set() if resolved is not None else {CATALOG_KEY},
         description=f"Adds each new snapshot of {table.table_name} as a partition and syncs them in order.",
@@ -223,7 +231,8 @@ def build_snapshot_sensor(table: TableConfig, config_path: str | None = None,
     def _sensor(context: SensorEvaluationContext) -> SensorResult:
         line.share_instance(context)
         catalog = resolved.get() if resolved is not None else getattr(context.resources, CATALOG_KEY)
-        return tick(context.instance, context.cursor, table, catalog, config_path)
+        admission = Admission(context.instance, [job.name], table.polling_interval_s)
+        return tick(context.instance, context.cursor, table, catalog, config_path, admission=admission)
 
     return _sensor
 
@@ -254,19 +263,33 @@ def build_tables_sensor(tables: Sequence[TableConfig], config_path: str | None,
         line.share_instance(context)
         marks = json.loads(context.cursor) if context.cursor else {}
         now = time.time()
-        due = [t for t in tables if now - marks.get(t.table_name, {}).get("at", 0.0) >= minimum[t.table_name]]
+        due = due_tables(tables, marks, minimum, now)
         catalog = resolved.get()
         # Lines with an idle mark compare the catalog's record first: every such table's in one query.
         locations = catalog.metadata_locations([t.table_name for t in due if marks.get(t.table_name, {}).get("cursor")])
+        admission = Admission(context.instance, [job.name for job in jobs.values()], min(minimum.values()) + 1)
         results = []
         for table in due:
             previous = marks.get(table.table_name, {}).get("cursor")
-            result = tick(context.instance, previous, table, catalog, config_path, locations.get(table.table_name))
-            marks[table.table_name] = {"cursor": result.cursor if result.cursor is not None else previous, "at": now}
+            result = tick(context.instance, previous, table, catalog, config_path, locations.get(table.table_name),
+                          admission)
+            # A deferred line keeps its last tick's time: due again at once, and first in line.
+            at = marks.get(table.table_name, {}).get("at", 0.0) if table.table_name in admission.deferred else now
+            marks[table.table_name] = {"cursor": result.cursor if result.cursor is not None else previous, "at": at}
             results.append((table, result))
         return merged(results, json.dumps(marks), {name: job.name for name, job in jobs.items()})
 
     return _all
+
+
+def due_tables(tables: Sequence[TableConfig], marks: Mapping[str, Mapping[str, Any]], minimum: Mapping[str, int],
+               now: float) -> list[TableConfig]:
+    """The tables whose interval has passed since their last tick, the longest waiting first: when the run
+    queue has room for only some lines, the ones deferred on earlier ticks go first (no line starves)."""
+    def last(table: TableConfig) -> float:
+        return float(marks.get(table.table_name, {}).get("at", 0.0))
+
+    return sorted((t for t in tables if now - last(t) >= minimum[t.table_name]), key=last)
 
 
 def merged(results: list[tuple[TableConfig, SensorResult]], cursor: str, job_names: Mapping[str, str]) -> SensorResult:
