@@ -88,6 +88,7 @@ SINK_KEY = ["replica", "replica", "replica_events"]
 PG_SERVER = "postgresql://postgres@127.0.0.1:5432"
 PG_URL_ENV = "ICECDC_BENCH_PG_URL"  # the instance's database URL, read by every process of the scenario
 TIMEOUTS = {"scale": 1.0}  # --timeouts-x: every wait's timeout times this (a machine under heavy load)
+QUEUE = {"extra": 0}  # --queue-extra
 
 
 @contextmanager
@@ -126,7 +127,7 @@ def write_home(home: Path, mode: str, workers: int = 1, sqlite_synchronous: str 
                storage: dict | None = None) -> None:
     home.mkdir(parents=True, exist_ok=True)
     config: dict = {"telemetry": {"enabled": False},
-                    "run_queue": {"max_concurrent_runs": workers, "dequeue_interval_seconds": 1,
+                    "run_queue": {"max_concurrent_runs": workers + QUEUE["extra"], "dequeue_interval_seconds": 1,
                                   "tag_concurrency_limits": [{"key": "icecdc/table", "limit": 1,
                                                               "value": {"applyLimitPerUniqueValue": True}}]},
                     # Sensor ticks of many tables in parallel (the daemon's default is one at a time).
@@ -502,7 +503,8 @@ def sustained_scenario(args: argparse.Namespace) -> None:
                  f"{prefix}spark_jobs_per_run": f"{m['medians'].get('spark_jobs', 0):.0f}",
                  f"{prefix}run_steps": f"{m['medians'].get('steps', 0):.0f}"} | step_keys(m["medians"], prefix)
     print("RESULT " + " ".join(f"{k}={v}" for k, v in keys.items()) + f" minutes={args.sustained_minutes} "
-          f"commit_every_s={args.commit_every} workers={args.workers} interval_s={args.interval} "
+          f"commit_every_s={args.commit_every} workers={args.workers} queue_extra={args.queue_extra} "
+          f"interval_s={args.interval} "
           f"snapshot_sensors={args.snapshot_sensors} load1_start={start_load.split()[2]} "
           f"load1_end={load().split()[2]}")
 
@@ -681,6 +683,9 @@ def main() -> None:
     parser.add_argument("--warm-rounds", type=int, default=4,
                         help="many-tables rounds before the measured ones (JIT warm-up of a fresh daemon)")
     parser.add_argument("--workers", type=int, default=3, help="warm launcher lanes in the many-tables scenario")
+    parser.add_argument("--queue-extra", type=int, default=0,
+                        help="run_queue.max_concurrent_runs = lanes + this: runs handed to the warm launcher ahead "
+                             "of a free lane (a lane then starts its next run without waiting for the dequeue)")
     parser.add_argument("--sqlite-synchronous", default="OFF",
                         help="the warm launcher's sqlite_synchronous ('': SQLite's default; SQLite instances only)")
     parser.add_argument("--instance", choices=("sqlite", "postgres", "both"), default="sqlite",
@@ -700,6 +705,7 @@ def main() -> None:
     args = parser.parse_args()
     args.table_counts = [int(n) for n in args.tables.split(",") if int(n)]
     TIMEOUTS["scale"] = args.timeouts_x
+    QUEUE["extra"] = args.queue_extra
     # SIGTERM (timeout, a supervisor) unwinds like an exception: `dagster dev` is stopped and a scenario's
     # PostgreSQL database dropped by their `finally`, not left behind.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -793,7 +799,8 @@ def many_tables_scenarios(args: argparse.Namespace) -> str:
                 keys[f"{prefix}p95_ratio"] = f"{m['p95'] / shipped['p95']:.2f}"
                 keys[f"{prefix}idle_ratio"] = f"{m['idle_loop_cpu_s'] / max(shipped['idle_loop_cpu_s'], 1e-9):.2f}"
                 keys[f"{prefix}batch_cpu_ratio"] = f"{m['batch_cpu_s'] / shipped['batch_cpu_s']:.2f}"
-    return (" " + " ".join(f"{k}={v}" for k, v in keys.items()) + f" tables={args.tables} workers={args.workers}"
+    return (" " + " ".join(f"{k}={v}" for k, v in keys.items()) + f" tables={args.tables}"
+            f" workers={args.workers} queue_extra={args.queue_extra}"
             f" warm_rounds={args.warm_rounds} sqlite_synchronous={args.sqlite_synchronous or 'default'}")
 
 
@@ -844,7 +851,8 @@ def instance_kinds(args: argparse.Namespace, kinds: tuple[str, ...]) -> None:
             keys["pg_multi_ratio"] = f"{pg['multi_p95'] / sqlite['multi_p95']:.2f}"
     end_load = load()
     print(f"[instances] load at start: {start_load}; at end: {end_load}", flush=True)
-    extra = (f" tables={args.table_counts[0]} workers={args.workers} warm_rounds={args.warm_rounds}"
+    extra = (f" tables={args.table_counts[0]} workers={args.workers} queue_extra={args.queue_extra}"
+             f" warm_rounds={args.warm_rounds}"
              if args.table_counts else "")
     print("RESULT " + " ".join(f"{k}={v}" for k, v in keys.items()) + f" interval_s={args.interval} mode={mode}"
           f"{extra} load1_start={start_load.split()[2]} load1_end={end_load.split()[2]}")

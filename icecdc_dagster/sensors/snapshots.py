@@ -6,7 +6,9 @@ partition and add the new snapshot ids as partitions, in commit order; (2) ask
 table is ever in flight, a failed batch is retried up to ``max_retries`` and
 then blocks the line until it is re-executed; other tables keep flowing. A run whose worker
 died is failed over on the next tick (and retried); while an ``icecdc sync`` holds the table's
-line lock the sensor requests nothing.
+line lock the sensor requests nothing. When the run queue holds what the lanes will start within two
+sensor intervals, lines with work wait, unplanned, for a later tick (``sensors.admission``): their
+runs then take every snapshot committed meanwhile instead of queueing behind stale ranges.
 The partitions themselves are the cursor, so a daemon restart loses nothing. The sensor's own
 cursor only marks an idle line (nothing to do at a given table metadata file and newest partition):
 until either changes, for at most ``IDLE_RECHECK_S``, a tick reads the table and one partition key
