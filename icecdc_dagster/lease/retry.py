@@ -2,7 +2,10 @@
 
 A failed run of a batch is one of four things, told apart by tags on the run:
 
-- its worker died (``lease.failover`` tagged it ``icecdc/failed_over``): not a failure of the batch.
+- its worker died (``lease.failover`` tagged it ``icecdc/failed_over``), or it never started (run
+  monitoring failed it after ``start_timeout_seconds``, Dagster's ``dagster/failure_reason`` tag: e.g.
+  a run handed to the warm launcher ahead of a free lane while every lane ran a long export): not a
+  failure of the batch, which did no work.
   It never spends the batch's ``max_retries``, whatever the number of kills; ``icecdc sync`` re-executes
   it at once. Unattended (the sensor), a batch whose worker died ``DEAD_STREAK_FREE`` times in a row
   (an OOM kill every time?) is retried with the backoff below, so it cannot loop hot;
@@ -20,12 +23,14 @@ tag) counts as unclassified.
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dagster import DagsterRunStatus, RunsFilter
+from dagster._core.events import RunFailureReason
+from dagster._core.storage.tags import RUN_FAILURE_REASON_TAG
 
 from icecdc_dagster.errors import (
     RETRY_COMMAND,
@@ -127,6 +132,11 @@ def _failure(record: "RunRecord") -> Failure:
                    tags.get(FAILURE_MESSAGE_TAG, ""), float(ended or 0.0))
 
 
+def did_no_work(tags: Mapping[str, str]) -> bool:
+    """The run's worker died (failed over) or the run never started (a start timeout)."""
+    return bool(tags.get(FAILED_OVER_TAG)) or tags.get(RUN_FAILURE_REASON_TAG) == RunFailureReason.START_TIMEOUT.value
+
+
 def attempts_at(instance: "DagsterInstance", line_id: str, key: str) -> Attempts:
     """Judge the failed runs of the line that started at ``key``, newest first, down to its newest
     successful run (a failure before a success is settled; a sink joining at an applied key starts
@@ -143,7 +153,7 @@ def attempts_at(instance: "DagsterInstance", line_id: str, key: str) -> Attempts
         runs += 1
         if settled:
             continue
-        if record.dagster_run.tags.get(FAILED_OVER_TAG):
+        if did_no_work(record.dagster_run.tags):
             dead_at = dead_at or _failure(record).ended_at
             dead += 1 if dead_open else 0
             continue

@@ -170,3 +170,28 @@ def test_a_launched_run_records_its_worker_and_waits_for_the_line(instance):
     runner.join(60)
     assert results[0].success
     assert not LineLock.for_instance(instance, LINE).is_busy()    # released when the run ended
+
+
+def test_a_run_that_timed_out_before_starting_is_retried_as_a_dead_worker_spending_no_retry():
+    """A run handed to the warm launcher ahead of a free lane (``max_concurrent_runs`` = lanes + 1) waits in
+    STARTING; if every lane runs a long export past ``start_timeout_seconds``, run monitoring fails it. It did no
+    work: it must not spend the batch's ``max_retries`` (a line would stop, needing ``--retry-failed``)."""
+    from dagster._daemon.monitoring.run_monitoring import monitor_starting_run
+
+    from icecdc_dagster.lease import retry
+
+    with instance_for_test(overrides={"run_monitoring": {"enabled": True, "start_timeout_seconds": 0}}) as instance:
+        tags = {run_tags.TABLE_TAG: LINE, run_tags.FIRST_SNAPSHOT_TAG: "101", run_tags.LAST_SNAPSHOT_TAG: "101"}
+        waiting = instance.create_run_for_job(job_def=line_job, tags=tags)
+        instance.report_dagster_event(DagsterEvent(event_type_value=DagsterEventType.PIPELINE_STARTING.value,
+                                                   job_name=waiting.job_name), run_id=waiting.run_id)
+        (record,) = instance.get_run_records(RunsFilter(run_ids=[waiting.run_id]))
+        monitor_starting_run(instance, record, logging.getLogger("test"))
+        assert instance.get_run_by_id(waiting.run_id).status == DagsterRunStatus.FAILURE
+        attempts = retry.attempts_at(instance, LINE, "101")
+        assert (attempts.spent, attempts.dead_streak, attempts.latest) == (0, 1, None)
+
+        # A run that failed for any other reason still spends one.
+        failed = instance.create_run_for_job(job_def=line_job, tags=tags)
+        instance.report_run_failed(failed, "boom")
+        assert retry.attempts_at(instance, LINE, "101").spent == 1
