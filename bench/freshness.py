@@ -10,7 +10,7 @@ sink's materialisation of that partition. Also the wall time of an empty batch
 - warm: icecdc_dagster.launcher.WarmRunLauncher (runs execute in one
   long-lived process that keeps its SparkSession warm).
 
-Both modes use the same run queue settings (max_concurrent_runs 1, dequeue
+Both modes use the same run queue settings (max_concurrent_runs lanes + ``--queue-extra``, dequeue
 every second); the warm mode also enables run monitoring, as recommended in
 the launcher's docstring. Each latency is split into: commit -> run created
 (sensor tick cadence), created -> started (run queue + launch, incl. a new
@@ -23,7 +23,9 @@ commit together, ``--warm-rounds`` + ``--rounds`` times; each table's latency is
 ``multi_table_p95_s`` is the 95th percentile over every table of every measured round (the daemon
 warmed up: a long-running daemon's steady state), ``multi_table_cold_p95_s`` that of the first round
 after the exports (a fresh JVM still compiling Spark's code). The instance runs ``workers`` lanes with
-``max_concurrent_runs = workers`` and one run per line (tag limit).
+``max_concurrent_runs = workers + --queue-extra`` (default 1, as docs/warm-launcher.md recommends: a lane
+that ends a run starts the next one handed to it, without waiting for the queue's next dequeue) and one run
+per line (tag limit).
 
 Instance kinds (``--instance sqlite|postgres|both``): where the Dagster instance keeps runs, events and
 schedules. ``sqlite`` (default): files under DAGSTER_HOME. ``postgres``: each scenario gets a fresh database
@@ -88,7 +90,7 @@ SINK_KEY = ["replica", "replica", "replica_events"]
 PG_SERVER = "postgresql://postgres@127.0.0.1:5432"
 PG_URL_ENV = "ICECDC_BENCH_PG_URL"  # the instance's database URL, read by every process of the scenario
 TIMEOUTS = {"scale": 1.0}  # --timeouts-x: every wait's timeout times this (a machine under heavy load)
-QUEUE = {"extra": 0}  # --queue-extra
+QUEUE = {"extra": 1}  # --queue-extra: the shipped recommendation, max_concurrent_runs = lanes + 1
 
 
 @contextmanager
@@ -683,7 +685,7 @@ def main() -> None:
     parser.add_argument("--warm-rounds", type=int, default=4,
                         help="many-tables rounds before the measured ones (JIT warm-up of a fresh daemon)")
     parser.add_argument("--workers", type=int, default=3, help="warm launcher lanes in the many-tables scenario")
-    parser.add_argument("--queue-extra", type=int, default=0,
+    parser.add_argument("--queue-extra", type=int, default=1,
                         help="run_queue.max_concurrent_runs = lanes + this: runs handed to the warm launcher ahead "
                              "of a free lane (a lane then starts its next run without waiting for the dequeue)")
     parser.add_argument("--sqlite-synchronous", default="OFF",
