@@ -36,6 +36,7 @@ from icecdc_dagster.launcher.worker_health import new_session, worker_alive
 from icecdc_dagster.lease import failover
 from icecdc_dagster.lease.executor import JOB_PREFIX, WARM_WORKER_THREAD
 from icecdc_dagster.lease.holder import Holder
+from icecdc_dagster.lease.instance_connections import keep_connections_open
 from icecdc_dagster.lease.logging_reconfiguration import skip_logging_reconfiguration_per_run
 from icecdc_dagster.lease.run_thread import adopt_spark_session, cancel_spark_jobs, raise_in_thread, tag_spark_thread
 from icecdc_dagster.run_tags import FAILED_OVER_TAG, LAUNCHER_HOST_TAG, LAUNCHER_PID_TAG, LAUNCHER_SESSION_TAG
@@ -101,6 +102,7 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
         self._current: dict[str, threading.Thread] = {}  # executing now -> the worker thread
         self._spark_groups: set[str] = set()  # running runs whose Spark jobs carry their job group
         self._process_launcher: MonitoredRunLauncher | None = None  # for the runs that are not ours
+        self._connections_kept = False  # the instance keeps its connections (from the first launch on)
         self._idle = threading.Condition(self._lock)
         self._session = new_session()
         self._host = socket.gethostname()
@@ -154,6 +156,10 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
         if run.job_code_origin is None:
             raise ValueError(f"run {run.run_id} has no job code origin; the warm launcher cannot load its job")
         instance = self._instance
+        with self._lock:
+            if not self._connections_kept:  # here, not at registration: the webserver registers launchers too
+                keep_connections_open(instance)
+                self._connections_kept = True
         instance.add_run_tags(run.run_id, {LAUNCHER_HOST_TAG: self._host, LAUNCHER_PID_TAG: str(self._pid),
                                            LAUNCHER_SESSION_TAG: self._session,
                                            **Holder.current(role="warm launcher (daemon)").tags()})

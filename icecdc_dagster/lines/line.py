@@ -37,6 +37,7 @@ from icecdc_dagster import run_tags
 from icecdc_dagster.errors import TERMINAL
 from icecdc_dagster.lease import failover, retry
 from icecdc_dagster.lease.holder import Holder
+from icecdc_dagster.lease.instance_connections import keep_connections_open
 from icecdc_dagster.lease.line_lock import LineLock, busy_message
 from icecdc_dagster.steps.ordering import Blocked, KeyStatus, NextRun, combine_status, plan_next_run
 
@@ -66,6 +67,7 @@ def share_instance(context: "SensorEvaluationContext") -> None:
         instance = _INSTANCES.get(key)
         if instance is None:
             instance = _INSTANCES[key] = DagsterInstance.from_ref(context.instance_ref)
+            keep_connections_open(instance)  # every tick of every sensor uses it
     context._instance = instance  # noqa: SLF001 - what the context's own lazy `instance` property sets
 
 

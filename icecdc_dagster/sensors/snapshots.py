@@ -10,9 +10,9 @@ line lock the sensor requests nothing. When the run queue holds what the lanes w
 sensor intervals, lines with work wait, unplanned, for a later tick (``sensors.admission``): their
 runs then take every snapshot committed meanwhile instead of queueing behind stale ranges.
 The partitions themselves are the cursor, so a daemon restart loses nothing. The sensor's own
-cursor only marks an idle line (nothing to do at a given table metadata file and newest partition):
-until either changes, for at most ``IDLE_RECHECK_S``, a tick reads the table and one partition key
-and skips the line's queries.
+cursor only marks an idle line (nothing to do at a given table metadata file): until it changes, for
+at most ``IDLE_RECHECK_S``, a tick compares the catalog's record of the table and skips the line's
+queries.
 
 When the table changed under the line (rolled back, a needed snapshot expired, dropped and
 recreated: ``lines.window.line_view``), the tick skips with a reason that names what happened
@@ -127,14 +127,19 @@ UNCHANGED_SKIP = "all snapshots are applied (table and line unchanged since the 
 NOT_IDLE = "{}"  # a cursor that marks nothing (Dagster keeps the previous cursor when a result has none)
 
 
-def idle_fingerprint(instance: "DagsterInstance", table: TableConfig, source_table: "Table | str") -> str:
+def idle_fingerprint(table: TableConfig, source_table: "Table | str") -> str:
     """What an idle line's next tick compares: the table's metadata file (every commit, rollback,
-    expiry or property change writes a new one) and the line's newest partition key (a resync adds
-    one). ``source_table``: the table, or its metadata location as the catalog records it (a SQL
-    catalog answers that with one query, without reading the metadata file); one indexed query."""
+    expiry or property change writes a new one) and the line's sinks. ``source_table``: the table, or
+    its metadata location as the catalog records it (a SQL catalog answers every due table's in one
+    query, without reading a metadata file).
+
+    Why not the line's newest partition too: reading it was one instance query per table per tick,
+    half the code server's CPU at rest with 50 tables (py-spy, ``bench/freshness.py``). A partition added
+    from outside while the table stands still is a resync's, and a resync applies it itself; should that
+    run fail, the next full check (``IDLE_RECHECK_S``) plans it."""
     location = source_table if isinstance(source_table, str) else source_table.metadata_location
     sinks = ",".join(s.name for s in table.sinks)  # a sink added to the file is not idle
-    return f"{location}|{line.newest_key(instance, table_line(table)) or ''}|{sinks}"
+    return f"{location}|{sinks}"
 
 
 def idle_cursor(fingerprint: str, now: float | None = None) -> str:
@@ -185,7 +190,7 @@ def tick(instance: "DagsterInstance", cursor: str | None, table: TableConfig, ca
     tick's room in the run queue; a line with work when there is none is deferred, unplanned."""
     if cursor:  # an idle mark to compare: the catalog's record first, the table only if it moved
         location = known_location or catalog.metadata_location(table.table_name)
-        if location is not None and still_idle(cursor, idle_fingerprint(instance, table, location)):
+        if location is not None and still_idle(cursor, idle_fingerprint(table, location)):
             return SensorResult(skip_reason=SkipReason(UNCHANGED_SKIP), cursor=cursor)
     if admission is not None and admission.full():  # planning it now would only be thrown away
         return SensorResult(skip_reason=SkipReason(admission.refuse(table.table_name)), cursor=cursor)
@@ -193,7 +198,7 @@ def tick(instance: "DagsterInstance", cursor: str | None, table: TableConfig, ca
         source = catalog.load_table(table.table_name)
     except NoSuchTableError:  # an ingest entry with auto_create has not created it yet
         return SensorResult(skip_reason=SkipReason(f"table {table.table_name} does not exist yet"))
-    fingerprint = idle_fingerprint(instance, table, source)
+    fingerprint = idle_fingerprint(table, source)
     if still_idle(cursor, fingerprint):
         return SensorResult(skip_reason=SkipReason(UNCHANGED_SKIP), cursor=cursor)
     new_keys, planned = evaluate(instance, table, source, config_path)

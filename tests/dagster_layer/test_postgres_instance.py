@@ -66,3 +66,47 @@ def test_sensor_runs_every_snapshot_in_commit_order_on_postgres(spark, catalog_s
 def test_killed_run_worker_is_failed_over_on_postgres(spark, catalog_settings, catalog, instance, tmp_path):
     test_sensor_runs.test_killed_sensor_launched_run_is_failed_over_by_the_next_tick(spark, catalog_settings, catalog,
                                                                                       instance, tmp_path)
+
+
+def _sessions(postgres_url: str) -> int:
+    """Sessions the server has seen on the test's database (PostgreSQL counts each as it is established)."""
+    import psycopg2
+
+    database = postgres_url.rsplit("/", 1)[1]
+    conn = psycopg2.connect(postgres_url.replace("postgresql+psycopg2://", "postgresql://").rsplit("/", 1)[0]
+                            + "/postgres")
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_stat_clear_snapshot()")
+            cur.execute("SELECT sessions FROM pg_stat_database WHERE datname = %s", (database,))
+            return int(cur.fetchone()[0])
+    finally:
+        conn.close()
+
+
+def _sessions_after(postgres_url: str, calls, at_least: int = 0) -> int:  # noqa: ANN001
+    """New sessions ``calls()`` opened: the server's statistics arrive within a second or so."""
+    before = _sessions(postgres_url)
+    calls()
+    deadline = time.time() + 10
+    while True:
+        time.sleep(1.0)
+        opened = _sessions(postgres_url) - before
+        if opened >= at_least or time.time() > deadline:
+            return opened
+
+
+def test_the_code_servers_sensor_instance_keeps_its_connection_between_calls(instance, postgres_url):
+    """Dagster's PostgreSQL storages open a connection per call outside the webserver; the instance a code
+    server's sensor ticks share (``line.share_instance``) keeps one, as the warm launcher's daemon does."""
+    from dagster import build_sensor_context
+
+    from icecdc_dagster.lines import line
+
+    context = build_sensor_context(instance_ref=instance.get_ref())
+    line.share_instance(context)
+    shared = context.instance
+    assert shared is not instance
+    assert _sessions_after(postgres_url, lambda: [shared.get_runs_count() for _ in range(30)]) <= 2
+    # The same calls on an instance as Dagster opens it: a session each.
+    assert _sessions_after(postgres_url, lambda: [instance.get_runs_count() for _ in range(30)], at_least=30) >= 30
