@@ -39,8 +39,10 @@ Layouts (many tables, SQLite instance): the shipped layout is ``snapshot_sensors
 below 10 tables, one sensor for all from 10); ``--sensors both`` also measures the other layout at each count
 (``per_table_sensors`` or ``one_sensor``) against it, ``--line-checks both`` the two line checks
 as two steps against the shipped one step; ``--tables 20,50`` each count. Per layout and count: p50/p95,
-the control plane's CPU per sensor loop at rest (``idle_loop_cpu_s``: every process of ``dagster dev``),
-CPU-seconds per batch by process (``batch_cpu_s``), steps and Spark jobs per run; a variant's
+the control plane's CPU per sensor loop at rest (``idle_loop_cpu_s``: every process of ``dagster dev`` with
+its ended children, e.g. a run's compute-log ``tail`` and watcher; on a PostgreSQL instance also the server's
+processes, ``postgres server``), CPU-seconds per batch by process (``batch_cpu_s``, the same processes),
+steps and Spark jobs per run; a variant's
 ``*_ratio`` keys are against the shipped layout at the same count, in the same run.
 
 Usage: python bench/freshness.py [--commits 20] [--interval 5] [--modes warm,default]
@@ -332,9 +334,9 @@ def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlit
         sink_keys = wait_exports(catalog, instance, names, 900)
         print(f"[{label}] {tables} exports applied in {time.time() - started:.1f}s", flush=True)
         time.sleep(2 * interval)  # the last export's run ends, idle ticks settle
-        idle_before, since = process_cpu(process.pid), time.time()
+        idle_before, since = process_cpu(process.pid, storage is not None), time.time()
         time.sleep(IDLE_MEASURE_S)  # nothing committed: what the control plane costs at rest
-        idle = process_cpu(process.pid)
+        idle = process_cpu(process.pid, storage is not None)
         span = time.time() - since
         idle_cores = {name: (idle[name] - idle_before.get(name, 0.0)) / span for name in idle}
         # The sensor daemon looks at every sensor once per loop (5 s): CPU per loop is cores x 5 s.
@@ -345,7 +347,7 @@ def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlit
         cold: list[float] = []
         for round_ in range(warm_rounds + rounds):
             if round_ == warm_rounds:
-                cpu_before, since = process_cpu(process.pid), time.time()
+                cpu_before, since = process_cpu(process.pid, storage is not None), time.time()
             committed = {}
             for name in names:
                 table = catalog.load_table(name)
@@ -365,7 +367,7 @@ def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlit
             latencies += round_latencies
             commits.update(dict(committed.values()))
         span = time.time() - since
-        cpu_after = process_cpu(process.pid)
+        cpu_after = process_cpu(process.pid, storage is not None)
         medians = breakdown(instance, commits, profile, workers, label)
         cpu = {name: cpu_after.get(name, 0.0) - cpu_before.get(name, 0.0) for name in cpu_after}
         runs = len(commits)
@@ -408,7 +410,7 @@ def run_sustained(tables: int, minutes: float, every_s: float, workers: int, int
         sink_keys = wait_exports(catalog, instance, names, 1800)
         print(f"[{label}] {tables} exports applied in {time.time() - started:.1f}s ({load()})", flush=True)
         time.sleep(2 * interval)
-        cpu_before, begin = process_cpu(process.pid), time.time()
+        cpu_before, begin = process_cpu(process.pid, storage is not None), time.time()
         schedule = sorted((period * every_s + i * every_s / tables, name)
                           for period in range(max(1, round(minutes * 60 / every_s))) for i, name in enumerate(names))
         loaded = {name: catalog.load_table(name) for name in names}
@@ -434,7 +436,7 @@ def run_sustained(tables: int, minutes: float, every_s: float, workers: int, int
         runs_done = instance.get_runs_count(RunsFilter(
             statuses=[DagsterRunStatus.SUCCESS], updated_after=datetime.fromtimestamp(begin, UTC),
             updated_before=datetime.fromtimestamp(end, UTC)))
-        cpu_after = process_cpu(process.pid)
+        cpu_after = process_cpu(process.pid, storage is not None)
         # Drain for at most drain_s: a commit still not applied then counts with the time it waited so far
         # (its latency is at least that), and the p95 is then a lower bound.
         drain_end = time.time() + drain_s
@@ -516,8 +518,11 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def process_cpu(session: int) -> dict[str, float]:
-    """CPU seconds (user + system) of every process of ``dagster dev``'s session, by kind."""
+def process_cpu(session: int, server: bool = False) -> dict[str, float]:
+    """CPU seconds (user + system) of every process of ``dagster dev``'s session by kind, each with its children
+    that have ended (a run's compute-log ``tail`` and watcher processes); ``server``: also the PostgreSQL
+    server's processes (the instance's work on a PostgreSQL instance; the postmaster's ended children are its
+    backends, one per connection where Dagster opens one per call)."""
     tick = os.sysconf("SC_CLK_TCK")
     totals: dict[str, float] = {}
     for entry in Path("/proc").iterdir():
@@ -529,14 +534,17 @@ def process_cpu(session: int) -> dict[str, float]:
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[3]) != session:  # field 6 of stat: the session id
+        postgres = stat[stat.index("(") + 1:stat.rindex(")")] == "postgres"
+        if int(fields[3]) != session and not (server and postgres):  # field 6 of stat: the session id
             continue
-        kind = ("jvm" if "java" in cmdline.split(" ", 1)[0] else
+        kind = ("postgres server" if postgres else
+                "jvm" if "java" in cmdline.split(" ", 1)[0] else
                 "daemon" if "dagster._daemon" in cmdline else  # sensors' bookkeeping, run queue, the lanes
                 "webserver" if "dagster_webserver" in cmdline else
                 "code server" if " api grpc" in cmdline else  # evaluates the sensors
                 "other")
-        totals[kind] = totals.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        used = sum(int(f) for f in fields[11:15])  # utime, stime, and those of its children that ended
+        totals[kind] = totals.get(kind, 0.0) + used / tick
     return totals
 
 
