@@ -123,7 +123,7 @@ def join_run(instance: "DagsterInstance", table_line_: line.Line, window: TableW
 
 
 IDLE_RECHECK_S = 60.0
-UNCHANGED_SKIP = "all snapshots are applied (table and line unchanged since the last full check)"
+UNCHANGED_SKIP = "all snapshots are applied (the table unchanged since the last full check)"
 NOT_IDLE = "{}"  # a cursor that marks nothing (Dagster keeps the previous cursor when a result has none)
 
 
