@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, DynamicPartitionsDefinition
+from dagster._core.events import RunFailureReason
 from dagster._core.storage.dagster_run import DagsterRun
+from dagster._core.storage.tags import RUN_FAILURE_REASON_TAG
 
 import icecdc_dagster
 from icecdc_dagster import errors, run_tags
@@ -129,6 +131,23 @@ def test_dead_workers_and_transient_errors_never_spend_retries_terminal_stops_at
     assert isinstance(stopped, Blocked) and stopped.failed
     assert "DuplicateKeyChangeError: db.t: key id=3" in stopped.reason
     assert "icecdc sync --config p.yaml --retry-failed" in stopped.reason
+
+
+def test_runs_that_never_started_are_not_reported_as_dead_workers(instance):
+    """A start timeout (run monitoring, no free lane) is said as such; a streak mixing both says both."""
+    instance.add_dynamic_partitions(LINE.partitions_name, ["s1"])
+    timed_out = {RUN_FAILURE_REASON_TAG: RunFailureReason.START_TIMEOUT.value}
+    for _ in range(3):
+        _failed(instance, "s1", **timed_out)
+    waiting = lines.plan(instance, LINE)
+    assert isinstance(waiting, Blocked) and not waiting.failed and waiting.retry_at is not None
+    assert "never started 3 times in a row" in waiting.reason and "died" not in waiting.reason
+    assert "start_timeout_seconds" in waiting.reason
+    _failed(instance, "s1", **{FAILED_OVER_TAG: "worker died: pid 1 is gone"})
+    mixed = lines.plan(instance, LINE)
+    assert isinstance(mixed, Blocked) and "did no work 4 times in a row (1 workers died" in mixed.reason
+    assert "3 runs never started" in mixed.reason
+    assert lines.failures_of(instance, LINE, "s1") == 0                 # none of them spent a retry
 
 
 def test_the_most_severe_failure_of_a_run_is_kept_and_backoff_doubles(instance):

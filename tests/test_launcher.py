@@ -6,6 +6,7 @@ import socket
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, in_process_executor, job, op, reconstructable
@@ -47,6 +48,45 @@ def meet(context):  # noqa: ANN001, ANN201
     RENDEZVOUS.wait()
     context.add_output_metadata({"thread": threading.get_ident()})
     return 1
+
+
+def _tails_started_by_this_process() -> int:
+    """Dagster's process capture starts ``tail -F`` children; the lanes' capture must not."""
+    count = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            command = stat.parent.joinpath("comm").read_text().strip()
+        except OSError:
+            continue
+        count += int(fields[1]) == os.getpid() and command == "tail"
+    return count
+
+
+@op
+def first_printer(context):  # noqa: ANN001, ANN201
+    print("first run: hello")                # noqa: T201
+    time.sleep(1.0)                          # the second run starts meanwhile and ends after this one
+    return 1
+
+
+@op
+def second_printer(context):  # noqa: ANN001, ANN201
+    print("second run: started")             # noqa: T201
+    time.sleep(2.0)                          # the first run ends meanwhile
+    print("second run: ended")               # noqa: T201
+    context.add_output_metadata({"tails": _tails_started_by_this_process()})
+    return 1
+
+
+@job(executor_def=in_process_executor)
+def first_printing_job() -> None:
+    first_printer()
+
+
+@job(executor_def=in_process_executor)
+def second_printing_job() -> None:
+    second_printer()
 
 
 @job(executor_def=in_process_executor)
@@ -274,6 +314,36 @@ def test_two_lanes_execute_two_runs_at_once_and_cancel_one_alone(two_lane_instan
         DagsterRunStatus.CANCELED
 
 
+def _captured(instance, run_id: str) -> tuple[str, str]:  # noqa: ANN001
+    """The run's stdout and stderr as the UI reads them (the manager of a fresh instance, same storage)."""
+    (event,) = instance.all_logs(run_id, of_type=DagsterEventType.LOGS_CAPTURED)
+    reader = DagsterInstance.from_ref(instance.get_ref()).compute_log_manager
+    key = reader.build_log_key_for_run(run_id, event.dagster_event.logs_captured_data.file_key)
+    assert reader.is_capture_complete(key)
+    data = reader.get_log_data(key)
+    return (data.stdout or b"").decode(), (data.stderr or b"").decode()
+
+
+def test_concurrent_lanes_keep_their_own_compute_logs_and_the_daemons_output(two_lane_instance):  # noqa: ANN001
+    """Dagster's capture points the process's descriptors 1 and 2 at a run's files: with two lanes, the
+    runs wrote into each other's logs, and the run that ended first pointed them back while the other
+    still ran, losing its last lines. Each run's log now holds its own lines, all of them."""
+    instance = two_lane_instance
+    descriptors = [os.readlink(f"/proc/self/fd/{fd}") for fd in (1, 2)]
+    first = launch(instance, first_printing_job)
+    wait_status(instance, first, {DagsterRunStatus.STARTED})
+    second = launch(instance, second_printing_job)
+    instance.run_launcher.join(timeout=30)
+    assert {instance.get_run_by_id(r).status for r in (first, second)} == {DagsterRunStatus.SUCCESS}
+    (first_out, first_err), (second_out, second_err) = _captured(instance, first), _captured(instance, second)
+    assert first_out == "first run: hello\n"
+    assert second_out == "second run: started\nsecond run: ended\n"
+    assert "first_printer" in first_err and "second_printer" not in first_err
+    assert "second_printer" in second_err and "first_printer" not in second_err
+    assert output_metadata(instance, second)["tails"] == 0          # no tail process per run
+    assert [os.readlink(f"/proc/self/fd/{fd}") for fd in (1, 2)] == descriptors
+
+
 def _lane_threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if t.name.startswith(WARM_WORKER_THREAD)}
 
@@ -447,3 +517,17 @@ def test_a_syncs_run_does_not_reconfigure_logging_either(monkeypatch):
         run = instance.create_run_for_job(ok_job)
         execute_in_process_run(ok_job, run, instance)
         assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.SUCCESS
+
+
+def test_a_compute_log_manager_of_another_kind_keeps_its_own_capture():
+    """Only Dagster's local manager is routed by thread (same files); another kind is left as configured."""
+    from icecdc_dagster.launcher.lane_logs import LaneComputeLogManager, route_lane_compute_logs
+
+    noop = {"compute_logs": {"module": "dagster._core.storage.noop_compute_log_manager",
+                             "class": "NoOpComputeLogManager"}}
+    with instance_for_test(overrides=noop) as instance:
+        assert not route_lane_compute_logs(instance)
+        assert type(instance.compute_log_manager).__name__ == "NoOpComputeLogManager"
+    with instance_for_test() as instance:
+        assert route_lane_compute_logs(instance) and route_lane_compute_logs(instance)    # once, then kept
+        assert isinstance(instance.compute_log_manager, LaneComputeLogManager)

@@ -29,6 +29,7 @@ from dagster._utils.hosted_user_process import recon_job_from_origin
 
 from icecdc_dagster import run_tags
 from icecdc_dagster.launcher.definitions_cache import warm_recon_job
+from icecdc_dagster.launcher.lane_logs import route_lane_compute_logs
 from icecdc_dagster.launcher.monitored_launcher import MonitoredRunLauncher
 from icecdc_dagster.launcher.run_profile import RunProfile
 from icecdc_dagster.launcher.sqlite_tuning import check_sqlite_synchronous, set_sqlite_synchronous
@@ -102,7 +103,7 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
         self._current: dict[str, threading.Thread] = {}  # executing now -> the worker thread
         self._spark_groups: set[str] = set()  # running runs whose Spark jobs carry their job group
         self._process_launcher: MonitoredRunLauncher | None = None  # for the runs that are not ours
-        self._connections_kept = False  # the instance keeps its connections (from the first launch on)
+        self._prepared = False  # the instance keeps its connections and routes compute logs (from the first launch on)
         self._idle = threading.Condition(self._lock)
         self._session = new_session()
         self._host = socket.gethostname()
@@ -157,9 +158,10 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
             raise ValueError(f"run {run.run_id} has no job code origin; the warm launcher cannot load its job")
         instance = self._instance
         with self._lock:
-            if not self._connections_kept:  # here, not at registration: the webserver registers launchers too
+            if not self._prepared:  # here, not at registration: the webserver registers launchers too
                 keep_connections_open(instance)
-                self._connections_kept = True
+                self._route_compute_logs(instance)
+                self._prepared = True
         instance.add_run_tags(run.run_id, {LAUNCHER_HOST_TAG: self._host, LAUNCHER_PID_TAG: str(self._pid),
                                            LAUNCHER_SESSION_TAG: self._session,
                                            **Holder.current(role="warm launcher (daemon)").tags()})
@@ -178,6 +180,13 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
                                                  daemon=True)
                 self._watcher.start()
         self._queue.put(run.run_id)
+
+    @staticmethod
+    def _route_compute_logs(instance: "DagsterInstance") -> None:
+        if not route_lane_compute_logs(instance):
+            _log.warning("icecdc warm launcher: the instance's compute log manager (%s) captures by process; "
+                         "the compute logs of runs in concurrent lanes can mix (docs/warm-launcher.md)",
+                         type(instance.compute_log_manager).__name__)
 
     def _work(self) -> None:
         while True:

@@ -103,8 +103,9 @@ class Attempts:
     spent: int                 # those that count against max_retries (unclassified and terminal)
     transient_streak: int      # transient failures since the last unclassified or terminal one
     latest: Failure | None     # the newest failure that was not a dead worker
-    dead_streak: int = 0       # the newest failed runs whose worker died, in a row
+    dead_streak: int = 0       # the newest failed runs that did no work (worker died, never started), in a row
     dead_ended_at: float = 0.0  # when the newest of those was failed over
+    unstarted: int = 0         # of the dead streak, the runs that never started (start timeouts)
 
     def backoff_s(self) -> float:
         if not self.transient_streak:
@@ -132,9 +133,14 @@ def _failure(record: "RunRecord") -> Failure:
                    tags.get(FAILURE_MESSAGE_TAG, ""), float(ended or 0.0))
 
 
+def never_started(tags: Mapping[str, str]) -> bool:
+    """Run monitoring failed the run before it started (``start_timeout_seconds``)."""
+    return tags.get(RUN_FAILURE_REASON_TAG) == RunFailureReason.START_TIMEOUT.value
+
+
 def did_no_work(tags: Mapping[str, str]) -> bool:
     """The run's worker died (failed over) or the run never started (a start timeout)."""
-    return bool(tags.get(FAILED_OVER_TAG)) or tags.get(RUN_FAILURE_REASON_TAG) == RunFailureReason.START_TIMEOUT.value
+    return bool(tags.get(FAILED_OVER_TAG)) or never_started(tags)
 
 
 def attempts_at(instance: "DagsterInstance", line_id: str, key: str) -> Attempts:
@@ -145,7 +151,7 @@ def attempts_at(instance: "DagsterInstance", line_id: str, key: str) -> Attempts
         tags=of_key, statuses=[DagsterRunStatus.FAILURE, DagsterRunStatus.SUCCESS]), limit=RECORDS_READ)]
     records = sorted(found, key=lambda r: r.create_timestamp, reverse=True)[:RECORDS_READ]
     spent, streak, latest, streak_open, runs = 0, 0, None, True, 0
-    settled, dead, dead_open, dead_at = False, 0, True, 0.0
+    settled, dead, dead_open, dead_at, unstarted = False, 0, True, 0.0, 0
     for record in records:
         if record.dagster_run.status == DagsterRunStatus.SUCCESS:
             settled = True
@@ -156,6 +162,7 @@ def attempts_at(instance: "DagsterInstance", line_id: str, key: str) -> Attempts
         if did_no_work(record.dagster_run.tags):
             dead_at = dead_at or _failure(record).ended_at
             dead += 1 if dead_open else 0
+            unstarted += 1 if dead_open and never_started(record.dagster_run.tags) else 0
             continue
         dead_open = False
         failure = _failure(record)
@@ -169,13 +176,28 @@ def attempts_at(instance: "DagsterInstance", line_id: str, key: str) -> Attempts
         runs = sum(instance.get_runs_count(RunsFilter(tags=of_key, statuses=[DagsterRunStatus.FAILURE]))
                    for of_key in line_filters(line_id, key))
     return Attempts(runs=runs, spent=spent, transient_streak=streak, latest=latest, dead_streak=dead,
-                    dead_ended_at=dead_at)
+                    dead_ended_at=dead_at, unstarted=unstarted)
 
 
 def recovery(failure: Failure, line_id: str, config_path: str | None) -> str:
     """The command that continues the line after ``failure`` (its class's, else re-execute)."""
     template = recovery_of(failure.class_name) or RETRY_COMMAND
     return recovery_command(template, line_id, config_path)
+
+
+def dead_streak_reason(key: str, attempts: Attempts, wait_s: float) -> str:
+    """Why a batch whose runs keep doing no work waits: the cause said as it is (a worker that died is
+    not a run that never found a free worker)."""
+    n, unstarted = attempts.dead_streak, attempts.unstarted
+    if unstarted == n:
+        what = (f"the runs of {key} never started {n} times in a row (no free worker within run monitoring's "
+                f"start_timeout_seconds: every worker busy with a long run?)")
+    elif unstarted:
+        what = (f"the runs of {key} did no work {n} times in a row ({n - unstarted} workers died, killed or "
+                f"out of memory?; {unstarted} runs never started)")
+    else:
+        what = f"the worker running {key} died {n} times in a row (killed, or out of memory?)"
+    return f"{what}: retried in {wait_s:.0f}s; icecdc sync retries it at once"
 
 
 def waiting_reason(key: str, attempts: Attempts, now: float | None = None) -> str:

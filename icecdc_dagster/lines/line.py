@@ -319,9 +319,7 @@ def retry_verdict(line: Line, key: str, attempts: retry.Attempts, config_path: s
     now = time.time() if now is None else now
     dead_retry_at = attempts.dead_retry_at() if patient else None
     if dead_retry_at is not None and dead_retry_at > now:
-        return Blocked(key, f"the worker running {key} died {attempts.dead_streak} times in a row (killed, or "
-                            f"out of memory?): retried in {dead_retry_at - now:.0f}s; icecdc sync retries it at "
-                            f"once", retry_at=dead_retry_at)
+        return Blocked(key, retry.dead_streak_reason(key, attempts, dead_retry_at - now), retry_at=dead_retry_at)
     latest = attempts.latest
     if latest is None or attempts.dead_streak:
         return None
