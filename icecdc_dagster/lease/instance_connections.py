@@ -9,9 +9,22 @@ share of both). The daemon's launcher and the code server's shared sensor instan
 webserver gets: a connection kept per storage, more opened when threads call at once (no limit,
 never waiting), recycled hourly, no statement timeout. SQLite storages keep their behaviour (their
 call is a no-op).
+
+A kept connection can be dead when it is next used: PostgreSQL restarted, or a proxy dropped it while
+idle. Used, it would fail that call once (and with it the run or tick that made it: a lane's run then
+spends a retry of its batch). So a kept PostgreSQL connection idle for :data:`PING_IDLE_S` or more is
+checked (``SELECT 1``) when it is taken from the pool, and replaced if the check fails: SQLAlchemy's
+``DisconnectionError`` protocol. Calls in quick succession, a lane's during a run, are not checked.
+This holds for every kept (``QueuePool``) PostgreSQL connection of the process, e.g. a PostgreSQL
+Iceberg catalog's too.
 """
 
-from typing import TYPE_CHECKING
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import event, exc
+from sqlalchemy.pool import QueuePool
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
@@ -19,6 +32,10 @@ if TYPE_CHECKING:
 RECYCLE_S = 3600  # a kept connection is replaced after an hour (a server restart's stale one at worst once)
 NO_STATEMENT_TIMEOUT = 0
 UNLIMITED_OVERFLOW = -1  # threads calling at once open more connections rather than wait for the kept one
+PING_IDLE_S = 5.0  # a kept connection idle this long is checked before it is used again
+_RETURNED_AT = "icecdc_returned_at"
+_PING_HOOK = threading.Lock()
+_ping_installed = False
 
 
 def keep_connections_open(instance: "DagsterInstance") -> None:
@@ -26,3 +43,34 @@ def keep_connections_open(instance: "DagsterInstance") -> None:
     SQLite). Call once per long-lived instance; later calls change nothing that matters."""
     instance.optimize_for_webserver(statement_timeout=NO_STATEMENT_TIMEOUT, pool_recycle=RECYCLE_S,
                                     max_overflow=UNLIMITED_OVERFLOW)
+    check_idle_connections()
+
+
+def check_idle_connections() -> None:
+    """From now on, this process checks a kept PostgreSQL connection that was idle before it is used."""
+    global _ping_installed
+    with _PING_HOOK:
+        if not _ping_installed:
+            event.listen(QueuePool, "checkin", _returned)
+            event.listen(QueuePool, "checkout", _check_if_idle)
+            _ping_installed = True
+
+
+def _returned(dbapi_connection: Any, record: Any) -> None:
+    if record is not None:
+        record.info[_RETURNED_AT] = time.monotonic()
+
+
+def _check_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+    returned = record.info.get(_RETURNED_AT)
+    if returned is None or time.monotonic() - returned < PING_IDLE_S or not _is_postgres(dbapi_connection):
+        return
+    try:
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except Exception as error:  # noqa: BLE001 - any failure: the pool replaces the connection
+        raise exc.DisconnectionError(f"a kept PostgreSQL connection was dead after idling: {error}") from error
+
+
+def _is_postgres(dbapi_connection: Any) -> bool:
+    return type(dbapi_connection).__module__.startswith(("psycopg2", "psycopg"))

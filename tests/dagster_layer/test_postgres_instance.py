@@ -110,3 +110,21 @@ def test_the_code_servers_sensor_instance_keeps_its_connection_between_calls(ins
     assert _sessions_after(postgres_url, lambda: [shared.get_runs_count() for _ in range(30)]) <= 2
     # The same calls on an instance as Dagster opens it: a session each.
     assert _sessions_after(postgres_url, lambda: [instance.get_runs_count() for _ in range(30)], at_least=30) >= 30
+
+
+def test_a_kept_connection_killed_while_idle_is_replaced_not_failed(instance, postgres_url, monkeypatch):
+    """PostgreSQL restarted (here: every session of the instance's database ended by the server) while the
+    kept connection idled: the next call must succeed on a new connection, not fail the run that makes it."""
+    import psycopg2
+
+    from icecdc_dagster.lease import instance_connections
+
+    monkeypatch.setattr(instance_connections, "PING_IDLE_S", 0.0)
+    instance_connections.keep_connections_open(instance)
+    assert instance.get_runs_count() == 0                              # the connection is now kept
+    with psycopg2.connect(postgres_url.replace("postgresql+psycopg2://", "postgresql://")) as admin, \
+            admin.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        assert cursor.fetchall()                                        # the kept session was ended
+    assert instance.get_runs_count() == 0                               # a new connection, no error
