@@ -209,22 +209,26 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
 
     def _watch_cancellation(self) -> None:
         """Like the run worker's cancellation thread: a run marked CANCELING (by ``terminate`` in
-        any process, e.g. the webserver) is interrupted here, in the process that executes it."""
+        any process, e.g. the webserver) is interrupted here, in the process that executes it.
+
+        One query per poll for all the lanes, of run ids only: reading each running run
+        (``get_run_by_id``) cost a query per lane per second, each with a schema inspection of the
+        runs table (Dagster's run records), 3.5 % of a busy daemon's CPU (py-spy, 20 tables, 3 lanes)."""
         interrupted: set[str] = set()
         while True:
             time.sleep(CANCEL_POLL_S)
             with self._lock:
                 running = dict(self._current)
             interrupted &= set(running)
-            for run_id in set(running) - interrupted:
-                if not self.has_instance:
-                    break
-                try:
-                    run = self._instance.get_run_by_id(run_id)
-                except Exception:  # noqa: BLE001 - storage hiccup: try again next poll
-                    continue
-                if run is None or run.status != DagsterRunStatus.CANCELING:
-                    continue
+            watched = set(running) - interrupted
+            if not watched or not self.has_instance:
+                continue
+            try:
+                canceling = self._instance.get_run_ids(RunsFilter(run_ids=sorted(watched),
+                                                                  statuses=[DagsterRunStatus.CANCELING]))
+            except Exception:  # noqa: BLE001 - storage hiccup: try again next poll
+                continue
+            for run_id in canceling:
                 interrupted.add(run_id)
                 # Only this run's Spark jobs when they carry its job group (other lanes go on).
                 cancel_spark_jobs(run_id if run_id in self._spark_groups else None)
