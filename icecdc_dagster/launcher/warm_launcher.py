@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 
 CANCEL_POLL_S = 1.0
+DAEMON_THREADS = 2  # besides the lanes, the daemon's threads that call the instance at once (sensor, queue)
 _IN_FLIGHT = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
 _log = logging.getLogger(__name__)
 
@@ -159,7 +160,7 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
         instance = self._instance
         with self._lock:
             if not self._prepared:  # here, not at registration: the webserver registers launchers too
-                keep_connections_open(instance)
+                keep_connections_open(instance, threads=self._workers_wanted + DAEMON_THREADS)
                 self._route_compute_logs(instance)
                 self._prepared = True
         instance.add_run_tags(run.run_id, {LAUNCHER_HOST_TAG: self._host, LAUNCHER_PID_TAG: str(self._pid),

@@ -128,3 +128,39 @@ def test_a_kept_connection_killed_while_idle_is_replaced_not_failed(instance, po
                        "WHERE datname = current_database() AND pid <> pg_backend_pid()")
         assert cursor.fetchall()                                        # the kept session was ended
     assert instance.get_runs_count() == 0                               # a new connection, no error
+
+
+def test_threads_calling_at_once_keep_a_connection_each(postgres_url):
+    """The daemon's lanes and its own threads store asset events at once: with one kept connection per
+    storage (the webserver's setting), every connection in use beside it was opened for the call and closed
+    after (storing an asset event alone uses two). Kept per thread, the sessions stay few."""
+    import threading
+
+    from dagster import AssetMaterialization
+
+    from icecdc_dagster.lease.instance_connections import keep_connections_open
+
+    def calls(instance) -> None:  # noqa: ANN001
+        barrier = threading.Barrier(8)
+
+        def work() -> None:
+            barrier.wait()
+            for i in range(25):
+                instance.report_runless_asset_event(AssetMaterialization("events", metadata={"i": i}))
+                instance.get_runs_count()
+
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    overrides = {"storage": {"postgres": {"postgres_url": postgres_url}}}
+    with instance_for_test(overrides=overrides) as one_kept:
+        keep_connections_open(one_kept)
+        calls(one_kept)                                                   # the pools fill
+        assert _sessions_after(postgres_url, lambda: calls(one_kept), at_least=40) >= 40   # 156 measured
+    with instance_for_test(overrides=overrides) as per_thread:
+        keep_connections_open(per_thread, threads=8)
+        calls(per_thread)
+        assert _sessions_after(postgres_url, lambda: calls(per_thread)) <= 8                      # 0 measured
