@@ -66,7 +66,7 @@ def _keep_per_thread(instance: "DagsterInstance", threads: int) -> None:
         url = getattr(storage, "postgres_url", None)
         if engine is None or url is None or not isinstance(engine.pool, QueuePool):
             continue  # SQLite, or not the PostgreSQL storages we know
-        from dagster_postgres.utils import create_pg_engine
+        from dagster_postgres.utils import create_pg_engine  # PostgreSQL instances only: not loaded on SQLite
 
         kwargs: dict[str, Any] = {"isolation_level": "AUTOCOMMIT", "pool_size": size, "pool_recycle": RECYCLE_S,
                                   "max_overflow": UNLIMITED_OVERFLOW}
