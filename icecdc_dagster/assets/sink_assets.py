@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from dagster import (
@@ -139,7 +140,7 @@ def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
                                                           by_row_id)
         else:
             events = joined_events if joining else store.read_events(info, use_row_id=by_row_id)
-            result = target.apply(info, events)
+            result = target.apply(info, events, None if joining else partial(store.column_ranges, info))
             applied = {} if result.skipped else (result.event_counts if result.event_counts is not None
                                                   else event_counts(events))
             found = [] if result.skipped else target.disagreements(info, applied, result)

@@ -1,6 +1,6 @@
 """The contract every sink implements; the Dagster layer only talks to this."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -60,6 +60,11 @@ def count_disagreements(rules: Sequence[CountRule], event_counts: Mapping[str, i
     return found
 
 
+# The events' min and max per column, as far as the stored batch's file statistics tell (None: they cannot):
+# asked by a sink that bounds its write by its key range, for its own key columns.
+ColumnRanges = Callable[[Sequence[str]], "dict[str, tuple[Any, Any]] | None"]
+
+
 class Sink(Protocol):
     name: str
 
@@ -71,8 +76,9 @@ class Sink(Protocol):
             Exception: the target's own client error when it cannot be read (each kind names its own).
         """
 
-    def apply(self, batch: BatchInfo, events: Any) -> ApplyResult:
+    def apply(self, batch: BatchInfo, events: Any, ranges: ColumnRanges | None = None) -> ApplyResult:
         """Apply ``events`` (a Spark DataFrame of CDC events) or skip/refuse per :func:`batch.decide`.
+        ``ranges``: the events' column ranges when the caller can read them without a job (stored events).
 
         Whatever it raises, the checkpoint is not advanced: running the batch again is safe.
 

@@ -20,6 +20,7 @@ by field id in the source schema of its snapshot (``BatchInfo.schema_id``), what
 column names are now: a sink that applies a batch stored before a rename gets the names of that time.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from icecdc_dagster.writer import (
     FIELD_MAP_PROPERTY,
     SourceSchemas,
     align_by_name,
+    column_ranges,
     columns_by_field_id,
     encode_mapping,
     fields_by_id,
@@ -207,6 +209,28 @@ class ChangelogStore:
         # An export's keys were checked when it was computed (one row per key): no ranking.
         return to_events(self._read_as(batch, want), batch.table_name, keys, batch.operation,
                          batch.snapshot_id, use_row_id=use_row_id, unique_ids=batch.is_export)
+
+    def column_ranges(self, batch: BatchInfo, columns: Sequence[str]) -> dict[str, tuple[Any, Any]] | None:
+        """min and max of each of ``columns`` (named as :meth:`read_events` names them) over the stored batch,
+        from its data files' statistics: a sink bounds its write by them without an aggregate over the events
+        (:func:`writer.column_ranges`). None where the statistics cannot tell: the caller aggregates instead.
+
+        Raises:
+            pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: the store or the source cannot be
+                loaded, or the store's manifests read (passes through).
+        """
+        jtable = java_table(self.spark, self.spark_name)
+        stored = schema_of(self.spark, jtable.schema())
+        want = self._source().of(batch.schema_id)
+        store_of = {sid: tid for tid, sid in self._mapping(jtable, stored, want).items()}
+        wanted = {f.name: f.field_id for f in want.fields}
+        stored_fields = {f.field_id: f for f in stored.fields}
+        fields = {name: stored_fields.get(store_of.get(wanted.get(name, -1), -1)) for name in columns}
+        if any(f is None for f in fields.values()):
+            return None
+        jvm: Any = self.spark._jvm  # noqa: SLF001 - the session's JVM, as java_table uses it
+        in_batch = jvm.org.apache.iceberg.expressions.Expressions.equal(BATCH_SNAPSHOT_ID, batch.snapshot_id)
+        return column_ranges(jvm, jtable, in_batch, {k: f for k, f in fields.items() if f is not None})
 
     def counts(self, batch: BatchInfo) -> dict[str, int]:
         """Rows per change type of one batch (an aggregate, read back from the stored batch)."""

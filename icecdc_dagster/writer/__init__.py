@@ -38,6 +38,7 @@ from icecdc_dagster.writer.field_ids import (
                                          load_mapping,
                                          schema_of,
 )
+from icecdc_dagster.writer.file_statistics import column_ranges
 from icecdc_dagster.writer.merge import (
                                          OP_COLUMN,
                                          OP_DELETE,
@@ -48,6 +49,7 @@ from icecdc_dagster.writer.merge import (
                                          WriteOutcome,
                                          bounds_aggregates,
                                          bounds_from,
+                                         bounds_of_ranges,
                                          observation_values,
                                          write_batch,
 )
@@ -58,7 +60,8 @@ __all__ = [
     "BATCH_ID_PROPERTY", "EQUALITY_DELETES", "Evolution", "FIELD_MAP_PROPERTY", "KeyBounds", "LAST_BATCH_PROPERTY",
     "LedgerRetention", "MERGE", "OP_COLUMN", "OP_DELETE", "OP_INSERT", "OP_UPSERT", "ORDER_COLUMN", "SourceSchemas",
     "TARGET_SNAPSHOT_KEY", "WriteOutcome", "add_columns", "align_by_name", "bounds_aggregates", "bounds_from",
-    "columns_by_field_id", "committed_batch_ids", "committed_summaries", "copy_table", "create_table",
+    "bounds_of_ranges",
+    "column_ranges", "columns_by_field_id", "committed_batch_ids", "committed_summaries", "copy_table", "create_table",
     "declared_columns", "drop_table", "encode_mapping", "ensure_namespace", "fields_by_id", "follow_source_schema",
     "infer_mapping", "java_table", "last_batch", "last_batch_in", "ledger_dropped_upto", "ledger_entries",
     "load_mapping", "main_ancestors", "namespace_exists", "observation_values", "recorded_summaries", "schema_of",

@@ -14,7 +14,7 @@ dead-letters deletes).
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,6 +119,21 @@ def bounds_from(row: Any, key_columns: Sequence[str], target: T.StructType,
         column = column & F.col(_quote(k)).between(lo, hi)
         sql.append(f"t.{_quote(k)} BETWEEN {_sql(lo)} AND {_sql(hi)}")
     return KeyBounds(column, " AND ".join(sql))
+
+
+def bounds_of_ranges(ranges: Mapping[str, tuple[Any, Any]], key_columns: Sequence[str],
+                     target: T.StructType) -> KeyBounds | None:
+    """The key bounds from each key's (min, max) known already (e.g. from file statistics); None when a key
+    column the target can order by has no range (the caller aggregates instead).
+
+    Raises:
+        Nothing of its own: it builds a filter from values in memory.
+    """
+    usable = _orderable(key_columns, target)
+    if not usable or not all(k in ranges for k in usable):
+        return None
+    row = {f"_icecdc_{side}{i}": ranges[k][j] for i, k in enumerate(usable) for j, side in enumerate(("lo", "hi"))}
+    return bounds_from(row, key_columns, target)
 
 
 def _orderable(key_columns: Sequence[str], target: T.StructType) -> list[str]:

@@ -98,3 +98,53 @@ def test_v3_lineage_is_stored_under_non_reserved_names_and_read_back(spark, cata
         (row_id_of_y, "Y", UPDATE_AFTER), (row_id_of_y, "y", UPDATE_BEFORE)]
     events = store.read_events(info, use_row_id=uses_row_id(table, ())).collect()
     assert [(e["document_id"], e["line"], e[ROW_ID]) for e in events] == [(str(row_id_of_y), "Y", row_id_of_y)]
+
+
+def _aggregated_ranges(store, info, columns):
+    """The oracle: min and max of each column over the batch's rows as the store reads them back."""
+    from pyspark.sql import functions as F
+
+    row = store.read(info).agg(*[F.struct(F.min(c), F.max(c)).alias(c) for c in columns]).first()
+    return {c: tuple(row[c]) for c in columns}
+
+
+def test_a_stored_batchs_column_ranges_come_from_its_files_statistics(spark, catalog, catalog_settings):
+    """What a replica bounds its MERGE by, with no job: the stored batch's file bounds, equal to an aggregate of
+    its rows (strings within Iceberg's 16-character truncation), under the batch's own column names after a
+    rename; None where the statistics cannot tell (a type without ranges, metrics turned off)."""
+    import datetime as dt
+    import random
+
+    cat, name = catalog_settings.name, "db.ranged"
+    fq = f"{cat}.{name}"
+    spark.sql(f"CREATE TABLE {fq} (id bigint NOT NULL, code string, day date, n int, score double) USING iceberg "
+              "TBLPROPERTIES ('format-version'='2')")
+    rnd = random.Random(7)
+    values = ", ".join(f"({rnd.randrange(-10**12, 10**12)}, '{rnd.choice('abcxyz')}{rnd.randrange(10**6)}', "
+                       f"DATE '{dt.date(2020, 1, 1) + dt.timedelta(days=rnd.randrange(2000))}', "
+                       f"{rnd.randrange(-99, 99)}, {rnd.random()})" for _ in range(40))
+    spark.sql(f"INSERT INTO {fq} VALUES {values}")
+    first = catalog.load_table(name).current_snapshot().snapshot_id
+    store, info, _ = _store_batch(spark, cat, catalog.load_table(name), name, [first], first, ("id",))
+    columns = ["id", "code", "day", "n"]
+    assert store.column_ranges(info, columns) == _aggregated_ranges(store, info, columns)
+    assert store.column_ranges(info, ["id", "score"]) is None  # a double has no range here
+    assert store.column_ranges(info, ["no_such_column"]) is None
+
+    spark.sql(f"ALTER TABLE {fq} RENAME COLUMN code TO label")
+    spark.sql(f"INSERT INTO {fq} VALUES (1, 'a-label-longer-than-sixteen-characters', DATE '2019-05-05', 5, 0.5), "
+              f"(2, 'b-label-longer-than-sixteen-characters-too', DATE '2031-01-01', 6, 0.25)")
+    second = catalog.load_table(name).current_snapshot().snapshot_id
+    _, later, _ = _store_batch(spark, cat, catalog.load_table(name), name, [second], first, ("id",))
+    assert store.column_ranges(info, ["code"]) == _aggregated_ranges(store, info, ["code"])  # the batch's names
+    ranges, exact = store.column_ranges(later, ["label", "day"]), _aggregated_ranges(store, later, ["label", "day"])
+    assert ranges["day"] == exact["day"] == (dt.date(2019, 5, 5), dt.date(2031, 1, 1))
+    low, high = ranges["label"]
+    assert low <= exact["label"][0] and high >= exact["label"][1] and (low, high) != exact["label"]  # truncated
+
+    spark.sql(f"ALTER TABLE {fq}__changelog SET TBLPROPERTIES ('write.metadata.metrics.column.id'='none')")
+    spark.sql(f"INSERT INTO {fq} VALUES (3, 'c', DATE '2020-01-01', 7, 0.75)")
+    third = catalog.load_table(name).current_snapshot().snapshot_id
+    _, unmeasured, _ = _store_batch(spark, cat, catalog.load_table(name), name, [third], first, ("id",))
+    assert store.column_ranges(unmeasured, ["id"]) is None
+    assert store.column_ranges(unmeasured, ["n"]) == {"n": (7, 7)}

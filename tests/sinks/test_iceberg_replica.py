@@ -106,3 +106,61 @@ def test_replica_propagates_added_column(spark, catalog, catalog_settings):
     assert result.details["added_columns"] == ["score"]
     got = {r.id: (r.name, r.score) for r in spark.table(f"{cat}.db.dst").collect()}
     assert got == {1: ("a2", 1.5), 2: ("b", None)}
+
+
+def _stored(spark, cat, catalog, snapshot_id, bootstrap_id):
+    """The batch as the changelog asset computes and stores it; the store it is in."""
+    from icecdc_dagster import changelog
+    from icecdc_dagster.steps.batches import compute_batch, keys_to_request
+    from icecdc_dagster.steps.changelog_store import ChangelogStore
+
+    request = keys_to_request("db.src", [str(snapshot_id)], [str(bootstrap_id)], False, ("id",))
+    store = ChangelogStore(spark, cat, "db.src")
+    with changelog.staged_scans(spark):
+        computed = compute_batch(spark, cat, catalog.load_table("db.src"), request)
+        store.write(computed.info, computed.rows)
+    return store, computed.info
+
+
+def _jobs_of(spark, label, apply):
+    """The Spark jobs ``apply()`` ran (tagged with a job group of their own)."""
+    spark.sparkContext.setJobGroup(label, label)
+    try:
+        apply()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(label))
+
+
+def test_a_stored_batchs_key_range_spares_the_replica_an_aggregate(spark, catalog, catalog_settings):
+    """With the key range read from the store's file statistics, a replica applies a batch with one Spark job
+    fewer (no aggregate finds its MERGE's key bounds), to the same rows as with the aggregate; and a created
+    replica merges its manifests early (every MERGE plans its read from them)."""
+    from functools import partial
+
+    cat = catalog_settings.name
+    spark.sql(f"CREATE TABLE {cat}.db.src (id bigint NOT NULL, name string) USING iceberg "
+              "TBLPROPERTIES ('format-version'='2', 'write.update.mode'='copy-on-write')")
+    spark.sql(f"INSERT INTO {cat}.db.src SELECT id, CAST(id AS string) FROM range(100)")
+    first = catalog.load_table("db.src").current_snapshot().snapshot_id
+    sinks = {name: IcebergReplicaSink(spark, cat, catalog, f"db.{name}", catalog.load_table("db.src"), ("id",))
+             for name in ("ranged", "aggregated")}
+    store, info = _stored(spark, cat, catalog, first, first)
+    for name, sink in sinks.items():
+        sink.apply(info, store.read_events(info, use_row_id=False))
+    jobs = {}
+    for i in range(3):
+        spark.sql(f"MERGE INTO {cat}.db.src t USING (SELECT id, id = {50 + i} AS gone FROM range(100) "
+                  f"WHERE id % 7 = {i} OR id = {50 + i}) s ON t.id = s.id "
+                  f"WHEN MATCHED AND s.gone THEN DELETE WHEN MATCHED THEN UPDATE SET name = 'u{i}'")
+        snapshot = catalog.load_table("db.src").current_snapshot().snapshot_id
+        store, info = _stored(spark, cat, catalog, snapshot, first)
+        for name, sink in sinks.items():
+            ranges = partial(store.column_ranges, info) if name == "ranged" else None
+            jobs[name] = _jobs_of(spark, f"{name}-{i}", lambda s=sink, r=ranges: s.apply(
+                info, store.read_events(info, use_row_id=False), r))
+        assert jobs["ranged"] == jobs["aggregated"] - 1, jobs
+    source = sorted(spark.table(f"{cat}.db.src").collect())
+    assert sorted(spark.table(f"{cat}.db.ranged").collect()) == source
+    assert sorted(spark.table(f"{cat}.db.aggregated").collect()) == source
+    assert catalog.load_table("db.ranged").properties["commit.manifest.min-count-to-merge"] == "8"

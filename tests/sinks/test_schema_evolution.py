@@ -6,6 +6,7 @@ column in both directions, with no duplicate key in the replica.
 """
 
 import dataclasses
+from functools import partial
 
 import pytest
 
@@ -28,7 +29,9 @@ def _store(spark, cat, catalog, snapshot_id, bootstrap_id, key=("id",)):
 
 
 def _apply(spark, cat, sink, info):
-    return sink.apply(info, ChangelogStore(spark, cat, "db.src").read_events(info, use_row_id=False))
+    """As the sink asset applies a stored batch: its events, and its key range from the store's statistics."""
+    store = ChangelogStore(spark, cat, "db.src")
+    return sink.apply(info, store.read_events(info, use_row_id=False), partial(store.column_ranges, info))
 
 
 def _sync(spark, cat, catalog, sink, bootstrap_id):

@@ -46,7 +46,7 @@ from icecdc_dagster.column_names import column
 from icecdc_dagster.errors import SchemaChangeError, SinkWriteError, resync_command
 from icecdc_dagster.runtime.catalog import catalog_errors, settings_of
 from icecdc_dagster.runtime.java import java_map
-from icecdc_dagster.sinks.base import ApplyResult, Disagreement
+from icecdc_dagster.sinks.base import ApplyResult, ColumnRanges, Disagreement
 from icecdc_dagster.sinks.iceberg.agreement import replica_disagreements
 from icecdc_dagster.writer import (
     FIELD_MAP_PROPERTY,
@@ -59,6 +59,7 @@ from icecdc_dagster.writer import (
     Evolution,
     SourceSchemas,
     align_by_name,
+    bounds_of_ranges,
     copy_table,
     drop_table,
     encode_mapping,
@@ -72,6 +73,7 @@ from icecdc_dagster.writer import (
     schema_of,
     set_identifier_fields,
     table_exists,
+    table_properties,
     write_batch,
 )
 from icecdc_dagster.writer.metadata_reads import main_snapshots, summary_of
@@ -122,9 +124,15 @@ def _checkpoint_from(last: dict[str, str] | None, exists: Callable[[int], bool],
 
 MERGE_ON_READ, COPY_ON_WRITE = "merge-on-read", "copy-on-write"
 _WRITE_MODE_PROPERTIES = ("write.merge.mode", "write.update.mode", "write.delete.mode")
+MANIFEST_MERGE_PROPERTY = "commit.manifest.min-count-to-merge"
+# Every batch's commit adds a manifest (two with merge-on-read: data and deletes), and every MERGE plans its
+# scan of the replica from all of them. Iceberg merges them only at 100 by default, so a replica read ~50 per
+# batch on average; at 8 it reads a few, and each merge rewrites at most one 8 MB bin of small manifests.
+# bench/batch_profile.py at 45-60 batches: the MERGE's JVM CPU 0.565 -> 0.435 s, the batch's 1.10 -> 1.00.
+REPLICA_MANIFEST_MERGE_COUNT = 8
 
 
-def replica_write_properties(write_mode: str, format_version: int) -> list[tuple[str, str]]:
+def replica_table_properties(write_mode: str, format_version: int) -> list[tuple[str, str]]:
     """The table properties a created replica gets for ``write_mode`` (its other properties are the source's).
 
     Why merge-on-read by default: a replica takes one small MERGE per batch. Copy-on-write rewrites every data
@@ -132,9 +140,11 @@ def replica_write_properties(write_mode: str, format_version: int) -> list[tuple
     counted apart: 8 Spark jobs per batch, 5 merge-on-read); merge-on-read writes the batch's rows and a delete
     file (v2) or deletion vector (v3), and the table group's maintenance compacts them
     (``compact_delete_files``). bench/batch_profile.py: JVM 1.36 -> 0.98 CPU-s per small batch. Format v1 has no
-    delete files: a v1 replica stays copy-on-write."""
+    delete files: a v1 replica stays copy-on-write. Manifests are merged from
+    :data:`REPLICA_MANIFEST_MERGE_COUNT` on (why: there)."""
     mode = COPY_ON_WRITE if format_version < 2 else write_mode
-    return [(key, mode) for key in _WRITE_MODE_PROPERTIES]
+    return [*((key, mode) for key in _WRITE_MODE_PROPERTIES),
+            (MANIFEST_MERGE_PROPERTY, str(REPLICA_MANIFEST_MERGE_COUNT))]
 
 
 class IcebergReplicaSink:
@@ -145,7 +155,7 @@ class IcebergReplicaSink:
                  source_catalog: str | None = None, write_mode: str = MERGE_ON_READ) -> None:
         """``catalog_name`` / ``pyiceberg_catalog``: the replica's catalog; ``source_catalog``: the Spark
         name of the source's, when it is another (both attached to ``spark``). ``write_mode``: how the
-        replica this sink creates takes its MERGEs (:func:`replica_write_properties`)."""
+        replica this sink creates takes its MERGEs (:func:`replica_table_properties`)."""
         self.spark = spark
         self.catalog_name = catalog_name
         self.source_catalog = source_catalog or catalog_name
@@ -209,8 +219,9 @@ class IcebergReplicaSink:
         source = java_table(self.spark, self._source)
         return int(source.operations().current().formatVersion()) >= 3
 
-    def apply(self, batch: BatchInfo, events: DataFrame) -> ApplyResult:
+    def apply(self, batch: BatchInfo, events: DataFrame, ranges: ColumnRanges | None = None) -> ApplyResult:
         """MERGE the batch into the replica in one commit that records the checkpoint (created or evolved first).
+        ``ranges``: the events' key range, read without a job (else one aggregate finds it).
 
         Raises:
             CheckpointError: the batch does not follow the replica's checkpoint (:func:`batch.decide`).
@@ -233,9 +244,9 @@ class IcebergReplicaSink:
         if decide(self.name, checkpoint, batch) is Decision.ALREADY_APPLIED:
             return ApplyResult(self.name, True, checkpoint)
         with self._catalog_errors(attributed=False):
-            return self._write(batch, events, jtarget)
+            return self._write(batch, events, jtarget, ranges)
 
-    def _write(self, batch: BatchInfo, events: DataFrame, jtarget: Any) -> ApplyResult:
+    def _write(self, batch: BatchInfo, events: DataFrame, jtarget: Any, ranges: ColumnRanges | None) -> ApplyResult:
         by_row_id = self.keyed_by_row_id()
         if by_row_id:
             events = self._with_source_row_id(batch, events)
@@ -256,7 +267,8 @@ class IcebergReplicaSink:
               .when(F.col(CHANGE_TYPE) == INSERT, F.lit(OP_INSERT)).otherwise(F.lit(OP_UPSERT)))
         order = F.col(COMMIT_SEQUENCE_NUMBER) * F.lit(1 << 31) + F.col(CHANGE_ORDINAL)
         # Only the target's own columns: never the source's lineage, change or event columns.
-        target_columns = [c for c in self.spark.table(self._target).columns if c in events.columns]
+        target_schema = self.spark.table(self._target).schema
+        target_columns = [c for c in target_schema.names if c in events.columns]
         rows = (events.where(F.col(CHANGE_TYPE).isin(INSERT, DELETE, UPDATE_AFTER))
                 .select(*[column(c) for c in target_columns], op.alias(OP_COLUMN), order.alias(ORDER_COLUMN)))
         # A replica is exact: an INSERT of a key the target already holds is still an upsert.
@@ -268,9 +280,12 @@ class IcebergReplicaSink:
         if batch.line is not None:
             properties[LINE_PROPERTY] = batch.line
             batch_id += f"/{batch.line}"
+        # The key range from the stored batch's file statistics where they tell it (no aggregate over the rows).
+        known = None if by_row_id or ranges is None or batch.resyncs_target or not keys else ranges(keys)
+        bounds = None if known is None else bounds_of_ranges(known, keys, target_schema)
         # A resync export is the table's whole content: an overwrite drops rows the source no longer has.
         outcome = write_batch(self.spark, self._target, rows, keys, batch_id, properties,
-                              replace_all=batch.resyncs_target)
+                              replace_all=batch.resyncs_target, bounds=bounds)
         # Counted: every count shown, 0 included (the writer leaves zeros out; a plot of them would have gaps).
         counts = ({**dict.fromkeys(KEYED_COUNTS, 0), **outcome.counts}
                   if outcome.counted_by and "appended" not in outcome.counts else outcome.counts)
@@ -306,8 +321,10 @@ class IcebergReplicaSink:
         created = java_table(self.spark, self._target)
         mapping = align_by_name(schema_of(self.spark, created.schema()), schema)
         update = created.updateProperties().set(FIELD_MAP_PROPERTY, encode_mapping(mapping))
-        for key, value in replica_write_properties(self.write_mode, created.operations().current().formatVersion()):
-            update = update.set(key, value)
+        own = table_properties(created)
+        for key, value in replica_table_properties(self.write_mode, created.operations().current().formatVersion()):
+            if key != MANIFEST_MERGE_PROPERTY or key not in own:  # the source's own manifest setting stays
+                update = update.set(key, value)
         update.commit()
         return Evolution(mapping, ["created"] if jtarget is None else ["rebuilt by the resync export"])
 

@@ -34,7 +34,7 @@ from pyspark.sql import functions as F
 from icecdc_dagster import batch as b
 from icecdc_dagster.batch import BatchInfo, Checkpoint, Decision, decide
 from icecdc_dagster.errors import CheckpointError, ConfigError, ReindexError, SinkUnavailableError, SinkWriteError
-from icecdc_dagster.sinks.base import ApplyResult, Disagreement
+from icecdc_dagster.sinks.base import ApplyResult, ColumnRanges, Disagreement
 from icecdc_dagster.sinks.opensearch import checkpoint as cp
 from icecdc_dagster.sinks.opensearch import versions as vs
 from icecdc_dagster.sinks.opensearch.actions import FAILED, WriteSummary
@@ -226,9 +226,9 @@ class OpenSearchSink:
         change = compare(recorded, wanted)
         return change.describe() if change.needs_reindex else None
 
-    def apply(self, batch: BatchInfo, events: DataFrame) -> ApplyResult:
+    def apply(self, batch: BatchInfo, events: DataFrame, ranges: ColumnRanges | None = None) -> ApplyResult:
         """Bulk-write the batch into the live version (or build a new version and move the alias to it),
-        then record the checkpoint in the version's ``_meta``.
+        then record the checkpoint in the version's ``_meta``. ``ranges``: not used (documents are written by id).
 
         Raises:
             CheckpointError: the batch does not follow the checkpoint (:func:`batch.decide`), or the
