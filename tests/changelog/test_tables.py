@@ -9,6 +9,7 @@ import pytest
 
 from icecdc_dagster import changelog
 from icecdc_dagster.batch import DELETE, UPDATE_AFTER, UPDATE_BEFORE
+from icecdc_dagster.changelog import engine
 from icecdc_dagster.changelog import plan as plan_module
 from icecdc_dagster.changelog.read import _manifest_may_hold, java_data_file_changes, java_table
 from icecdc_dagster.errors import DuplicateKeyChangeError, IdentifierColumnError, SnapshotNotFoundError
@@ -179,14 +180,29 @@ def test_plan_is_metadata_and_ranges_follow_ancestry(spark, catalog, catalog_set
         changelog.snapshots_after(table, plans[3].snapshot_id, plans[1].snapshot_id)
 
 
-def test_duplicate_key_and_identifier_errors(spark, catalog, catalog_settings):
+@pytest.mark.parametrize("one_task_rows", [engine.ONE_TASK_ROWS, 0])
+def test_duplicate_key_and_identifier_errors(spark, catalog, catalog_settings, monkeypatch, one_task_rows):
+    """The key check of a one-sided batch, in one task (a small batch: one stage, no shuffle) or shuffled by key
+    (three stages), finds the same offenders."""
+    monkeypatch.setattr(engine, "ONE_TASK_ROWS", one_task_rows)
     ident = f"{catalog_settings.name}.db.t"
     spark.sql(f"CREATE TABLE {ident} (id bigint, v string, s struct<x: int>) USING iceberg "
               f"{mode_properties(2, 'copy-on-write')}")
     spark.sql(f"INSERT INTO {ident} VALUES (1, 'a', NULL), (1, 'b', NULL)")
     spark.sql(f"INSERT INTO {ident} VALUES (NULL, 'n', NULL)")
-    table, null_sid = current(catalog)
+    spark.sql(f"INSERT INTO {ident} VALUES (2, 'c', NULL), (3, 'd', NULL)")
+    table, fine_sid = current(catalog)
+    null_sid = changelog.plan_snapshot(table, fine_sid).parent_id
     sid = changelog.plan_snapshot(table, null_sid).parent_id
+    label = f"key-check-{one_task_rows}"
+    spark.sparkContext.setJobGroup(label, label)
+    try:
+        changelog.changes(spark, catalog_settings.name, table, fine_sid, ["id"])  # the check's job, rows lazy
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    tracker = spark.sparkContext.statusTracker()
+    (job,) = tracker.getJobIdsForGroup(label)
+    assert len(tracker.getJobInfo(job).stageIds) == (1 if one_task_rows else 3)
     with pytest.raises(DuplicateKeyChangeError, match=rf"table db\.t, snapshot {sid}: key \{{'id': 1\}} has 2 INSERT"):
         changelog.changes(spark, catalog_settings.name, table, sid, ["id"])
     with pytest.raises(IdentifierColumnError, match=r"identifier column 'nope' does not exist in table db\.t"):
