@@ -53,11 +53,19 @@ from icecdc_dagster.writer.merge import (
                                          observation_values,
                                          write_batch,
 )
-from icecdc_dagster.writer.tables import copy_table, drop_table, set_identifier_fields, table_exists
+from icecdc_dagster.writer.tables import (
+    MANIFEST_MERGE_PROPERTY,
+    MERGED_MANIFEST_COUNT,
+    copy_table,
+    drop_table,
+    set_identifier_fields,
+    table_exists,
+)
 from icecdc_dagster.writer.type_ddl import split_top
 
 __all__ = [
     "BATCH_ID_PROPERTY", "EQUALITY_DELETES", "Evolution", "FIELD_MAP_PROPERTY", "KeyBounds", "LAST_BATCH_PROPERTY",
+    "MANIFEST_MERGE_PROPERTY", "MERGED_MANIFEST_COUNT",
     "LedgerRetention", "MERGE", "OP_COLUMN", "OP_DELETE", "OP_INSERT", "OP_UPSERT", "ORDER_COLUMN", "SourceSchemas",
     "TARGET_SNAPSHOT_KEY", "WriteOutcome", "add_columns", "align_by_name", "bounds_aggregates", "bounds_from",
     "bounds_of_ranges",

@@ -16,11 +16,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from icecdc_dagster.errors import SchemaDeclarationError
-from icecdc_dagster.writer.tables import set_identifier_fields, spark_catalog
+from icecdc_dagster.writer.tables import (
+    MANIFEST_MERGE_PROPERTY,
+    MERGED_MANIFEST_COUNT,
+    set_identifier_fields,
+    spark_catalog,
+)
 from icecdc_dagster.writer.type_ddl import spark_ddl
 
 DEFAULT_PROPERTIES = {"format-version": "2", "write.merge.mode": "merge-on-read",
-                      "write.update.mode": "merge-on-read", "write.delete.mode": "merge-on-read"}
+                      "write.update.mode": "merge-on-read", "write.delete.mode": "merge-on-read",
+                      MANIFEST_MERGE_PROPERTY: str(MERGED_MANIFEST_COUNT)}
 _TRANSFORM = re.compile(r"^(identity|year|month|day|hour|void|bucket\[(\d+)\]|truncate\[(\d+)\])(?:\((\w+)\))?$")
 _SPARK_TRANSFORM = {"year": "years", "month": "months", "day": "days", "hour": "hours"}
 

@@ -5,6 +5,14 @@ from typing import Any
 
 from icecdc_dagster.writer.exactly_once import java_table
 
+MANIFEST_MERGE_PROPERTY = "commit.manifest.min-count-to-merge"
+# A table we create takes one MERGE per batch, each commit adding a manifest (two with merge-on-read: data and
+# deletes), and every MERGE plans its read from all of them. Iceberg merges them at 100 by default, so such a
+# table is read from ~50 manifests per batch on average; at 8 from a few, and each merge rewrites at most one
+# 8 MB bin of small manifests. bench/batch_profile.py at 45-60 batches: the replica MERGE's JVM CPU
+# 0.565 -> 0.435 s, the whole batch's 1.10 -> 1.00 (docs/performance.md).
+MERGED_MANIFEST_COUNT = 8
+
 
 def spark_catalog(spark: Any, catalog_name: str) -> Any:
     """The Iceberg Java ``Catalog`` behind a Spark catalog name."""

@@ -37,7 +37,8 @@ def test_declared_schema_and_no_evolution(spark, catalog, catalog_settings, tmp_
     assert counts["inserted"] == 6 and counts["ignored_fields"] == 6 and counts["dead_lettered"] == 2
     table = catalog.load_table("db.t")
     assert [str(f.transform) for f in table.spec().fields] == ["day", "bucket[16]", "truncate[4]"]
-    assert table.properties["write.merge.mode"] == "copy-on-write"
+    assert table.properties["write.merge.mode"] == "copy-on-write"  # the declared property wins, ours stay
+    assert table.properties["commit.manifest.min-count-to-merge"] == "8"
     assert "surprise" not in spark.table(f"{cat}.db.t").columns
     assert {r.id: r.qty for r in spark.table(f"{cat}.db.t").collect()} == {i: i for i in range(6)}
     dead = sorted(spark.table(f"{cat}.db.t__dead_letters").collect(), key=lambda r: r.reason)

@@ -50,6 +50,8 @@ from icecdc_dagster.sinks.base import ApplyResult, ColumnRanges, Disagreement
 from icecdc_dagster.sinks.iceberg.agreement import replica_disagreements
 from icecdc_dagster.writer import (
     FIELD_MAP_PROPERTY,
+    MANIFEST_MERGE_PROPERTY,
+    MERGED_MANIFEST_COUNT,
     OP_COLUMN,
     OP_DELETE,
     OP_INSERT,
@@ -124,12 +126,6 @@ def _checkpoint_from(last: dict[str, str] | None, exists: Callable[[int], bool],
 
 MERGE_ON_READ, COPY_ON_WRITE = "merge-on-read", "copy-on-write"
 _WRITE_MODE_PROPERTIES = ("write.merge.mode", "write.update.mode", "write.delete.mode")
-MANIFEST_MERGE_PROPERTY = "commit.manifest.min-count-to-merge"
-# Every batch's commit adds a manifest (two with merge-on-read: data and deletes), and every MERGE plans its
-# scan of the replica from all of them. Iceberg merges them only at 100 by default, so a replica read ~50 per
-# batch on average; at 8 it reads a few, and each merge rewrites at most one 8 MB bin of small manifests.
-# bench/batch_profile.py at 45-60 batches: the MERGE's JVM CPU 0.565 -> 0.435 s, the batch's 1.10 -> 1.00.
-REPLICA_MANIFEST_MERGE_COUNT = 8
 
 
 def replica_table_properties(write_mode: str, format_version: int) -> list[tuple[str, str]]:
@@ -141,10 +137,10 @@ def replica_table_properties(write_mode: str, format_version: int) -> list[tuple
     file (v2) or deletion vector (v3), and the table group's maintenance compacts them
     (``compact_delete_files``). bench/batch_profile.py: JVM 1.36 -> 0.98 CPU-s per small batch. Format v1 has no
     delete files: a v1 replica stays copy-on-write. Manifests are merged from
-    :data:`REPLICA_MANIFEST_MERGE_COUNT` on (why: there)."""
+    :data:`writer.MERGED_MANIFEST_COUNT` on (why: there)."""
     mode = COPY_ON_WRITE if format_version < 2 else write_mode
     return [*((key, mode) for key in _WRITE_MODE_PROPERTIES),
-            (MANIFEST_MERGE_PROPERTY, str(REPLICA_MANIFEST_MERGE_COUNT))]
+            (MANIFEST_MERGE_PROPERTY, str(MERGED_MANIFEST_COUNT))]
 
 
 class IcebergReplicaSink:
