@@ -678,6 +678,31 @@ def load() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def many_tables_keys(kind: str, count: int, first: bool, args: argparse.Namespace, figures: dict) -> dict[str, str]:
+    """The many-tables scenario at ``count`` tables on one instance kind: its RESULT keys (the first count's
+    under the plain names, every other count's as ``<kind>_tables_<count>_...``)."""
+    prefix = KIND_PREFIX[kind]
+    print(f"[{prefix}] {count} tables: start {load()}", flush=True)
+    with instance_storage(kind, args.pg_server) as storage:
+        m = run_many_tables(count, args.rounds, args.workers, args.interval, args.sqlite_synchronous,
+                            args.warm_rounds, storage)
+    print(f"[{prefix}] {count} tables x {args.rounds} rounds after {args.warm_rounds} warm-up rounds, "
+          f"{args.workers} lanes: p50 {m['p50']:.1f}s p95 {m['p95']:.1f}s (end: {load()})", flush=True)
+    if not first:
+        return {f"{prefix}_tables_{count}_p95_s": f"{m['p95']:.2f}",
+                f"{prefix}_tables_{count}_batch_cpu_s": f"{m['batch_cpu_s']:.2f}",
+                f"{prefix}_tables_{count}_idle_loop_cpu_s": f"{m['idle_loop_cpu_s']:.3f}"}
+    figures.setdefault(kind, {})["multi_p95"] = m["p95"]
+    keys = {f"{prefix}_multi_p50_s": f"{m['p50']:.2f}", f"{prefix}_multi_p95_s": f"{m['p95']:.2f}",
+            f"{prefix}_batch_cpu_s": f"{m['batch_cpu_s']:.2f}",
+            f"{prefix}_spark_jobs_per_run": f"{m['spark_jobs']:.0f}", f"{prefix}_run_steps": f"{m['steps']:.0f}",
+            f"{prefix}_idle_loop_cpu_s": f"{m['idle_loop_cpu_s']:.3f}"}
+    keys |= step_keys(m["medians"], f"{prefix}_")
+    if m["cold_p95"] is not None:
+        keys[f"{prefix}_multi_cold_p95_s"] = f"{m['cold_p95']:.2f}"
+    return keys
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--commits", type=int, default=20)
@@ -837,22 +862,8 @@ def instance_kinds(args: argparse.Namespace, kinds: tuple[str, ...]) -> None:
         keys.update({f"{prefix}_p50_s": f"{r['p50']:.2f}", f"{prefix}_p95_s": f"{r['p95']:.2f}",
                      f"{prefix}_empty_batch_s": f"{r['empty']:.2f}"})
     for kind in kinds if args.table_counts else ():
-        prefix = KIND_PREFIX[kind]
-        print(f"[{prefix}] {args.tables} tables: start {load()}", flush=True)
-        with instance_storage(kind, args.pg_server) as storage:
-            m = run_many_tables(args.table_counts[0], args.rounds, args.workers, args.interval, args.sqlite_synchronous,
-                                args.warm_rounds, storage)
-        figures.setdefault(kind, {})["multi_p95"] = m["p95"]
-        print(f"[{prefix}] {args.tables} tables x {args.rounds} rounds after {args.warm_rounds} warm-up rounds, "
-              f"{args.workers} lanes: p50 {m['p50']:.1f}s p95 {m['p95']:.1f}s (end: {load()})", flush=True)
-        keys.update({f"{prefix}_multi_p50_s": f"{m['p50']:.2f}", f"{prefix}_multi_p95_s": f"{m['p95']:.2f}",
-                     f"{prefix}_batch_cpu_s": f"{m['batch_cpu_s']:.2f}",
-                     f"{prefix}_spark_jobs_per_run": f"{m['spark_jobs']:.0f}",
-                     f"{prefix}_run_steps": f"{m['steps']:.0f}",
-                     f"{prefix}_idle_loop_cpu_s": f"{m['idle_loop_cpu_s']:.3f}"})
-        keys |= step_keys(m["medians"], f"{prefix}_")
-        if m["cold_p95"] is not None:
-            keys[f"{prefix}_multi_cold_p95_s"] = f"{m['cold_p95']:.2f}"
+        for count in args.table_counts:
+            keys |= many_tables_keys(kind, count, count == args.table_counts[0], args, figures)
     if len(kinds) == 2:
         sqlite, pg = figures["sqlite"], figures["postgres"]
         if "p50" in pg:
