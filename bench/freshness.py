@@ -678,7 +678,8 @@ def load() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def many_tables_keys(kind: str, count: int, first: bool, args: argparse.Namespace, figures: dict[str, dict[str, float]]) -> dict[str, str]:
+def many_tables_keys(kind: str, count: int, first: bool, args: argparse.Namespace,
+                     figures: dict[str, dict[str, float]]) -> dict[str, str]:
     """The many-tables scenario at ``count`` tables on one instance kind: its RESULT keys (the first count's
     under the plain names, every other count's as ``<kind>_tables_<count>_...``)."""
     prefix = KIND_PREFIX[kind]
