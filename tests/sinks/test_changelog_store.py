@@ -3,6 +3,11 @@
 Expected rows are written by hand; commit times come from the source's snapshot metadata (pyiceberg).
 """
 
+import datetime as dt
+import random
+
+from pyspark.sql import functions as F
+
 from icecdc_dagster import changelog
 from icecdc_dagster.batch import (
     CHANGE_TYPE,
@@ -102,8 +107,6 @@ def test_v3_lineage_is_stored_under_non_reserved_names_and_read_back(spark, cata
 
 def _aggregated_ranges(store, info, columns):
     """The oracle: min and max of each column over the batch's rows as the store reads them back."""
-    from pyspark.sql import functions as F
-
     row = store.read(info).agg(*[F.struct(F.min(c), F.max(c)).alias(c) for c in columns]).first()
     return {c: tuple(row[c]) for c in columns}
 
@@ -112,9 +115,6 @@ def test_a_stored_batchs_column_ranges_come_from_its_files_statistics(spark, cat
     """What a replica bounds its MERGE by, with no job: the stored batch's file bounds, equal to an aggregate of
     its rows (strings within Iceberg's 16-character truncation), under the batch's own column names after a
     rename; None where the statistics cannot tell (a type without ranges, metrics turned off)."""
-    import datetime as dt
-    import random
-
     cat, name = catalog_settings.name, "db.ranged"
     fq = f"{cat}.{name}"
     spark.sql(f"CREATE TABLE {fq} (id bigint NOT NULL, code string, day date, n int, score double) USING iceberg "

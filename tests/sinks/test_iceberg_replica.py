@@ -1,10 +1,15 @@
 """Replica sink on real Iceberg tables, with hand-built change events (export, CDC batches, reruns)."""
 
+from functools import partial
+
 import pytest
 
+from icecdc_dagster import changelog
 from icecdc_dagster.batch import BatchInfo
 from icecdc_dagster.errors import CheckpointError
 from icecdc_dagster.sinks.iceberg import IcebergReplicaSink
+from icecdc_dagster.steps.batches import compute_batch, keys_to_request
+from icecdc_dagster.steps.changelog_store import ChangelogStore
 
 EVENT_SCHEMA = ("id long, name string, day date, _change_type string, _commit_snapshot_id long, "
                 "_commit_sequence_number long, _change_ordinal long, iceberg_operation string, "
@@ -110,10 +115,6 @@ def test_replica_propagates_added_column(spark, catalog, catalog_settings):
 
 def _stored(spark, cat, catalog, snapshot_id, bootstrap_id):
     """The batch as the changelog asset computes and stores it; the store it is in."""
-    from icecdc_dagster import changelog
-    from icecdc_dagster.steps.batches import compute_batch, keys_to_request
-    from icecdc_dagster.steps.changelog_store import ChangelogStore
-
     request = keys_to_request("db.src", [str(snapshot_id)], [str(bootstrap_id)], False, ("id",))
     store = ChangelogStore(spark, cat, "db.src")
     with changelog.staged_scans(spark):
@@ -136,8 +137,6 @@ def test_a_stored_batchs_key_range_spares_the_replica_an_aggregate(spark, catalo
     """With the key range read from the store's file statistics, a replica applies a batch with one Spark job
     fewer (no aggregate finds its MERGE's key bounds), to the same rows as with the aggregate; and a created
     replica merges its manifests early (every MERGE plans its read from them)."""
-    from functools import partial
-
     cat = catalog_settings.name
     spark.sql(f"CREATE TABLE {cat}.db.src (id bigint NOT NULL, name string) USING iceberg "
               "TBLPROPERTIES ('format-version'='2', 'write.update.mode'='copy-on-write')")
