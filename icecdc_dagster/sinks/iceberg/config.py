@@ -36,7 +36,9 @@ class IcebergSinkConfig(SinkConfig):
         description="how the replica it creates takes each batch's MERGE (its write.merge/update/delete.mode; "
                     "a replica that exists keeps its own): merge-on-read writes delete files or deletion vectors "
                     "that maintenance compacts, copy-on-write rewrites the data files a batch touches (format v1: "
-                    "always copy-on-write)")
+                    "always copy-on-write). A created replica also gets `commit.manifest.min-count-to-merge` = 8 "
+                    "(unless the source sets it): each batch adds a manifest and every MERGE plans from all of "
+                    "them; `ALTER TABLE … SET TBLPROPERTIES` gives an older replica the same")
 
     @property
     def target_catalog(self) -> str | None:
