@@ -16,7 +16,6 @@ from collections import Counter
 from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import replace
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from dagster import (
@@ -139,8 +138,8 @@ def _apply(context: AssetExecutionContext, table: TableConfig, sink: SinkConfig,
             info, result, applied, found = apply_segments(session, catalog.name, source, request, parts, target,
                                                           by_row_id)
         else:
-            events = joined_events if joining else store.read_events(info, use_row_id=by_row_id)
-            result = target.apply(info, events, None if joining else partial(store.column_ranges, info))
+            events, ranges = (joined_events, None) if joining else store.events_and_ranges(info, by_row_id)
+            result = target.apply(info, events, ranges)
             applied = {} if result.skipped else (result.event_counts if result.event_counts is not None
                                                   else event_counts(events))
             found = [] if result.skipped else target.disagreements(info, applied, result)

@@ -20,8 +20,9 @@ by field id in the source schema of its snapshot (``BatchInfo.schema_id``), what
 column names are now: a sink that applies a batch stored before a rename gets the names of that time.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
@@ -58,10 +59,23 @@ SOURCE_LAST_UPDATED_SEQUENCE_NUMBER = "_source_last_updated_sequence_number"
 STORED_LINEAGE = {ROW_ID: SOURCE_ROW_ID, LAST_UPDATED_SEQUENCE_NUMBER: SOURCE_LAST_UPDATED_SEQUENCE_NUMBER}
 OWN_COLUMNS = (*CHANGE_COLUMNS, *BATCH_COLUMNS, *STORED_LINEAGE.values())  # the store's, not the source's
 SOURCE_SCHEMA_SUMMARY = "icecdc.source-schema-id"
+Ranges = dict[str, tuple[Any, Any]]  # column name -> (min, max)
 
 
 def changelog_table_name(source_table_name: str) -> str:
     return f"{source_table_name}__changelog"
+
+
+@dataclass(frozen=True)
+class _BatchView:
+    """What reading one stored batch needs: the store's Java table and schema, the source schema the batch is
+    presented in, and store field id -> source field id."""
+
+    jtable: Any
+    stored: "Schema"
+    want: "Schema"
+    mapping: dict[int, int]
+    keys: tuple[str, ...] = ()  # the batch's identifier columns, named as in ``want``
 
 
 @dataclass(frozen=True)
@@ -182,16 +196,27 @@ class ChangelogStore:
     def read(self, batch: BatchInfo, schema: "Schema | None" = None) -> "DataFrame":
         """The batch's change rows, as the engine produced them (lineage columns under their own names),
         presented by field id in ``schema`` (None: the source schema of the batch's snapshot)."""
-        return self._read_as(batch, schema if schema is not None else self._source().of(batch.schema_id))
-
-    def _read_as(self, batch: BatchInfo, want: "Schema") -> "DataFrame":
+        if schema is None:
+            return self._read_as(batch, self._view(batch))
         jtable = java_table(self.spark, self.spark_name)
         stored = schema_of(self.spark, jtable.schema())
-        mapping = self._mapping(jtable, stored, want)
-        store_of = {sid: tid for tid, sid in mapping.items()}
+        return self._read_as(batch, _BatchView(jtable, stored, schema, self._mapping(jtable, stored, schema)))
+
+    def _view(self, batch: BatchInfo) -> "_BatchView":
+        """The store and the batch's source schema, loaded now (the store's columns follow the source)."""
+        jtable = java_table(self.spark, self.spark_name)
+        stored = schema_of(self.spark, jtable.schema())
+        source = self._source()
+        want = source.of(batch.schema_id)
+        keys = _names_in(source.current, want, batch.identifier_columns) if batch.schema_id is not None \
+            else batch.identifier_columns
+        return _BatchView(jtable, stored, want, self._mapping(jtable, stored, want), keys)
+
+    def _read_as(self, batch: BatchInfo, view: "_BatchView") -> "DataFrame":
+        store_of = {sid: tid for tid, sid in view.mapping.items()}
         rows = self._stored(batch)
         own = [column(c) for c in rows.columns if c in OWN_COLUMNS and c not in BATCH_COLUMNS]
-        rows = rows.select(*columns_by_field_id(want.fields, stored, store_of), *own)
+        rows = rows.select(*columns_by_field_id(view.want.fields, view.stored, store_of), *own)
         for engine_name, stored_name in STORED_LINEAGE.items():
             if stored_name in rows.columns:
                 rows = rows.withColumnRenamed(stored_name, engine_name)
@@ -202,15 +227,21 @@ class ChangelogStore:
 
         ``use_row_id``: the source has v3 row lineage and no identifier columns (ids are ``_row_id``).
         """
-        source = self._source()
-        want = source.of(batch.schema_id)
-        keys = _names_in(source.current, want, batch.identifier_columns) if batch.schema_id is not None \
-            else batch.identifier_columns
+        return self._events(batch, self._view(batch), use_row_id)
+
+    def events_and_ranges(self, batch: BatchInfo, use_row_id: bool
+                          ) -> tuple["DataFrame", Callable[[Sequence[str]], Ranges | None]]:
+        """:meth:`read_events` and :meth:`column_ranges` of one batch from one load of the store and the source
+        (two catalog loads fewer per batch than calling both): what a sink's step applies, with its bounds."""
+        view = self._view(batch)
+        return self._events(batch, view, use_row_id), partial(self._ranges, batch, view)
+
+    def _events(self, batch: BatchInfo, view: "_BatchView", use_row_id: bool) -> "DataFrame":
         # An export's keys were checked when it was computed (one row per key): no ranking.
-        return to_events(self._read_as(batch, want), batch.table_name, keys, batch.operation,
+        return to_events(self._read_as(batch, view), batch.table_name, view.keys, batch.operation,
                          batch.snapshot_id, use_row_id=use_row_id, unique_ids=batch.is_export)
 
-    def column_ranges(self, batch: BatchInfo, columns: Sequence[str]) -> dict[str, tuple[Any, Any]] | None:
+    def column_ranges(self, batch: BatchInfo, columns: Sequence[str]) -> Ranges | None:
         """min and max of each of ``columns`` (named as :meth:`read_events` names them) over the stored batch,
         from its data files' statistics: a sink bounds its write by them without an aggregate over the events
         (:func:`writer.column_ranges`). None where the statistics cannot tell: the caller aggregates instead.
@@ -219,18 +250,18 @@ class ChangelogStore:
             pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: the store or the source cannot be
                 loaded, or the store's manifests read (passes through).
         """
-        jtable = java_table(self.spark, self.spark_name)
-        stored = schema_of(self.spark, jtable.schema())
-        want = self._source().of(batch.schema_id)
-        store_of = {sid: tid for tid, sid in self._mapping(jtable, stored, want).items()}
-        wanted = {f.name: f.field_id for f in want.fields}
-        stored_fields = {f.field_id: f for f in stored.fields}
+        return self._ranges(batch, self._view(batch), columns)
+
+    def _ranges(self, batch: BatchInfo, view: "_BatchView", columns: Sequence[str]) -> Ranges | None:
+        store_of = {sid: tid for tid, sid in view.mapping.items()}
+        wanted = {f.name: f.field_id for f in view.want.fields}
+        stored_fields = {f.field_id: f for f in view.stored.fields}
         fields = {name: stored_fields.get(store_of.get(wanted.get(name, -1), -1)) for name in columns}
         if any(f is None for f in fields.values()):
             return None
         jvm: Any = self.spark._jvm  # noqa: SLF001 - the session's JVM, as java_table uses it
         in_batch = jvm.org.apache.iceberg.expressions.Expressions.equal(BATCH_SNAPSHOT_ID, batch.snapshot_id)
-        return column_ranges(jvm, jtable, in_batch, {k: f for k, f in fields.items() if f is not None})
+        return column_ranges(jvm, view.jtable, in_batch, {k: f for k, f in fields.items() if f is not None})
 
     def counts(self, batch: BatchInfo) -> dict[str, int]:
         """Rows per change type of one batch (an aggregate, read back from the stored batch)."""

@@ -128,6 +128,9 @@ def test_a_stored_batchs_column_ranges_come_from_its_files_statistics(spark, cat
     store, info, _ = _store_batch(spark, cat, catalog.load_table(name), name, [first], first, ("id",))
     columns = ["id", "code", "day", "n"]
     assert store.column_ranges(info, columns) == _aggregated_ranges(store, info, columns)
+    events, ranges = store.events_and_ranges(info, use_row_id=False)  # one load for both: the same answers
+    assert ranges(columns) == store.column_ranges(info, columns)
+    assert sorted(events.collect()) == sorted(store.read_events(info, use_row_id=False).collect())
     assert store.column_ranges(info, ["id", "score"]) is None  # a double has no range here
     assert store.column_ranges(info, ["no_such_column"]) is None
 
