@@ -15,6 +15,13 @@ Two peers run in the same loop, after each of our batches, so that the floor of 
   changelog, a replica with one check, two checks on the changelog), one partition per batch on a
   second SQLite instance (``dagster_floor_*``; ``ours_step_code_cpu_s`` = our Python CPU minus it).
 
+Our batch by phase (``--no-phases`` skips it): each engine function below is wrapped, and each phase's JVM and
+Python CPU excludes the wrapped phases it calls; ``phase_*`` keys. The peer does by hand what two of our phases
+guarantee, in the same loop, after its MERGE (its replica unchanged): the key check (``groupBy`` of the view's
+keys, any key twice) and the store (an append of the view's rows to an Iceberg table): ``peer_key_check_jvm_s``,
+``peer_store_append_jvm_s``. ``guarantees_floor_cpu_s`` = the peer's view and MERGE + those two + the Dagster
+floor: what a batch with our guarantees costs at least, done by hand; ``floor_ratio`` = ours (JVM + Python) / it.
+
 Run: .venv/bin/python bench/batch_profile.py [--batches 10]
 """
 
@@ -34,21 +41,82 @@ from freshness import rows, setup_lake  # noqa: E402
 FLOOR_PARTITIONS = "floor_snapshots"
 
 
+_JVM_PIDS: list[int] = []
+
+
 def jvm_cpu_s() -> float:
-    """CPU seconds of this process's child JVMs (the Spark driver in local mode)."""
+    """CPU seconds of this process's child JVMs (the Spark driver in local mode). The children are found once
+    (a scan of /proc), then read by pid: cheap enough to call around each phase."""
     tick = os.sysconf("SC_CLK_TCK")
+    if not _JVM_PIDS:
+        for entry in Path("/proc").iterdir():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) if entry.name.isdigit() else 0
+                if parent == os.getpid():
+                    _JVM_PIDS.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                continue
     total = 0.0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid in _JVM_PIDS:
         try:
-            stat = (entry / "stat").read_text()
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[1]) == os.getpid():  # ppid
-            total += (int(fields[11]) + int(fields[12])) / tick
+        total += (int(fields[11]) + int(fields[12])) / tick
     return total
+
+
+class Phases:
+    """JVM and Python CPU of our batch by phase: each function of ``PATCHED`` is wrapped where its callers look it
+    up, and a phase's figures exclude the wrapped phases it calls (they add up to the wrapped total)."""
+
+    # (module, class or None, attribute, phase): where the callers look each function up
+    PATCHED = (("icecdc_dagster.changelog.engine", None, "check_keys", "key_check"),
+               ("icecdc_dagster.steps.changelog_store", "ChangelogStore", "write", "store_write"),
+               ("icecdc_dagster.steps.changelog_store", "ChangelogStore", "events_and_ranges", "events_plan"),
+               ("icecdc_dagster.sinks.iceberg.sink", "IcebergReplicaSink", "apply", "replica_plan"),
+               ("icecdc_dagster.writer.merge", None, "is_committed", "ledger_check"),
+               ("icecdc_dagster.writer.merge", None, "staged_commit", "merge"),
+               ("icecdc_dagster.writer.exactly_once", None, "publish", "publish"),
+               ("icecdc_dagster.writer.merge", None, "merged_counts", "counts"))
+
+    def __init__(self) -> None:
+        self.jvm: dict[str, float] = {}
+        self.python: dict[str, float] = {}
+        self.stack: list[list[float]] = []
+
+    def install(self) -> None:
+        import importlib
+
+        for module_name, class_name, attr, name in self.PATCHED:
+            module = importlib.import_module(module_name)
+            owner = getattr(module, class_name) if class_name else module
+            setattr(owner, attr, self._wrap(name, getattr(owner, attr)))
+
+    def _wrap(self, name: str, fn: Any) -> Any:
+        import functools
+
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            self.stack.append([0.0, 0.0])
+            jvm0, py0 = jvm_cpu_s(), time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                jvm, py = jvm_cpu_s() - jvm0, time.thread_time() - py0
+                child_jvm, child_py = self.stack.pop()
+                self.jvm[name] = self.jvm.get(name, 0.0) + jvm - child_jvm
+                self.python[name] = self.python.get(name, 0.0) + py - child_py
+                if self.stack:
+                    self.stack[-1][0] += jvm
+                    self.stack[-1][1] += py
+        return timed
+
+    def take(self) -> dict[str, float]:
+        """The phases since the last call, as ``phase <name> jvm`` / ``phase <name> py`` figures."""
+        out = {f"phase {k} jvm": v for k, v in self.jvm.items()} | {f"phase {k} py": v for k, v in self.python.items()}
+        self.jvm, self.python = {}, {}
+        return out
 
 
 def parse_args() -> argparse.Namespace:
@@ -57,6 +125,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--jobs", action="store_true", help="list the Spark jobs of the first measured batch")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--no-phases", action="store_true", help="no split of our batch by phase")
     parser.add_argument("--no-peers", action="store_true",
                         help="skip the hand-written batch and the Dagster floor (ours alone)")
     return parser.parse_args()
@@ -264,8 +333,26 @@ class HandWrittenPeer:
         self.spark.sql(self._merge_sql(view))
         python_cpu = time.thread_time() - cpu0
         out = {"python_cpu": python_cpu, "jvm_cpu": jvm_cpu_s() - jvm0, "spark_jobs": len(job_ids(label))}
+        out |= self._guarantees(view)
         self.spark.catalog.dropTempView(view)
         return out
+
+    def _guarantees(self, view: str) -> dict[str, float]:
+        """By hand, what two of our phases guarantee (JVM CPU each, after the MERGE: the view is computed again
+        as a user's job would): no key twice in the batch, and the batch's rows kept in an Iceberg table."""
+        from pyspark.sql import functions as F
+
+        changes = self.spark.table(view)
+        jvm0 = jvm_cpu_s()
+        twice = changes.groupBy(*self.keys).count().where(F.col("count") > 1).limit(1).collect()
+        assert not twice, f"the peer's batch holds a key twice: {twice}"
+        jvm1 = jvm_cpu_s()
+        store = f"{self.catalog}.{self.replica}_store"
+        if self.spark.catalog.tableExists(store):
+            changes.writeTo(store).append()
+        else:
+            changes.writeTo(store).tableProperty("format-version", "2").create()
+        return {"key_check_jvm": jvm1 - jvm0, "store_append_jvm": jvm_cpu_s() - jvm1}
 
     def agrees(self) -> int:
         """The row count of both replicas, once they hold the same rows (exceptAll both ways): the peer did
@@ -355,7 +442,11 @@ def peers_result(ours: dict[str, float], peer: list[dict], floor: list[dict]) ->
     hand, machinery = medians(peer), medians(floor)
     print("peer median: " + ", ".join(f"{k} {v:.2f}" for k, v in hand.items()))
     print("floor median: " + ", ".join(f"{k} {v:.2f}" for k, v in machinery.items()))
+    floor_cpu = hand["jvm_cpu"] + hand["key_check_jvm"] + hand["store_append_jvm"] + machinery["python_cpu"]
     return (f" peer_jvm_cpu_s={hand['jvm_cpu']:.2f} peer_python_cpu_s={hand['python_cpu']:.3f} "
+            f"peer_key_check_jvm_s={hand['key_check_jvm']:.2f} peer_store_append_jvm_s={hand['store_append_jvm']:.2f} "
+            f"guarantees_floor_cpu_s={floor_cpu:.2f} "
+            f"floor_ratio={(ours['jvm_cpu'] + ours['python_cpu']) / floor_cpu:.2f} "
             f"peer_spark_jobs={hand['spark_jobs']:.0f} jvm_ratio={ours['jvm_cpu'] / hand['jvm_cpu']:.2f} "
             f"dagster_floor_cpu_s={machinery['python_cpu']:.2f} dagster_floor_steps={machinery['steps']:.0f} "
             f"ours_step_code_cpu_s={ours['python_cpu'] - machinery['python_cpu']:.2f}")
@@ -366,6 +457,9 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="icecdc-profile-"))
     catalog, config_path = prepare_lake(root, args.spark_conf)
     ours = Ours(config_path, args.jobs)
+    phases = None if args.no_phases else Phases()
+    if phases is not None:
+        phases.install()
     ours.run("export")
     table = catalog.load_table("db.events")
     peer = None if args.no_peers else HandWrittenPeer(ours, table.current_snapshot().snapshot_id)
@@ -376,7 +470,10 @@ def main() -> None:
     for i in range(args.warmup + args.batches):
         table.append(rows(1000 + i * 10, 10))
         snapshot = table.current_snapshot()
+        if phases is not None:
+            phases.take()
         measured = ours.run(f"batch-{i}")
+        measured |= phases.take() if phases is not None else {}
         hand = peer.batch(snapshot.parent_snapshot_id, snapshot.snapshot_id, f"peer-{i}") if peer else None
         machinery = floor.run(str(snapshot.snapshot_id)) if floor else None
         if i >= args.warmup:
@@ -393,6 +490,9 @@ def main() -> None:
     if peer is not None:
         print(f"peer replica = ours: {peer.agrees()} rows")
         extra = peers_result(median, peer_results, floor_results)
+    split = " ".join(f"phase_{k.split()[1]}_{k.split()[2]}_s={v:.3f}" for k, v in sorted(median.items())
+                     if k.startswith("phase "))
+    extra += f" {split}" if split else ""
     print(f"RESULT batch_run_s={median['run']:.2f} python_cpu_s={median['python_cpu']:.2f} "
           f"jvm_cpu_s={median['jvm_cpu']:.2f} spark_jobs={median['spark_jobs']:.0f} "
           f"catalog_loads={median['catalog_loads']:.0f} instance_writes={median['instance_writes']:.0f} "

@@ -12,6 +12,7 @@ DuckDB still read the result. Without key columns the batch is append-only (the 
 dead-letters deletes).
 """
 
+import datetime
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -71,6 +72,7 @@ class KeyBounds:
 
     column: Column
     sql: str
+    ranges: tuple[tuple[str, Any, Any], ...] = ()  # (key column, min, max) as Python values
 
 
 _ORDERABLE = (T.IntegralType, T.StringType, T.DateType)
@@ -118,7 +120,8 @@ def bounds_from(row: Any, key_columns: Sequence[str], target: T.StructType,
         lo, hi = (F.lit(row[f"{prefix}{side}{i}"]).cast(types[k]) for side in ("lo", "hi"))
         column = column & F.col(_quote(k)).between(lo, hi)
         sql.append(f"t.{_quote(k)} BETWEEN {_sql(lo)} AND {_sql(hi)}")
-    return KeyBounds(column, " AND ".join(sql))
+    ranges = tuple((k, row[f"{prefix}lo{i}"], row[f"{prefix}hi{i}"]) for i, k in enumerate(usable))
+    return KeyBounds(column, " AND ".join(sql), ranges)
 
 
 def bounds_of_ranges(ranges: Mapping[str, tuple[Any, Any]], key_columns: Sequence[str],
@@ -196,11 +199,10 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
     bounds = bounds or key_bounds(rows, key_columns, schema)  # the rows' key range is their collapse's
     # The collapse is the MERGE's source, planned into the MERGE's own job (no intermediate), except where the
     # MERGE reads its source twice: copy-on-write first finds the files to rewrite with it, so there the source
-    # is persisted (and counted by one aggregate over it, as an observation would see both reads).
+    # is persisted. Either way its counts are observed as the MERGE reads it (with a cache: as the cache fills).
     effective = collapse(rows, key_columns)
     twice = _merge_mode(spark, table) == "copy-on-write"
     held: list[DataFrame] = []
-    counted: dict[str, int] | None = None
     observed = Observation(f"icecdc_counts_{uuid.uuid4().hex}")
     view = f"icecdc_batch_{abs(hash((table, batch_id))) % 10**12}"
     # The bounds are the batch's own: a target row outside them matches no batch row, so they change
@@ -212,15 +214,12 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
     update = f"WHEN MATCHED THEN UPDATE SET {sets} " if sets else ""
 
     def merge(name: str) -> None:
-        nonlocal counted
         source = _with_presence(spark, name, effective, key_columns, bounds) if exact_counts else effective
-        if twice:
+        if exact_counts:
+            source = source.observe(observed, *_count_aggregates())
+        if twice:  # observed once, as the cache fills: the second read takes the cached rows
             source = source.persist()
             held.append(source)
-            if exact_counts:
-                counted = _counts_of(source.agg(*_count_aggregates()).first())
-        elif exact_counts:
-            source = source.observe(observed, *_count_aggregates())
         source.drop(_EXISTS).createOrReplaceTempView(view)
         spark.sql(f"MERGE INTO {name} t USING {view} s ON {on} "
                   f"WHEN MATCHED AND s.{OP_COLUMN} = '{OP_DELETE}' THEN DELETE "
@@ -233,9 +232,8 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
         counts: dict[str, int] = {}
         counted_by = ""
         if exact_counts:
-            if counted is None and not twice:
-                seen = observation_values(observed)
-                counted = None if seen is None else {k: int(v or 0) for k, v in seen.items()}
+            seen = observation_values(observed)
+            counted = None if seen is None else {k: int(v or 0) for k, v in seen.items()}
             counts, counted_by = merged_counts(spark, table, effective, key_columns, published, counted, bounds)
         return WriteOutcome(table, batch_id, False, published.snapshot_id, counts, counted_by)
     finally:
@@ -254,13 +252,46 @@ def _with_presence(spark: Any, name: str, effective: DataFrame, key_columns: Seq
     (``name``, read in the same statement): what the MERGE will do to each key, known from the rows it consumes.
 
     The target's keys are read within the batch's bounds (the files the MERGE itself reads), each key once
-    (identifier columns are not enforced: a key held twice is still one key)."""
+    (identifier columns are not enforced: a key held twice is still one key). Unless no file can hold one:
+    bench/batch_profile.py (new keys appended, merge-on-read): the join was 0.15-0.2 JVM CPU-s and a broadcast
+    job of a small batch."""
+    if bounds is not None and not _files_within(spark, name, bounds):
+        # No data file of the target can hold a key in the batch's range (the usual append of new keys): every
+        # key is absent, known from the files' statistics, without reading the target or joining.
+        return effective.withColumn(_EXISTS, F.lit(None).cast("boolean"))
     keys = [_quote(k) for k in key_columns]
     target_keys = spark.table(name).select(*keys)
     if bounds is not None:
         target_keys = target_keys.where(bounds.column)
     present = target_keys.dropDuplicates().withColumn(_EXISTS, F.lit(True))
     return effective.join(present, list(key_columns), "left")
+
+
+def _files_within(spark: Any, name: str, bounds: KeyBounds) -> bool:
+    """Whether a live data file of ``name`` (a table or ``<table>.branch_<b>``) may hold a key within ``bounds``:
+    its key statistics do not rule it out (a file without them may). One planning of the table's manifests."""
+    table, _, branch = name.partition(".branch_")
+    jtable = java_table(spark, table)
+    expressions = spark._jvm.org.apache.iceberg.expressions.Expressions  # noqa: SLF001 - the session's JVM
+    both = getattr(expressions, "and")  # Java's Expressions.and (a Python keyword)
+    condition = expressions.alwaysTrue()
+    for column, low, high in bounds.ranges:
+        within = both(expressions.greaterThanOrEqual(column, _iceberg_literal(low)),
+                      expressions.lessThanOrEqual(column, _iceberg_literal(high)))
+        condition = both(condition, within)
+    scan = jtable.newScan().filter(condition)
+    tasks = (scan.useRef(branch) if branch and jtable.refs().get(branch) is not None else scan).planFiles()
+    try:
+        return bool(tasks.iterator().hasNext())
+    finally:
+        tasks.close()
+
+
+def _iceberg_literal(value: Any) -> Any:
+    """A Python key bound as Iceberg's expressions take it (a date as its day number)."""
+    if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+        return (value - datetime.date(1970, 1, 1)).days
+    return value
 
 
 def _count_aggregates() -> list[Column]:
@@ -302,8 +333,8 @@ def merged_counts(spark: Any, table: str, effective: DataFrame, key_columns: Seq
     """inserted / updated / deleted / delete_missing of a published MERGE, and how they were counted.
 
     ``counted``: the counts of the MERGE's own source, whose rows carried each key's presence in the snapshot
-    it merged into (:func:`_with_presence`; observed as the MERGE consumed them, or aggregated over the
-    persisted source a copy-on-write MERGE reads twice): the MERGE's own counts, for every format, write mode
+    it merged into (:func:`_with_presence`; observed as the MERGE consumed them, or as the cache of the
+    persisted source a copy-on-write MERGE reads twice filled): the MERGE's own counts, for every format, write mode
     and delete file around. Where the commit's summary is exact (:func:`records_delta`) it must agree
     (inserted - deleted). When it does not, or no counts arrived, the batch's keys are joined with that
     snapshot's keys (:func:`batch_counts`: the batch and the target read once more).

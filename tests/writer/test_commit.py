@@ -7,6 +7,7 @@ of a key the table holds is ``deleted``, of an absent key ``delete_missing``, a 
 a held key ``updated`` (a re-delivered insert too), of an absent key ``inserted``. That is what the
 former count (every batch key joined with the target's keys) computed; it is kept as the fallback."""
 
+import datetime as dt
 import itertools
 from pathlib import Path
 
@@ -159,6 +160,43 @@ def test_counts_fall_back_to_the_join_without_the_observation(spark, catalog, ca
     monkeypatch.setattr(merge, "observation_values", lambda observed: None)  # as if it never arrived
     table = _create(spark, catalog_settings.name, "v2-mor")
     assert _apply(spark, table, "v2-mor", [FILL, UPSERTS, DELETES]) == [COUNTED_BY_JOIN] * 3
+
+
+KEY_TYPES = {"bigint": lambda n: n, "string": lambda n: f"k{n:04d}",
+             "date": lambda n: dt.date(2020, 1, 1) + dt.timedelta(days=n)}
+
+
+@pytest.mark.parametrize("key_type", sorted(KEY_TYPES))
+def test_keys_beyond_every_file_are_known_absent_without_reading_the_target(spark, catalog, catalog_settings,
+                                                                            monkeypatch, key_type):
+    """A batch whose key range no data file of the target can hold (new keys appended past the table's): every
+    key is absent, told by the files' statistics, and the MERGE's source is not joined with the target. Where a
+    file may hold one (its range overlaps, or it has no statistics) the join still tells; counts exact each time."""
+    value = KEY_TYPES[key_type]
+    name = f"{catalog_settings.name}.db.keys_{key_type}"
+    spark.sql(f"CREATE TABLE {name} (id {key_type} NOT NULL, v string) USING iceberg "
+              "TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='merge-on-read')")
+    seen: list[bool] = []
+    original = merge._files_within
+    monkeypatch.setattr(merge, "_files_within", lambda *a: seen.append(original(*a)) or seen[-1])
+
+    def write(rows, batch_id):
+        frame = spark.createDataFrame([(value(k), None if op == OP_DELETE else "v", op, i)
+                                       for i, (k, op) in enumerate(rows)],
+                                      f"id {key_type}, v string, {OP_COLUMN} string, {ORDER_COLUMN} bigint")
+        return write_batch(spark, name, frame, ("id",), batch_id)
+
+    assert write([(k, OP_INSERT) for k in range(10)], "fill").counts == {"inserted": 10}
+    appended = write([(20, OP_UPSERT), (21, OP_INSERT), (25, OP_DELETE)], "past")  # past every file's range
+    assert appended.counts == {"inserted": 2, "delete_missing": 1} and appended.counted_by == COUNTED_BY_SOURCE
+    inside = write([(5, OP_UPSERT), (21, OP_DELETE), (30, OP_UPSERT)], "inside")   # files overlap: the join
+    assert inside.counts == {"updated": 1, "deleted": 1, "inserted": 1}
+    assert seen == [False, False, True]  # the empty table, the appended batch, the overlapping one
+    spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('write.metadata.metrics.default'='none')")
+    write([(40, OP_INSERT)], "unmeasured")          # a file without statistics: it may hold any key
+    assert write([(50, OP_UPSERT), (40, OP_DELETE)], "after").counts == {"inserted": 1, "deleted": 1}
+    assert seen[-1] is True
+    assert sorted(r.id for r in spark.table(name).collect()) == sorted(value(k) for k in (*range(10), 20, 30, 50))
 
 
 def _metadata_files(table_location: str) -> int:

@@ -132,8 +132,8 @@ def replica_table_properties(write_mode: str, format_version: int) -> list[tuple
     """The table properties a created replica gets for ``write_mode`` (its other properties are the source's).
 
     Why merge-on-read by default: a replica takes one small MERGE per batch. Copy-on-write rewrites every data
-    file a batch touches and finds them first (a runtime-filter subquery, its broadcast, a persisted source
-    counted apart: 8 Spark jobs per batch, 5 merge-on-read); merge-on-read writes the batch's rows and a delete
+    file a batch touches and finds them first (a runtime-filter subquery and its broadcast, the source persisted
+    for its two reads); merge-on-read writes the batch's rows and a delete
     file (v2) or deletion vector (v3), and the table group's maintenance compacts them
     (``compact_delete_files``). bench/batch_profile.py: JVM 1.36 -> 0.98 CPU-s per small batch. Format v1 has no
     delete files: a v1 replica stays copy-on-write. Manifests are merged from
