@@ -12,7 +12,7 @@ Two peers run in the same loop, after each of our batches, so that the floor of 
   the same snapshot, net changes, then one ``MERGE INTO`` a second replica created as ours is
   (``peer_*``, ``jvm_ratio`` = ours / peer); the two replicas are checked equal at the end;
 - Dagster's run machinery without our work: a no-op asset graph shaped like our run (a partitioned
-  changelog, a replica with one check, two checks on the changelog), one partition per batch on a
+  changelog with its two checks in its step, a replica with one check), one partition per batch on a
   second SQLite instance (``dagster_floor_*``; ``ours_step_code_cpu_s`` = our Python CPU minus it).
 
 Our batch by phase (``--no-phases`` skips it): each engine function below is wrapped, and each phase's JVM and
@@ -365,8 +365,8 @@ class HandWrittenPeer:
 
 
 def floor_assets() -> list:
-    """No-op assets and checks shaped like our run: a dynamic-partitioned changelog, a replica on it with one
-    check spec, a multi_asset_check with two checks on the changelog; each returns small metadata."""
+    """No-op assets and checks shaped like our run: a dynamic-partitioned changelog whose step also evaluates its
+    two line checks, and a replica on it with one check spec; each returns small metadata."""
     from dagster import (
         AssetCheckResult,
         AssetCheckSpec,
@@ -374,15 +374,18 @@ def floor_assets() -> list:
         DynamicPartitionsDefinition,
         MaterializeResult,
         asset,
-        multi_asset_check,
     )
 
     partitions = DynamicPartitionsDefinition(name=FLOOR_PARTITIONS)
     changelog_key, replica_key = AssetKey(["floor", "changelog"]), AssetKey(["floor", "replica"])
 
-    @asset(key=changelog_key, partitions_def=partitions)
+    @asset(key=changelog_key, partitions_def=partitions,
+           check_specs=[AssetCheckSpec("line", asset=changelog_key), AssetCheckSpec("stuck", asset=changelog_key)])
     def changelog() -> MaterializeResult:
-        return MaterializeResult(metadata={"rows": 10, "snapshot_id": "1"})
+        return MaterializeResult(metadata={"rows": 10, "snapshot_id": "1"},
+                                 check_results=[AssetCheckResult(check_name="line", passed=True, metadata={"gap": 0}),
+                                                AssetCheckResult(check_name="stuck", passed=True,
+                                                                 metadata={"pending": 0})])
 
     @asset(key=replica_key, deps=[changelog_key], partitions_def=partitions,
            check_specs=[AssetCheckSpec("counts", asset=replica_key)])
@@ -391,13 +394,7 @@ def floor_assets() -> list:
                                  check_results=[AssetCheckResult(check_name="counts", passed=True,
                                                                  metadata={"inserted": 10})])
 
-    @multi_asset_check(specs=[AssetCheckSpec("line", asset=changelog_key),
-                              AssetCheckSpec("stuck", asset=changelog_key)])
-    def line_checks():  # noqa: ANN202
-        yield AssetCheckResult(check_name="line", asset_key=changelog_key, passed=True, metadata={"gap": 0})
-        yield AssetCheckResult(check_name="stuck", asset_key=changelog_key, passed=True, metadata={"pending": 0})
-
-    return [changelog, replica, line_checks]
+    return [changelog, replica]
 
 
 class DagsterFloor:
@@ -413,8 +410,8 @@ class DagsterFloor:
         self.instance = DagsterInstance.from_config(str(home))
         set_sqlite_synchronous(self.instance, "OFF")  # as ours
         assets = floor_assets()
-        self.job = Definitions(assets=assets[:2], asset_checks=assets[2:]).resolve_implicit_global_asset_job_def()
-        self.asset_keys = {key for a in assets[:2] for key in a.keys}
+        self.job = Definitions(assets=assets).resolve_implicit_global_asset_job_def()
+        self.asset_keys = {key for a in assets for key in a.keys}
         self.check_keys = {key for a in assets for key in a.check_keys}
 
     def run(self, partition: str) -> dict:

@@ -37,17 +37,16 @@ scenario in the same order), so machine load hits both alike; the RESULT line th
 
 Layouts (many tables, SQLite instance): the shipped layout is ``snapshot_sensors: auto`` (a sensor per table
 below 10 tables, one sensor for all from 10); ``--sensors both`` also measures the other layout at each count
-(``per_table_sensors`` or ``one_sensor``) against it, ``--line-checks both`` the two line checks
-as two steps against the shipped one step; ``--tables 20,50`` each count. Per layout and count: p50/p95,
+(``per_table_sensors`` or ``one_sensor``) against it; ``--tables 20,50`` each count. Per layout and count: p50/p95,
 the control plane's CPU per sensor loop at rest (``idle_loop_cpu_s``: every process of ``dagster dev`` with
 its ended children, e.g. a run's compute-log ``tail`` and watcher; on a PostgreSQL instance also the server's
 processes, ``postgres server``), CPU-seconds per batch by process (``batch_cpu_s``, the same processes),
-steps and Spark jobs per run; a variant's
+steps and Spark jobs per run; the other layout's
 ``*_ratio`` keys are against the shipped layout at the same count, in the same run.
 
 Usage: python bench/freshness.py [--commits 20] [--interval 5] [--modes warm,default]
                                  [--tables 20[,50] --warm-rounds 4 --rounds 3 --workers 3]
-                                 [--sensors shipped|per-table|one|both] [--line-checks one|two|both]
+                                 [--sensors shipped|per-table|one|both]
                                  [--instance sqlite|postgres|both]
        python bench/freshness.py --sustained 100 [--sustained-minutes 10 --commit-every 60]
                                  [--snapshot-sensors auto|per_table|one] [--instance sqlite|postgres|both]
@@ -260,24 +259,18 @@ def wait_run_finished(instance, partition: str, timeout: float):  # noqa: ANN001
     raise TimeoutError(f"the run of snapshot {partition} did not finish within {timeout}s")
 
 
-VARIANT_DEFS = Path(__file__).with_name("variant_defs.py")
-
-
-def start_dagster(root: Path, home: Path, config_path: Path,  # noqa: ANN201 - (process, instance)
-                  variant: dict[str, str] | None = None):
-    """``variant``: environment of ``bench/variant_defs.py`` (a layout the product does not ship); None or
-    empty: the shipped definitions."""
+def start_dagster(root: Path, home: Path, config_path: Path):  # noqa: ANN201 - (process, instance)
+    """``dagster dev`` on the shipped definitions of ``config_path``."""
     from dagster import DagsterInstance
 
     # The storage is created here, before `dagster dev` starts: two processes creating one SQLite
     # storage at once can leave two alembic heads, and then the code server cannot load.
     os.environ["DAGSTER_HOME"] = str(home)
     instance = DagsterInstance.get()
-    env = {**os.environ, "DAGSTER_HOME": str(home), "ICECDC_CONFIG": str(config_path), **(variant or {})}
+    env = {**os.environ, "DAGSTER_HOME": str(home), "ICECDC_CONFIG": str(config_path)}
     dagster = Path(sys.executable).parent / "dagster"
     log = (root / "dagster.log").open("w")
-    code = ["-f", str(VARIANT_DEFS)] if variant else ["-m", "icecdc_dagster.definitions"]
-    process = subprocess.Popen([str(dagster), "dev", *code, "-p", "0"],
+    process = subprocess.Popen([str(dagster), "dev", "-m", "icecdc_dagster.definitions", "-p", "0"],
                                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=root)
     return process, instance
 
@@ -291,8 +284,7 @@ def stop_dagster(process) -> None:  # noqa: ANN001
 
 
 def start_lake(prefix: str, names: tuple[str, ...], interval: int, snapshot_sensors: str, workers: int,  # noqa: ANN201
-               sqlite_synchronous: str, storage: dict | None, variant: dict[str, str] | None = None,
-               snapshots_per_run: int | None = 1):
+               sqlite_synchronous: str, storage: dict | None, snapshots_per_run: int | None = 1):
     """A fresh lake of ``names`` under a temporary root, ``dagster dev`` on it with the warm launcher, and the
     warm launcher's per-run profile (wall, lane CPU, Spark jobs) written to ``runs.jsonl`` there. Returns
     (catalog, process, instance, profile)."""
@@ -302,7 +294,7 @@ def start_lake(prefix: str, names: tuple[str, ...], interval: int, snapshot_sens
     write_home(home, "warm", workers, sqlite_synchronous, storage)
     profile = root / "runs.jsonl"
     os.environ[PROFILE_ENV] = str(profile)
-    process, instance = start_dagster(root, home, config_path, variant)
+    process, instance = start_dagster(root, home, config_path)
     return catalog, process, instance, profile
 
 
@@ -315,8 +307,8 @@ def wait_exports(catalog, instance, names: tuple[str, ...], timeout: float) -> d
 
 
 def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlite_synchronous: str = "",
-                    warm_rounds: int = 0, storage: dict | None = None, variant: dict[str, str] | None = None,
-                    label: str = "many", snapshot_sensors: str = "auto") -> dict:
+                    warm_rounds: int = 0, storage: dict | None = None, label: str = "many",
+                    snapshot_sensors: str = "auto") -> dict:
     """N tables commit together, ``warm_rounds`` + ``rounds`` times: commit -> applied for every table.
 
     The first ``warm_rounds`` warm the daemon up and are reported apart (``cold``: the first of them):
@@ -326,7 +318,7 @@ def run_many_tables(tables: int, rounds: int, workers: int, interval: int, sqlit
     """
     names = tuple(f"db.events_{i:02d}" for i in range(tables))
     catalog, process, instance, profile = start_lake("icecdc-fresh-many-", names, interval, snapshot_sensors,
-                                                     workers, sqlite_synchronous, storage, variant)
+                                                     workers, sqlite_synchronous, storage)
     latencies: list[float] = []
     commits: dict[str, float] = {}  # partition key -> commit time
     try:
@@ -713,8 +705,6 @@ def main() -> None:
                         help="tables of the many-tables scenario, a comma list for several counts (0: skip)")
     parser.add_argument("--sensors", choices=("shipped", "per-table", "one", "both"), default="shipped",
                         help="many tables: the shipped layout (auto), a sensor per table, one for all, or both")
-    parser.add_argument("--line-checks", choices=("one", "two", "both"), default="one",
-                        help="many tables: the two line checks as one step (shipped), as two, or both")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warm-rounds", type=int, default=4,
                         help="many-tables rounds before the measured ones (JIT warm-up of a fresh daemon)")
@@ -779,27 +769,22 @@ def single_kind(args: argparse.Namespace) -> None:
           f" interval_s={args.interval} mode={main_mode}{extra}")
 
 
-# A layout: the pipeline file's ``snapshot_sensors`` and the environment of bench/variant_defs.py (empty: shipped).
-VARIANTS = {"one_sensor": ("one", {}), "per_table_sensors": ("per_table", {}),
-            "two_checks": ("auto", {"ICECDC_BENCH_LINE_CHECKS": "two"})}
+# A layout: the pipeline file's ``snapshot_sensors``.
+LAYOUTS = {"shipped": "auto", "one_sensor": "one", "per_table_sensors": "per_table"}
 
 
-def layouts(sensors: str, line_checks: str, tables: int) -> list[tuple[str, tuple[str, dict[str, str]]]]:
-    """The layouts to measure at ``tables``: the shipped one (``snapshot_sensors: auto``, the two line checks
-    as one step) unless one layout or ``two`` alone was asked, and the variants that ``both`` adds (the sensor
-    layout that ``auto`` does not pick at this count)."""
+def layouts(sensors: str, tables: int) -> list[tuple[str, str]]:
+    """The layouts to measure at ``tables``: the shipped one (``snapshot_sensors: auto``) unless one layout
+    alone was asked, and the one ``both`` adds (the sensor layout that ``auto`` does not pick at this count)."""
     from icecdc_dagster.config.model import ONE_SENSOR_FROM_TABLES
 
     auto = "one" if tables >= ONE_SENSOR_FROM_TABLES else "per-table"
     alone = sensors in ("per-table", "one") and sensors != auto
-    chosen = [] if alone or line_checks == "two" else [("shipped", ("auto", {}))]
+    chosen = [] if alone else ["shipped"]
     other = "per-table" if auto == "one" else "one"
     if sensors == other or sensors == "both":
-        name = "per_table_sensors" if other == "per-table" else "one_sensor"
-        chosen.append((name, VARIANTS[name]))
-    if line_checks in ("two", "both"):
-        chosen.append(("two_checks", VARIANTS["two_checks"]))
-    return chosen
+        chosen.append("per_table_sensors" if other == "per-table" else "one_sensor")
+    return [(name, LAYOUTS[name]) for name in chosen]
 
 
 def many_tables_scenarios(args: argparse.Namespace) -> str:
@@ -810,11 +795,11 @@ def many_tables_scenarios(args: argparse.Namespace) -> str:
     keys: dict[str, str] = {}
     for count in counts:
         shipped: dict | None = None
-        for name, (snapshot_sensors, variant) in layouts(args.sensors, args.line_checks, count):
+        for name, snapshot_sensors in layouts(args.sensors, count):
             label = f"{name} x{count}"
             print(f"[{label}] start: {load()}", flush=True)
             m = run_many_tables(count, args.rounds, args.workers, args.interval, args.sqlite_synchronous,
-                                args.warm_rounds, variant=variant, label=label, snapshot_sensors=snapshot_sensors)
+                                args.warm_rounds, label=label, snapshot_sensors=snapshot_sensors)
             print(f"[{label}] {count} tables x {args.rounds} rounds after {args.warm_rounds} warm-up rounds, "
                   f"{args.workers} lanes: p50 {m['p50']:.1f}s p95 {m['p95']:.1f}s, idle {m['idle_loop_cpu_s']:.2f} "
                   f"CPU-s per sensor loop, {m['batch_cpu_s']:.2f} CPU-s per batch ({m['steps']:.0f} steps, "
@@ -831,7 +816,7 @@ def many_tables_scenarios(args: argparse.Namespace) -> str:
                 keys[f"{prefix}multi_table_cold_p95_s"] = f"{m['cold_p95']:.2f}"
             if name == "shipped":
                 shipped = m
-            elif shipped is not None:  # the variant against the shipped layout, same count, same run
+            elif shipped is not None:  # the other layout against the shipped one, same count, same run
                 keys[f"{prefix}p95_ratio"] = f"{m['p95'] / shipped['p95']:.2f}"
                 keys[f"{prefix}idle_ratio"] = f"{m['idle_loop_cpu_s'] / max(shipped['idle_loop_cpu_s'], 1e-9):.2f}"
                 keys[f"{prefix}batch_cpu_ratio"] = f"{m['batch_cpu_s'] / shipped['batch_cpu_s']:.2f}"

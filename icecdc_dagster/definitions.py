@@ -30,7 +30,6 @@ from icecdc_dagster.assets.sink_assets import build_sink_asset
 from icecdc_dagster.assets.source_table import build_source_asset
 from icecdc_dagster.assets.table_metadata import ROW_COUNT, definition_metadata, source_fallback, table_metadata
 from icecdc_dagster.changelog import check_supported, uses_row_lineage
-from icecdc_dagster.checks.line_checks import build_line_checks
 from icecdc_dagster.checks.sinks_agree import build_consistency_checks
 from icecdc_dagster.config import CatalogConfig, IngestConfig, PipelineConfig, TableConfig, load_config
 from icecdc_dagster.errors import ConfigError, UnsupportedFormatVersionError
@@ -203,13 +202,12 @@ def _build_definitions(config: PipelineConfig, check_tables: bool, rebuilt: Coll
             described = remembered.get(f"{config.catalog.name}.{table.table_name}", {})
         assets.append(build_source_asset(table, written_by=writers.get(table.table_name, ()), described=described))
         store = f"{config.catalog.name}.{changelog_table_name(table.table_name)}"
-        assets.append(build_changelog_asset(table, lineage, remembered.get(store, {})))
+        assets.append(build_changelog_asset(table, lineage, remembered.get(store, {}), config.source))
         assets.extend(build_sink_asset(table, sink, lineage,
                                        definition_metadata(sink.target_catalog or config.catalog.name, table, sink,
                                                            source, remembered),
                                        config.source)
                       for sink in table.sinks)
-        checks.append(build_line_checks(table, config.source))
         assets.append(build_maintenance_asset(table, tuple(entries_by_target.get(table.table_name, ()))))
         schedules.append(build_maintenance_schedule(table))
         if config.sensor_layout == "per_table":

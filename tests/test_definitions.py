@@ -50,10 +50,13 @@ def test_two_tables_give_source_changelog_and_sink_assets_with_lineage(two_table
     check_keys = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
     assert ("changelog/db/orders_changelog", "no_stuck_snapshots") in check_keys
     assert ("changelog/db/orders_changelog", "line_follows_table") in check_keys
-    # The two batch checks of a table are one step (one table load, one step's events per run).
-    line_checks = [c for c in defs.asset_checks if AssetKey(["changelog", "db", "orders_changelog"])
-                   in {key.asset_key for key in c.check_keys}]
-    assert [{key.name for key in c.check_keys} for c in line_checks] == [{"no_stuck_snapshots", "line_follows_table"}]
+    # The two batch checks of a table are evaluated in the changelog's own step (no step of their own per run),
+    # which can also run them alone (subsettable).
+    changelog_def = graph.assets_def_for_key(AssetKey(["changelog", "db", "orders_changelog"]))
+    assert {key.name for key in changelog_def.check_keys} == {"no_stuck_snapshots", "line_follows_table"}
+    assert changelog_def.can_subset and changelog_def.node_def.name == "changelog__db__orders_changelog"
+    assert not [c for c in defs.asset_checks or [] if AssetKey(["changelog", "db", "orders_changelog"])
+                in {key.asset_key for key in c.check_keys}]
     # Maintenance: one scheduled asset per table group, downstream of the line's assets.
     maintenance = graph.get(AssetKey(["maintenance", "db", "orders_maintenance"]))
     assert maintenance.group_name == "db_orders" and maintenance.partitions_def is None

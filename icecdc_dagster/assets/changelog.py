@@ -5,18 +5,20 @@ Partition key = snapshot id. A run may cover a range of consecutive keys
 """
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from dagster import (
+    AssetCheckResult,
     AssetExecutionContext,
     AssetRecordsFilter,
     AssetsDefinition,
+    AssetSpec,
     BackfillPolicy,
     DataVersion,
     MaterializeResult,
-    asset,
+    multi_asset,
 )
 from pyiceberg.exceptions import NoSuchTableError
 
@@ -31,6 +33,7 @@ from icecdc_dagster.assets.table_metadata import (
     lineage_metadata,
 )
 from icecdc_dagster.changelog.ordinals import OrdinalAnchor, uses_ordinals
+from icecdc_dagster.checks.line_checks import line_check_specs, line_checks
 from icecdc_dagster.config import TableConfig
 from icecdc_dagster.lease import retry
 from icecdc_dagster.lineage import LineageDataset, LineageEmitter, iceberg_dataset
@@ -113,13 +116,15 @@ def line_keys(instance: "DagsterInstance", table: TableConfig, first_key: str) -
 
 
 def build_changelog_asset(table: TableConfig, lineage: LineageEmitter | None = None,
-                          described: Mapping[str, Any] | None = None) -> AssetsDefinition:
-    """``described``: the store table's metadata known at load (from the last batch that wrote it)."""
-    @asset(
-        key=naming.changelog_key(table),
+                          described: Mapping[str, Any] | None = None,
+                          config_path: str | None = None) -> AssetsDefinition:
+    """``described``: the store table's metadata known at load (from the last batch that wrote it);
+    ``config_path``: the pipeline file, named in the line checks' recovery commands. The step also evaluates
+    the line checks (:mod:`checks.line_checks`: why there)."""
+    key = naming.changelog_key(table)
+    spec = AssetSpec(
+        key,
         deps=[naming.source_key(table)],
-        partitions_def=naming.partitions_def(table),
-        backfill_policy=BackfillPolicy.single_run(),
         group_name=naming.group_name(table),
         kinds={"iceberg", "spark"},
         description=(f"Row-level changes of {table.table_name}, one partition per snapshot, stored in "
@@ -128,10 +133,16 @@ def build_changelog_asset(table: TableConfig, lineage: LineageEmitter | None = N
                   "identifier_columns": ", ".join(table.identifier_columns) or "(the table's identifier fields)",
                   **(described or {})},
     )
+
+    @multi_asset(specs=[spec], name=key.to_python_identifier(), partitions_def=naming.partitions_def(table),
+                 backfill_policy=BackfillPolicy.single_run(), check_specs=line_check_specs(table), can_subset=True)
     def _changelog(context: AssetExecutionContext, icecdc_spark: SparkResource,
-                   icecdc_catalog: IcebergCatalogResource) -> MaterializeResult[Any]:  # parameter = resource key
-        with retry.classified(context.instance, context.run_id):
-            return _store_batch(context, table, lineage, icecdc_spark, icecdc_catalog)
+                   icecdc_catalog: IcebergCatalogResource) -> Iterator[MaterializeResult[Any] | AssetCheckResult]:
+        if key in context.selected_asset_keys:  # parameter = resource key
+            with retry.classified(context.instance, context.run_id):
+                result = _store_batch(context, table, lineage, icecdc_spark, icecdc_catalog)
+            yield result  # stored before the checks below run: they judge the line as this batch leaves it
+        yield from line_checks(context, table, icecdc_catalog, config_path)
 
     return _changelog
 
@@ -170,7 +181,8 @@ def _store_batch(context: AssetExecutionContext, table: TableConfig, lineage: Li
         changelog_snapshot_id=str(stored.snapshot_id), line=request.line,
         source_table_uuid=lifecycle.table_uuid(source),
         ordered_by=ANCESTRY if uses_ordinals(source, request.anchor) else None)
-    return MaterializeResult(metadata={**recorded.with_figures(stats), **described},
+    return MaterializeResult(asset_key=naming.changelog_key(table),
+                             metadata={**recorded.with_figures(stats), **described},
                              data_version=DataVersion(str(computed.info.snapshot_id)))
 
 

@@ -77,11 +77,6 @@ def sensor_name(table: TableConfig) -> str:
     return "snapshots__" + _slug(table.table_name)
 
 
-def line_checks_name(table: TableConfig) -> str:
-    """The step that runs a table's two batch checks."""
-    return "line_checks__" + _slug(table.table_name)
-
-
 def ingest_key(entry: IngestConfig) -> AssetKey:
     return _chosen(entry, INGEST, None, AssetKey(["ingest", _slug(entry.name)]))
 

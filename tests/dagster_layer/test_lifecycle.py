@@ -4,7 +4,7 @@ a rollback, an expired checkpoint snapshot and a dropped-and-recreated table are
 recovers; ``icecdc resync`` re-bootstraps the line and every sink converges to the table."""
 
 import pytest
-from dagster import AssetCheckKey, AssetKey, build_asset_check_context
+from dagster import AssetCheckKey, AssetKey
 from opensearchpy import OpenSearch
 
 from icecdc_dagster.assets import naming
@@ -14,7 +14,6 @@ from icecdc_dagster.cli import main
 from icecdc_dagster.config import load_config
 from icecdc_dagster.definitions import build_definitions
 from icecdc_dagster.errors import SnapshotOrderLostError, SupersededPartitionError
-from icecdc_dagster.resources.keys import CATALOG_KEY
 from icecdc_dagster.status import table_status
 from icecdc_dagster.sync import SyncContext, resync_table
 from tests.dagster_layer.harness import drain, tick
@@ -48,12 +47,15 @@ def _setup(spark, catalog_settings, tmp_path, sinks, rows=20, format_version=2):
 
 
 def _line_check(defs, instance, table):
-    """The ``line_follows_table`` result of the batch checks' step (it runs with ``no_stuck_snapshots``)."""
-    checks = next(c for c in defs.asset_checks if AssetCheckKey(CHANGELOG, "line_follows_table") in c.check_keys)
-    context = build_asset_check_context(instance=instance, resources={CATALOG_KEY: defs.resources[CATALOG_KEY]})
-    results = {result.check_name: result for result in checks(context)}
-    assert set(results) == {"line_follows_table", "no_stuck_snapshots"}
-    return results["line_follows_table"]
+    """The ``line_follows_table`` evaluation of the two line checks executed alone (the changelog's step runs
+    them without materialising anything), as a user's "execute checks" does."""
+    checks = {AssetCheckKey(CHANGELOG, "line_follows_table"), AssetCheckKey(CHANGELOG, "no_stuck_snapshots")}
+    job = defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection=set(), asset_check_selection=checks)
+    result = job.execute_in_process(instance=instance)
+    evaluations = {e.asset_check_key.name: e for e in result.get_asset_check_evaluations()}
+    assert set(evaluations) == {"line_follows_table", "no_stuck_snapshots"}
+    assert not result.get_asset_materialization_events()
+    return evaluations["line_follows_table"]
 
 
 def _resync(config, defs, instance, path):
