@@ -12,7 +12,8 @@ runs then take every snapshot committed meanwhile instead of queueing behind sta
 The partitions themselves are the cursor, so a daemon restart loses nothing. The sensor's own
 cursor only marks an idle line (nothing to do at a given table metadata file): until it changes, for
 at most ``IDLE_RECHECK_S``, a tick compares the catalog's record of the table and skips the line's
-queries.
+queries (one sensor for every table: then the longest idle lines get their full check first,
+``IDLE_RECHECKS_PER_TICK`` a tick, so the cost at rest does not grow with the tables).
 
 When the table changed under the line (rolled back, a needed snapshot expired, dropped and
 recreated: ``lines.window.line_view``), the tick skips with a reason that names what happened
@@ -123,6 +124,11 @@ def join_run(instance: "DagsterInstance", table_line_: line.Line, window: TableW
 
 
 IDLE_RECHECK_S = 60.0
+# ``snapshot_sensors: one``: idle lines due a full check, at most this many per tick (the oldest first). Why:
+# a full check is ~0.03 CPU-s of instance queries and a table load; with every idle line rechecked each
+# IDLE_RECHECK_S, 50 idle tables cost four a tick, half the code server's CPU at rest
+# (bench/freshness.py --tables 50, py-spy). A line is rechecked every max(IDLE_RECHECK_S, tables x interval).
+IDLE_RECHECKS_PER_TICK = 1
 UNCHANGED_SKIP = "all snapshots are applied (the table unchanged since the last full check)"
 NOT_IDLE = "{}"  # a cursor that marks nothing (Dagster keeps the previous cursor when a result has none)
 
@@ -146,8 +152,9 @@ def idle_cursor(fingerprint: str, now: float | None = None) -> str:
     return json.dumps({"idle": fingerprint, "at": time.time() if now is None else now})
 
 
-def still_idle(cursor: str | None, fingerprint: str, now: float | None = None) -> bool:
-    """The last full check found nothing to do, nothing changed since, and it is recent.
+def still_idle(cursor: str | None, fingerprint: str, now: float | None = None, expire: bool = True) -> bool:
+    """The last full check found nothing to do, nothing changed since, and it is recent (``expire`` False:
+    however old it is; the caller rechecks it later).
 
     The cursor only lets a tick skip work: the line's state stays in the instance (partitions,
     runs, materialisations) and every ``IDLE_RECHECK_S`` a full check reads it again (a wiped
@@ -162,7 +169,16 @@ def still_idle(cursor: str | None, fingerprint: str, now: float | None = None) -
     except (ValueError, KeyError, TypeError):
         return False
     now = time.time() if now is None else now
-    return mark.get("idle") == fingerprint and 0 <= now - at < IDLE_RECHECK_S
+    return mark.get("idle") == fingerprint and (not expire or 0 <= now - at < IDLE_RECHECK_S)
+
+
+def idle_since(cursor: str | None) -> float | None:
+    """When a line's idle mark was set (its last full check); None: the cursor marks nothing."""
+    try:
+        mark = json.loads(cursor) if cursor else None
+        return float(mark["at"]) if isinstance(mark, dict) and "idle" in mark else None
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 class ResolvedCatalog:
@@ -183,14 +199,15 @@ class ResolvedCatalog:
 
 def tick(instance: "DagsterInstance", cursor: str | None, table: TableConfig, catalog: "IcebergCatalogResource",
          config_path: str | None, known_location: str | None = None,
-         admission: Admission | None = None) -> SensorResult:
+         admission: Admission | None = None, recheck: bool = True) -> SensorResult:
     """One tick of ``table``'s line: new partitions, the next run (or why none), its cursor.
     ``known_location``: the table's metadata location when the caller read it already (one query for
     every table of a tick, :meth:`IcebergCatalogResource.metadata_locations`). ``admission``: the
-    tick's room in the run queue; a line with work when there is none is deferred, unplanned."""
+    tick's room in the run queue; a line with work when there is none is deferred, unplanned.
+    ``recheck`` False: an idle mark older than ``IDLE_RECHECK_S`` still holds (its full check waits its turn)."""
     if cursor:  # an idle mark to compare: the catalog's record first, the table only if it moved
         location = known_location or catalog.metadata_location(table.table_name)
-        if location is not None and still_idle(cursor, idle_fingerprint(table, location)):
+        if location is not None and still_idle(cursor, idle_fingerprint(table, location), expire=recheck):
             return SensorResult(skip_reason=SkipReason(UNCHANGED_SKIP), cursor=cursor)
     if admission is not None and admission.full():  # planning it now would only be thrown away
         return SensorResult(skip_reason=SkipReason(admission.refuse(table.table_name)), cursor=cursor)
@@ -199,7 +216,7 @@ def tick(instance: "DagsterInstance", cursor: str | None, table: TableConfig, ca
     except NoSuchTableError:  # an ingest entry with auto_create has not created it yet
         return SensorResult(skip_reason=SkipReason(f"table {table.table_name} does not exist yet"))
     fingerprint = idle_fingerprint(table, source)
-    if still_idle(cursor, fingerprint):
+    if still_idle(cursor, fingerprint, expire=recheck):
         return SensorResult(skip_reason=SkipReason(UNCHANGED_SKIP), cursor=cursor)
     new_keys, planned = evaluate(instance, table, source, config_path)
     # Nothing to do and nothing new: the next ticks skip the line's queries until the table or
@@ -275,11 +292,12 @@ def build_tables_sensor(tables: Sequence[TableConfig], config_path: str | None,
         # Lines with an idle mark compare the catalog's record first: every such table's in one query.
         locations = catalog.metadata_locations([t.table_name for t in due if marks.get(t.table_name, {}).get("cursor")])
         admission = Admission(context.instance, [job.name for job in jobs.values()], min(minimum.values()) + 1)
+        rechecks = idle_rechecks(due, marks, now)
         results = []
         for table in due:
             previous = marks.get(table.table_name, {}).get("cursor")
             result = tick(context.instance, previous, table, catalog, config_path, locations.get(table.table_name),
-                          admission)
+                          admission, recheck=table.table_name in rechecks)
             # A deferred line keeps its last tick's time: due again at once, and first in line.
             at = marks.get(table.table_name, {}).get("at", 0.0) if table.table_name in admission.deferred else now
             marks[table.table_name] = {"cursor": result.cursor if result.cursor is not None else previous, "at": at}
@@ -297,6 +315,18 @@ def due_tables(tables: Sequence[TableConfig], marks: Mapping[str, Mapping[str, A
         return float(marks.get(table.table_name, {}).get("at", 0.0))
 
     return sorted((t for t in tables if now - last(t) >= minimum[t.table_name]), key=last)
+
+
+def idle_rechecks(due: Sequence[TableConfig], marks: Mapping[str, Mapping[str, Any]], now: float) -> set[str]:
+    """The due lines whose idle mark expired that get their full check this tick: the
+    ``IDLE_RECHECKS_PER_TICK`` longest idle (the others keep their marks until their turn; a line whose table
+    moved is checked at once, whatever its mark)."""
+    expired = []
+    for table in due:
+        since = idle_since(marks.get(table.table_name, {}).get("cursor"))
+        if since is not None and not 0 <= now - since < IDLE_RECHECK_S:
+            expired.append((since, table.table_name))
+    return {name for _, name in sorted(expired)[:IDLE_RECHECKS_PER_TICK]}
 
 
 def merged(results: list[tuple[TableConfig, SensorResult]], cursor: str, job_names: Mapping[str, str]) -> SensorResult:

@@ -346,3 +346,65 @@ def test_one_sensor_for_all_tables_ticks_each_line_at_its_own_interval(spark, ca
     moved = later(skipped)
     assert [r.partition_key for r in moved.run_requests] == [
         str(catalog.load_table("db.fast").current_snapshot().snapshot_id)]
+
+
+def test_one_sensor_rechecks_the_longest_idle_line_first_one_a_tick(spark, catalog_settings, catalog, instance,
+                                                                   tmp_path):
+    """``snapshot_sensors: one``: idle lines whose marks expired are fully checked one a tick, the longest idle
+    first; the others keep their marks (their tables unchanged) until their turn. A table that moves is
+    planned at once, whatever its turn."""
+    import json
+
+    from dagster import build_sensor_context
+
+    from icecdc_dagster.sensors.snapshots import ALL_TABLES_SENSOR, IDLE_RECHECK_S, idle_since
+
+    name = catalog_settings.name
+    tables = ("a", "b", "c")
+    for t in tables:
+        spark.sql(f"CREATE TABLE {name}.db.{t} (id BIGINT NOT NULL) USING iceberg TBLPROPERTIES ('format-version'='2')")
+        spark.sql(f"INSERT INTO {name}.db.{t} VALUES (1)")
+    config = load_config(write_pipeline(tmp_path / "p.yaml", catalog_settings, [
+        {"table_name": f"db.{t}", "identifier_columns": ["id"], "polling_interval": "PT5S"} for t in tables],
+        snapshot_sensors="one"))
+    defs = build_definitions(config)
+    sensor = defs.get_sensor_def(ALL_TABLES_SENSOR)
+    job = defs.resolve_implicit_global_asset_job_def()
+
+    def evaluate(marks):  # noqa: ANN001, ANN202 - one tick past every interval, then its runs
+        for mark in (marks or {}).values():
+            mark["at"] -= 10
+        result = sensor.evaluate_tick(build_sensor_context(instance=instance, instance_ref=instance.get_ref(),
+                                                           cursor=json.dumps(marks) if marks else None,
+                                                           definitions=defs))
+        for request in result.dynamic_partitions_requests or []:
+            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+        for request in result.run_requests:
+            assert job.execute_in_process(instance=instance, partition_key=request.partition_key,
+                                          asset_selection=request.asset_selection, tags=request.tags).success
+        return result, json.loads(result.cursor)
+
+    _, marks = evaluate(None)                  # the exports
+    _, marks = evaluate(marks)                 # nothing to do: every line marked idle
+    since = {t: idle_since(marks[f"db.{t}"]["cursor"]) for t in tables}
+    assert all(v is not None for v in since.values())
+    for age, t in ((3, "b"), (2, "a"), (1, "c")):  # expired, b the longest idle
+        mark = json.loads(marks[f"db.{t}"]["cursor"])
+        mark["at"] = time.time() - IDLE_RECHECK_S - age
+        marks[f"db.{t}"]["cursor"] = json.dumps(mark)
+    order = []
+    for _ in tables:
+        before = {t: marks[f"db.{t}"]["cursor"] for t in tables}
+        result, marks = evaluate(marks)
+        assert not result.run_requests
+        checked = [t for t in tables if marks[f"db.{t}"]["cursor"] != before[t]]
+        assert len(checked) == 1 and idle_since(marks[f"db.{checked[0]}"]["cursor"]) > time.time() - 5
+        order += checked
+    assert order == ["b", "a", "c"]
+    mark = json.loads(marks["db.a"]["cursor"])  # expired again, but its table moves: planned now, not in turn
+    mark["at"] = time.time() - IDLE_RECHECK_S - 9
+    marks["db.a"]["cursor"] = json.dumps(mark)
+    spark.sql(f"INSERT INTO {name}.db.c VALUES (2)")
+    result, _ = evaluate(marks)
+    assert [r.partition_key for r in result.run_requests] == [
+        str(catalog.load_table("db.c").current_snapshot().snapshot_id)]
