@@ -214,7 +214,7 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
     update = f"WHEN MATCHED THEN UPDATE SET {sets} " if sets else ""
 
     def merge(name: str) -> None:
-        source = _with_presence(spark, name, effective, key_columns, bounds) if exact_counts else effective
+        source = _with_presence(spark, table, name, effective, key_columns, bounds) if exact_counts else effective
         if exact_counts:
             source = source.observe(observed, *_count_aggregates())
         if twice:  # observed once, as the cache fills: the second read takes the cached rows
@@ -246,7 +246,7 @@ def _merge_mode(spark: Any, table: str) -> str:
     return table_properties(java_table(spark, table)).get("write.merge.mode", "copy-on-write")
 
 
-def _with_presence(spark: Any, name: str, effective: DataFrame, key_columns: Sequence[str],
+def _with_presence(spark: Any, table: str, name: str, effective: DataFrame, key_columns: Sequence[str],
                    bounds: "KeyBounds | None") -> DataFrame:
     """The MERGE's source with each key's presence (:data:`_EXISTS`) in the snapshot the MERGE merges into
     (``name``, read in the same statement): what the MERGE will do to each key, known from the rows it consumes.
@@ -255,7 +255,7 @@ def _with_presence(spark: Any, name: str, effective: DataFrame, key_columns: Seq
     (identifier columns are not enforced: a key held twice is still one key). Unless no file can hold one:
     bench/batch_profile.py (new keys appended, merge-on-read): the join was 0.15-0.2 JVM CPU-s and a broadcast
     job of a small batch."""
-    if bounds is not None and not _files_within(spark, name, bounds):
+    if bounds is not None and not _files_within(spark, table, name, bounds):
         # No data file of the target can hold a key in the batch's range (the usual append of new keys): every
         # key is absent, known from the files' statistics, without reading the target or joining.
         return effective.withColumn(_EXISTS, F.lit(None).cast("boolean"))
@@ -267,10 +267,12 @@ def _with_presence(spark: Any, name: str, effective: DataFrame, key_columns: Seq
     return effective.join(present, list(key_columns), "left")
 
 
-def _files_within(spark: Any, name: str, bounds: KeyBounds) -> bool:
-    """Whether a live data file of ``name`` (a table or ``<table>.branch_<b>``) may hold a key within ``bounds``:
-    its key statistics do not rule it out (a file without them may). One planning of the table's manifests."""
-    table, _, branch = name.partition(".branch_")
+def _files_within(spark: Any, table: str, name: str, bounds: KeyBounds) -> bool:
+    """Whether a live data file of ``name`` (``table`` or its branch ``<table>.branch_<b>``) may hold a key within
+    ``bounds``: its key statistics do not rule it out (a file without them may). One planning of the table's
+    manifests."""
+    prefix = f"{table}.branch_"
+    branch = name[len(prefix):] if name.startswith(prefix) else None
     jtable = java_table(spark, table)
     expressions = spark._jvm.org.apache.iceberg.expressions.Expressions  # noqa: SLF001 - the session's JVM
     both = getattr(expressions, "and")  # Java's Expressions.and (a Python keyword)

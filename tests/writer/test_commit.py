@@ -199,6 +199,16 @@ def test_keys_beyond_every_file_are_known_absent_without_reading_the_target(spar
     assert sorted(r.id for r in spark.table(name).collect()) == sorted(value(k) for k in (*range(10), 20, 30, 50))
 
 
+def test_a_table_named_like_a_branch_is_planned_as_itself(spark, catalog, catalog_settings):
+    """``db.branch_x`` staged as ``db.branch_x.branch_<staging>``: the files planned are the table's own."""
+    name = f"{catalog_settings.name}.db.branch_x"
+    spark.sql(f"CREATE TABLE {name} (id bigint NOT NULL, v string) USING iceberg "
+              "TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='merge-on-read')")
+    assert write_batch(spark, name, _frame(spark, FILL, False), ("id",), "b0").counts == {"inserted": KEYS}
+    rows = [(KEYS + 5, OP_UPSERT, "n"), (3, OP_DELETE, None)]
+    assert write_batch(spark, name, _frame(spark, rows, False), ("id",), "b1").counts == {"inserted": 1, "deleted": 1}
+
+
 def _metadata_files(table_location: str) -> int:
     return len(list(Path(table_location.removeprefix("file:")).joinpath("metadata").glob("*.metadata.json")))
 
