@@ -157,7 +157,8 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
     Counts: inserted / updated / deleted (keys that existed) / delete_missing (last op a delete of a
     key the table does not hold: nothing to do), or appended for key-less tables; exact, counted in the
     MERGE's own job (:func:`merged_counts`), else by a join of the batch's keys with the keys of the
-    snapshot the MERGE read. ``exact_counts=False``: no counts.
+    snapshot the MERGE read. ``exact_counts=False``: no counts. A batch none of whose keys a data file of the
+    target may hold (by the files' key statistics) is appended instead: the MERGE would only insert.
     ``ledger``: keep the batch id in the table's ledger property too (survives snapshot expiry);
     ``retention``: the ledger's entries below its horizon are dropped in the same commit.
     ``bounds``: the batch's key range when the caller has it already (else one aggregate finds it).
@@ -205,16 +206,21 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
     held: list[DataFrame] = []
     observed = Observation(f"icecdc_counts_{uuid.uuid4().hex}")
     view = f"icecdc_batch_{abs(hash((table, batch_id))) % 10**12}"
-    # The bounds are the batch's own: a target row outside them matches no batch row, so they change
-    # nothing but the files the MERGE reads (pruned by their column statistics).
-    on = " AND ".join([f"t.{_quote(k)} = s.{_quote(k)}" for k in key_columns] + ([bounds.sql] if bounds else []))
     sets = ", ".join(f"t.{_quote(c)} = s.{_quote(c)}" for c in data_columns if c not in key_columns)
     cols = ", ".join(_quote(c) for c in data_columns)
     vals = ", ".join(f"s.{_quote(c)}" for c in data_columns)
     update = f"WHEN MATCHED THEN UPDATE SET {sets} " if sets else ""
 
     def merge(name: str) -> None:
-        source = _with_presence(spark, table, name, effective, key_columns, bounds) if exact_counts else effective
+        reach = _reach(spark, table, name, bounds)
+        pruning = bounds if reach.skips else None  # in the plan only where they rule a file out (see _Reach)
+        if not reach.within:  # nothing to match: every upsert is an insert, every delete finds no row
+            _append_absent(effective, data_columns, observed if exact_counts else None).writeTo(name).append()
+            return
+        source = _with_presence(spark, name, effective, key_columns, pruning) if exact_counts else effective
+        # The bounds are the batch's own: a target row outside them matches no batch row, so they change
+        # nothing but the files the MERGE reads (pruned by their column statistics).
+        on = " AND ".join([f"t.{_quote(k)} = s.{_quote(k)}" for k in key_columns] + ([pruning.sql] if pruning else []))
         if exact_counts:
             source = source.observe(observed, *_count_aggregates())
         if twice:  # observed once, as the cache fills: the second read takes the cached rows
@@ -246,19 +252,13 @@ def _merge_mode(spark: Any, table: str) -> str:
     return table_properties(java_table(spark, table)).get("write.merge.mode", "copy-on-write")
 
 
-def _with_presence(spark: Any, table: str, name: str, effective: DataFrame, key_columns: Sequence[str],
+def _with_presence(spark: Any, name: str, effective: DataFrame, key_columns: Sequence[str],
                    bounds: "KeyBounds | None") -> DataFrame:
     """The MERGE's source with each key's presence (:data:`_EXISTS`) in the snapshot the MERGE merges into
     (``name``, read in the same statement): what the MERGE will do to each key, known from the rows it consumes.
 
-    The target's keys are read within the batch's bounds (the files the MERGE itself reads), each key once
-    (identifier columns are not enforced: a key held twice is still one key). Unless no file can hold one:
-    bench/batch_profile.py (new keys appended, merge-on-read): the join was 0.15-0.2 JVM CPU-s and a broadcast
-    job of a small batch."""
-    if bounds is not None and not _files_within(spark, table, name, bounds):
-        # No data file of the target can hold a key in the batch's range (the usual append of new keys): every
-        # key is absent, known from the files' statistics, without reading the target or joining.
-        return effective.withColumn(_EXISTS, F.lit(None).cast("boolean"))
+    The target's keys are read within ``bounds`` when given (the files the MERGE itself reads), each key once
+    (identifier columns are not enforced: a key held twice is still one key)."""
     keys = [_quote(k) for k in key_columns]
     target_keys = spark.table(name).select(*keys)
     if bounds is not None:
@@ -267,13 +267,46 @@ def _with_presence(spark: Any, table: str, name: str, effective: DataFrame, key_
     return effective.join(present, list(key_columns), "left")
 
 
-def _files_within(spark: Any, table: str, name: str, bounds: KeyBounds) -> bool:
-    """Whether a live data file of ``name`` (``table`` or its branch ``<table>.branch_<b>``) may hold a key within
-    ``bounds``: its key statistics do not rule it out (a file without them may). One planning of the table's
-    manifests."""
+def _append_absent(effective: DataFrame, data_columns: Sequence[str], observed: Observation | None) -> DataFrame:
+    """The rows a MERGE of ``effective`` would insert into a target holding none of its keys (its upserts),
+    with the counts observed as the write reads them (every key absent). An append: no join, no read of the
+    target (bench/batch_profile.py: a replica's batch of new keys)."""
+    if observed is not None:
+        effective = effective.withColumn(_EXISTS, F.lit(None).cast("boolean")).observe(observed, *_count_aggregates())
+    return effective.where(F.col(OP_COLUMN) != OP_DELETE).select(*[F.col(_quote(c)) for c in data_columns])
+
+
+@dataclass(frozen=True)
+class _Reach:
+    """How a batch's key range meets the live data files of the snapshot it merges into, from the files' key
+    statistics (a file without them may hold any key).
+
+    ``within``: a file may hold a key of the batch. When none can (the usual append of new keys), every key is
+    absent, known without reading the target: the batch is appended (:func:`_append_absent`), no MERGE, no join
+    (bench/batch_profile.py, new keys appended, merge-on-read: the presence join alone was 0.15-0.2 JVM CPU-s
+    and a broadcast job of a small batch).
+    ``skips``: the range rules a file out. Only then do the bounds go into the MERGE's plan: a literal in a plan
+    is compiled into its generated code, so bounds that change with every batch made Spark generate and the JVM
+    compile new classes for every MERGE (4 per batch, ~0.5 CPU-s of a small batch's 3.3 in compilation and
+    colder code, /tmp probes of bench/ingest.py's shape); where they skip nothing they buy nothing."""
+
+    within: bool
+    skips: bool
+
+
+def _reach(spark: Any, table: str, name: str, bounds: "KeyBounds | None") -> _Reach:
+    """:class:`_Reach` of ``bounds`` in ``name`` (``table`` or its branch ``<table>.branch_<b>``): one planning
+    of its manifests, every data file counted against the snapshot's own total. No bounds: every file may."""
+    if bounds is None:
+        return _Reach(True, False)
     prefix = f"{table}.branch_"
     branch = name[len(prefix):] if name.startswith(prefix) else None
     jtable = java_table(spark, table)
+    if branch and jtable.refs().get(branch) is None:
+        branch = None
+    snapshot = jtable.snapshot(branch) if branch else jtable.currentSnapshot()
+    if snapshot is None:
+        return _Reach(False, False)  # no snapshot: no file
     expressions = spark._jvm.org.apache.iceberg.expressions.Expressions  # noqa: SLF001 - the session's JVM
     both = getattr(expressions, "and")  # Java's Expressions.and (a Python keyword)
     condition = expressions.alwaysTrue()
@@ -281,12 +314,13 @@ def _files_within(spark: Any, table: str, name: str, bounds: KeyBounds) -> bool:
         within = both(expressions.greaterThanOrEqual(column, _iceberg_literal(low)),
                       expressions.lessThanOrEqual(column, _iceberg_literal(high)))
         condition = both(condition, within)
-    scan = jtable.newScan().filter(condition)
-    tasks = (scan.useRef(branch) if branch and jtable.refs().get(branch) is not None else scan).planFiles()
+    tasks = jtable.newScan().useSnapshot(snapshot.snapshotId()).filter(condition).planFiles()
     try:
-        return bool(tasks.iterator().hasNext())
+        planned = int(spark._jvm.org.apache.iceberg.relocated.com.google.common.collect.Iterables.size(tasks))  # noqa: SLF001
     finally:
         tasks.close()
+    total = snapshot.summary().get("total-data-files")
+    return _Reach(planned > 0, total is None or planned < int(total))
 
 
 def _iceberg_literal(value: Any) -> Any:

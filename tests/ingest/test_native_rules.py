@@ -4,7 +4,7 @@ The oracle is the Python rules themselves (``debezium.parse_line`` + ``coercion.
 line took before the native reader): random lines — values of every token kind for columns of every
 primitive type, numbers written in many forms (fractions beyond the column's scale, exponents, 2^53+1,
 leading zeros, numeric and ISO strings, base64 and not), duplicate keys, unknown fields, single quotes,
-two objects on a line, wrapped payloads, tombstones and broken JSON — are typed by
+two objects or other text after the object on a line, wrapped payloads, tombstones and broken JSON — are typed by
 ``native.coerce_lines`` + the Python rules for the lines it routes, and compared with the Python rules
 applied to every line (values, op, order, dead-letter reason, counted rules). A native-path batch must
 also route the plain lines natively (the point of it): every random batch carries a plain line that must
@@ -73,8 +73,10 @@ def lines(draw: st.DrawFn) -> str:
         return f'{{"payload": {{"op": {op}, "{side}": {{{body}}}}}}}'
     if shape == 2:
         return f'{{"payload": null, "op": {op}, "{side}": {{{body}}}}}'
-    if shape == 3:
-        return f'{{"op": {op}, "{side}": {{{body}}}}}{{"op": "c"}}'
+    if shape == 3:  # text after the object: Spark's reader ignores it, Python's json refuses the line
+        after = draw(st.sampled_from(['{"op": "c"}', " {}", "x", " 5", ",", "]", "}", "],[1", ', {"a": 1}', "\f{}",
+                                      " ", "\t"]))
+        return f'{{"op": {op}, "{side}": {{{body}}}}}{after}'
     if shape == 4:
         return f'{{"op": {op}, "{side}": null}}'
     return f'{{"op": {op}, "before": null, "{side}": {{{body}}}, "source": {{"table": "t"}}}}'
@@ -177,14 +179,17 @@ def test_native_rows_equal_the_python_rules_deep(spark, tmp_path, raws, at):
 def test_plain_lines_take_the_native_path_and_odd_ones_do_not(spark, tmp_path):
     rng = random.Random(5)
     plain = [json.dumps({"op": rng.choice("cud"), "before": {"id": i, "req": "r"}, "after": {
-        "id": i, "s": f"name {i}", "d": rng.random() * 100, "dec": f"{rng.randint(0, 10**6) / 100:.2f}",
+        "id": i, "s": f"name [{i}]" if i % 2 else f"name {i}", "d": rng.random() * 100, "dec": f"{rng.randint(0, 10**6) / 100:.2f}",
         "big": rng.randint(-10**9, 10**9), "b": rng.random() < 0.5, "day": "2024-03-01",
         "ts": "2024-03-01T10:00:00.5+02:00", "ntz": 1700000000000 + i, "bin": "aGk=", "i": i, "req": "r"}})
         for i in range(200)]
     odd = ['{"op": "c", "after": {"id": 1, "req": "r", "s": 12}}',         # a number into a string column
            '{"op": "c", "after": {"id": 1, "req": "r", "dec": 1.234}}',    # more digits than the scale
            '{"op": "c", "after": {"id": 1, "req": "r", "f": 1.5}}',        # float: narrowed by the Python rules
-           '{"op": "c", "after": {"id": " 1", "req": "r"}}']                # a key with spaces (Python strips)
+           '{"op": "c", "after": {"id": " 1", "req": "r"}}',                # a key with spaces (Python strips)
+           '{"op": "c", "after": {"id": 1, "req": "r"}}]',                  # text after the object: Spark
+           '{"op": "c", "after": {"id": 1, "req": "r"}}}',                  # ignores it, Python refuses it
+           '{"op": "c", "after": {"id": 1, "req": "r"}} x']
     fast, routed, native_offsets = _compare(spark, tmp_path, plain + odd)
     assert (fast, routed) == (len(plain), len(odd))
     assert native_offsets == set(_offsets(plain + odd)[:len(plain)])     # exactly the plain lines

@@ -177,8 +177,8 @@ def test_keys_beyond_every_file_are_known_absent_without_reading_the_target(spar
     spark.sql(f"CREATE TABLE {name} (id {key_type} NOT NULL, v string) USING iceberg "
               "TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='merge-on-read')")
     seen: list[bool] = []
-    original = merge._files_within
-    monkeypatch.setattr(merge, "_files_within", lambda *a: seen.append(original(*a)) or seen[-1])
+    original = merge._reach
+    monkeypatch.setattr(merge, "_reach", lambda *a: seen.append(original(*a).within) or original(*a))
 
     def write(rows, batch_id):
         frame = spark.createDataFrame([(value(k), None if op == OP_DELETE else "v", op, i)
@@ -197,6 +197,34 @@ def test_keys_beyond_every_file_are_known_absent_without_reading_the_target(spar
     assert write([(50, OP_UPSERT), (40, OP_DELETE)], "after").counts == {"inserted": 1, "deleted": 1}
     assert seen[-1] is True
     assert sorted(r.id for r in spark.table(name).collect()) == sorted(value(k) for k in (*range(10), 20, 30, 50))
+
+
+def test_bounds_enter_the_merge_only_where_they_rule_a_file_out(spark, catalog, catalog_settings):
+    """The batch's key range goes into the MERGE only where the target's file statistics let it skip a file:
+    a literal in a plan is compiled into Spark's generated code, so bounds that skip nothing would only make
+    every batch compile new classes. Batches spanning every file compile none after the first."""
+    name = f"{catalog_settings.name}.db.reach"
+    spark.sql(f"CREATE TABLE {name} (id bigint NOT NULL, v string) USING iceberg "
+              "TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='merge-on-read')")
+    schema = spark.table(name).schema
+
+    def reach(low: int, high: int) -> tuple[bool, bool]:
+        found = merge._reach(spark, name, name, merge.bounds_of_ranges({"id": (low, high)}, ("id",), schema))
+        return found.within, found.skips
+    assert reach(0, 5) == (False, False)                      # no snapshot: no file
+    write_batch(spark, name, _frame(spark, [(k, OP_INSERT, "a") for k in range(10)], False), ("id",), "low")
+    write_batch(spark, name, _frame(spark, [(k, OP_INSERT, "b") for k in range(100, 110)], False), ("id",), "high")
+    assert reach(5, 7) == (True, True)                        # the high file is ruled out
+    assert reach(5, 105) == (True, False)                     # both files may hold a key: nothing skipped
+    assert reach(200, 300) == (False, True)                   # past every file
+    compiled = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    counts = []
+    for n in range(3):  # each batch's range spans both files, and differs from the others'
+        rows = [(n, OP_UPSERT, f"u{n}"), (101 + n, OP_UPSERT, f"u{n}"), (50 + n, OP_DELETE, None)]
+        outcome = write_batch(spark, name, _frame(spark, rows, False), ("id",), f"span{n}")
+        assert outcome.counts == {"updated": 2, "delete_missing": 1}
+        counts.append(compiled.getCount())
+    assert counts[2] == counts[1], "a batch whose bounds skip no file compiled new code"
 
 
 def test_a_table_named_like_a_branch_is_planned_as_itself(spark, catalog, catalog_settings):

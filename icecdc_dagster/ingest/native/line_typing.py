@@ -20,9 +20,13 @@ JSON_OPTIONS = {"allowSingleQuotes": "false", "allowNumericLeadingZeros": "false
                 "allowUnquotedControlChars": "false", "allowBackslashEscapingAnyCharacter": "false",
                 "allowUnquotedFieldNames": "false", "allowComments": "false", "mode": "PERMISSIVE"}
 FAST = "_icecdc_fast"
-_OP_TEXT, _TYPED, _READING = "_n_op", "_n_typed", "_n_reading"
+_OP_TEXT, _TYPED, _READING, _IN_ARRAY = "_n_op", "_n_typed", "_n_reading", "_n_in_array"
 _FAST_VALUES, _REASON_TEXT = "_n_fast", "_n_reason"
 _SCHEMA_KEY = '"schema"'
+# A plain line must not hold the payload key anywhere. Searched without its opening quote: the search tries a
+# match at every occurrence of the first byte, and a quote opens every name and string of a line (a word that
+# holds the key's text is routed too, which is always safe).
+_PAYLOAD_WORD = PAYLOAD_KEY[1:]
 
 
 def _quote(name: str) -> str:
@@ -72,7 +76,9 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
     frame = frame.select("*", *[v.alias(n) for v, n in zip(values, names, strict=True)],
                          F.coalesce(fast, F.lit(False)).alias(_FAST_VALUES))  # never null: a null flag drops the line
     values = [F.col(n) for n in names]
-    tombstone = F.trim(raw).isin("", "null")  # Python's rule: a blank line or JSON null
+    # Python's rule: a blank line or JSON null. Only a line without an op can be one, so only those are trimmed
+    # (trimming copies the line).
+    tombstone = F.col(_OP_TEXT).isNull() & F.trim(raw).isin("", "null")
     frame = frame.select("*", F.when(~tombstone, _null_reason(columns, values, keys, deleting)).alias(_REASON_TEXT))
     fast = tombstone | F.col(_FAST_VALUES)
     reason = F.col(_REASON_TEXT)
@@ -126,18 +132,35 @@ def _parsed_lines(lines: DataFrame, columns: Sequence[TargetColumn], branches: S
     frame = lines.select("file_index", "source_file", "source_offset", "raw", branch_index.alias("_n_branch"))
     frame = frame.select("*", parsed_text.alias("_n_text"))
     text_of_line = F.col("_n_text")
-    parses = [F.from_json(text_of_line, envelope, JSON_OPTIONS).alias("_n_env")]
+    parses = [F.from_json(F.concat(F.lit("["), text_of_line, F.lit("]")), T.ArrayType(envelope), JSON_OPTIONS
+                          ).alias(_IN_ARRAY)]
     if typed_columns or payload_typed:
         parses.append(F.from_json(text_of_line, _envelope(_image_struct(typed_columns),
                                                           _image_struct(payload_typed, epoch_types) if branches
                                                           else None), JSON_OPTIONS).alias(_TYPED))
     frame = frame.select("*", *parses)
+    frame = frame.select("*", _one_value(text_of_line).alias("_n_env"))
     plain = F.col("_n_branch") == -1
     op = op_map[F.lower(F.when(plain, F.col("_n_env.op")).otherwise(F.col("_n_env.payload.op")))]
     before = F.when(plain, F.col("_n_env.before")).otherwise(F.col("_n_env.payload.before"))
     after = F.when(plain, F.col("_n_env.after")).otherwise(F.col("_n_env.payload.after"))
     frame = frame.select("*", op.alias(_OP_TEXT), F.when(op == F.lit(DELETE), before).otherwise(after).alias("_n_map"))
     return frame, typed_columns, payload_typed
+
+
+def _one_value(text: Column) -> Column:
+    """The line's envelope where the line is one JSON value and nothing after it (else null: such a line is
+    routed to the Python rules, whose ``json.loads`` refuses it).
+
+    Spark's JSON reader stops at the end of the first value and ignores whatever follows (``{...}x``,
+    ``{...}}``, ``{...}{...}``). So the line is read as the one element of ``[`` line ``]``: text after the
+    value either breaks that array or adds an element, unless it starts with ``]`` (closing the array early).
+    Only a line holding a ``]`` needs the second look: inside ``{"k":`` line ``}`` a value followed by ``]``
+    is an error."""
+    in_array = F.col(_IN_ARRAY)
+    one = F.size(in_array) == 1
+    closed_early = F.from_json(F.concat(F.lit('{"k":'), text, F.lit("}")), "k string", JSON_OPTIONS)["k"].isNull()
+    return F.when(one & (~text.contains("]") | ~closed_early), in_array[0])
 
 
 def _reading_index(deleting: Column) -> Column:
@@ -223,7 +246,7 @@ def _well_formed(image: Column) -> Column:
     """What the native reading needs to mirror the Python rules: a known op, one JSON object (Spark ignores
     text after ``}{``), an image, no duplicate key."""
     keys_seen = F.map_keys(image)
-    return (F.col(_OP_TEXT).isNotNull() & ~F.col("_n_text").rlike(r"\}\s*\{") & image.isNotNull()
+    return (F.col(_OP_TEXT).isNotNull() & image.isNotNull()
             & (F.size(keys_seen) == F.size(F.array_distinct(keys_seen))))
 
 
@@ -232,7 +255,7 @@ def _shape(branches: Sequence[SchemaBranch], columns: Sequence[TargetColumn], im
     """The line is plain (no wrapper, no schema key) or written exactly as one of ``branches``."""
     raw = F.col("raw")
     shape = ((F.col("_n_branch") == -1) & F.col("_n_env.payload").isNull() & F.col("_n_env.schema").isNull()
-             & ~raw.contains(PAYLOAD_KEY))
+             & ~raw.contains(_PAYLOAD_WORD))
     target_names = {c.name for c in columns}
     for i, b in enumerate(branches):
         shape = shape | _branch_shape(i, b, target_names, image, deleting)
