@@ -12,7 +12,7 @@ from typing import Any
 
 from icecdc_dagster.runtime import jars as jarlib
 from icecdc_dagster.runtime.java import JavaObject, gateway, jvm
-from icecdc_dagster.runtime.javac import classes_jar, compiled_classes
+from icecdc_dagster.runtime.javac import classes_jar, compiled_classes, session_class
 
 SOURCE = Path(__file__).with_name("EqualityDeltaWriter.java")
 CLASS_NAME = "icecdc.eqdel.EqualityDeltaWriter"
@@ -43,12 +43,6 @@ def equality_delta_writer(spark: Any) -> JavaObject:
 
 
 def _load(spark: Any, jar: Path) -> JavaObject:
-    view = jvm(spark)
-    spark.sparkContext._jsc.addJar(str(jar))  # noqa: SLF001 - PySpark has no public addJar
-    urls = gateway(spark).new_array(view.java.net.URL, 1)
-    urls[0] = view.java.io.File(str(jar)).toURI().toURL()
-    parent = view.java.lang.Thread.currentThread().getContextClassLoader()
-    loader = view.java.net.URLClassLoader(urls, parent)
-    no_types = gateway(spark).new_array(view.java.lang.Class, 0)
-    no_args = gateway(spark).new_array(view.java.lang.Object, 0)
-    return loader.loadClass(CLASS_NAME).getDeclaredConstructor(no_types).newInstance(no_args)
+    no_types = gateway(spark).new_array(jvm(spark).java.lang.Class, 0)
+    no_args = gateway(spark).new_array(jvm(spark).java.lang.Object, 0)
+    return session_class(spark, jar, CLASS_NAME).getDeclaredConstructor(no_types).newInstance(no_args)

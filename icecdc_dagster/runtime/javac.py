@@ -13,10 +13,11 @@ import tempfile
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from icecdc_dagster.errors import RuntimeSetupError
 from icecdc_dagster.runtime import jars as jarlib
-from icecdc_dagster.runtime.java import ensure_java_home
+from icecdc_dagster.runtime.java import JavaObject, ensure_java_home, gateway, jvm
 
 
 def javac() -> Path:
@@ -70,3 +71,19 @@ def classes_jar(classes: Path) -> Path:
     finally:
         partial.unlink(missing_ok=True)
     return jar
+
+
+def session_class(spark: Any, jar: Path, class_name: str) -> JavaObject:
+    """``class_name`` from ``jar``, loaded into a running session: the jar is added to the SparkContext (its
+    executors load the class from it) and the class is loaded on the driver by a class loader over the
+    session's own (which holds Iceberg and Spark).
+
+    Raises:
+        py4j.protocol.Py4JJavaError: the jar does not hold the class, or the JVM cannot read the jar.
+    """
+    view = jvm(spark)
+    spark.sparkContext._jsc.addJar(str(jar))  # noqa: SLF001 - PySpark has no public addJar
+    urls = gateway(spark).new_array(view.java.net.URL, 1)
+    urls[0] = view.java.io.File(str(jar)).toURI().toURL()
+    parent = view.java.lang.Thread.currentThread().getContextClassLoader()
+    return view.java.net.URLClassLoader(urls, parent).loadClass(class_name)

@@ -23,6 +23,7 @@ from pyspark.sql import Column, DataFrame, Observation, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from icecdc_dagster.runtime import merge_tally
 from icecdc_dagster.writer.exactly_once import (
     BATCH_ID_PROPERTY,
     LedgerRetention,
@@ -40,7 +41,8 @@ _EXISTS = "_icecdc_exists"
 _DELETE_PREFIX = "_icecdc_del_"
 # WriteOutcome.counted_by: where the counts came from
 COUNTED_BY_SUMMARY = "summary"      # the commit's snapshot summary alone (appends, overwrites)
-COUNTED_BY_SOURCE = "merge-source"  # observed in the MERGE's own job: its source's keys against the merged-into keys
+COUNTED_BY_SOURCE = "merge-source"  # in the MERGE's own job: the rows each clause took, or its source's keys
+#                                     against the merged-into keys
 COUNTED_BY_JOIN = "join"            # every key of the batch joined with the target after the MERGE (fallback)
 _COUNT_NAMES = ("inserted", "updated", "deleted", "delete_missing")
 
@@ -209,7 +211,7 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
     sets = ", ".join(f"t.{_quote(c)} = s.{_quote(c)}" for c in data_columns if c not in key_columns)
     cols = ", ".join(_quote(c) for c in data_columns)
     vals = ", ".join(f"s.{_quote(c)}" for c in data_columns)
-    update = f"WHEN MATCHED THEN UPDATE SET {sets} " if sets else ""
+    tallied: list[merge_tally.Tallies | None] = []  # per MERGE attempt; the last one committed
 
     def merge(name: str) -> None:
         reach = _reach(spark, table, name, bounds)
@@ -217,18 +219,26 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
         if not reach.within:  # nothing to match: every upsert is an insert, every delete finds no row
             _append_absent(effective, data_columns, observed if exact_counts else None).writeTo(name).append()
             return
-        source = _with_presence(spark, name, effective, key_columns, pruning) if exact_counts else effective
+        tally = merge_tally.tallies(spark) if exact_counts and sets else None  # keys-only: no update clause
+        tallied.append(tally)
+        source = effective
+        if exact_counts and tally is None:
+            source = _with_presence(spark, name, effective, key_columns, pruning)
         # The bounds are the batch's own: a target row outside them matches no batch row, so they change
         # nothing but the files the MERGE reads (pruned by their column statistics).
         on = " AND ".join([f"t.{_quote(k)} = s.{_quote(k)}" for k in key_columns] + ([pruning.sql] if pruning else []))
         if exact_counts:
-            source = source.observe(observed, *_count_aggregates())
+            source = source.observe(observed, *(_source_aggregates() if tally else _count_aggregates()))
         if twice:  # observed once, as the cache fills: the second read takes the cached rows
             source = source.persist()
             held.append(source)
         source.drop(_EXISTS).createOrReplaceTempView(view)
+        # a tally last in a matched clause's condition counts the rows that clause takes (runtime/MergeTally.java)
+        counted = {clause: f" AND {tally.condition(clause, 's.' + _quote(key_columns[0]))}" if tally else ""
+                   for clause in ("deleted", "updated")}
+        update = f"WHEN MATCHED{counted['updated']} THEN UPDATE SET {sets} " if sets else ""
         spark.sql(f"MERGE INTO {name} t USING {view} s ON {on} "
-                  f"WHEN MATCHED AND s.{OP_COLUMN} = '{OP_DELETE}' THEN DELETE "
+                  f"WHEN MATCHED AND s.{OP_COLUMN} = '{OP_DELETE}'{counted['deleted']} THEN DELETE "
                   f"{update}"
                   f"WHEN NOT MATCHED AND s.{OP_COLUMN} <> '{OP_DELETE}' THEN INSERT ({cols}) VALUES ({vals})")
 
@@ -240,11 +250,16 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
         if exact_counts:
             seen = observation_values(observed)
             counted = None if seen is None else {k: int(v or 0) for k, v in seen.items()}
+            if counted is not None and tallied and tallied[-1] is not None:
+                counted = _tallied_counts(counted, *tallied[-1].counts())
             counts, counted_by = merged_counts(spark, table, effective, key_columns, published, counted, bounds)
         return WriteOutcome(table, batch_id, False, published.snapshot_id, counts, counted_by)
     finally:
         for frame in held:
             frame.unpersist()
+        for tally in tallied:
+            if tally is not None:
+                tally.close()
 
 
 def _merge_mode(spark: Any, table: str) -> str:
@@ -337,6 +352,21 @@ def _count_aggregates() -> list[Column]:
             *[F.sum((op & found).cast("long")).alias(count)
               for count, op, found in (("inserted", ~deleting, ~exists), ("updated", ~deleting, exists),
                                        ("deleted", deleting, exists), ("delete_missing", deleting, ~exists))]]
+
+
+def _source_aggregates() -> list[Column]:
+    """rows, upserts and deletes of a MERGE's source whose matched clauses carry tallies (:func:`_tallied_counts`)."""
+    deleting = F.col(OP_COLUMN) == OP_DELETE
+    return [F.count(F.lit(1)).alias("rows"), F.sum((~deleting).cast("long")).alias("upserts"),
+            F.sum(deleting.cast("long")).alias("deletes")]
+
+
+def _tallied_counts(source: dict[str, int], deleted: int, updated: int) -> dict[str, int] | None:
+    """The MERGE's counts from its source's rows and the rows its delete and update clauses took; None where
+    they cannot be a MERGE's (then the caller joins)."""
+    counts = {"rows": source["rows"], "inserted": source["upserts"] - updated, "updated": updated,
+              "deleted": deleted, "delete_missing": source["deletes"] - deleted}
+    return counts if min(counts.values()) >= 0 else None
 
 
 def _counts_of(row: Any) -> dict[str, int] | None:

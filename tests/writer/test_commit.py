@@ -155,6 +155,20 @@ def test_every_kind_is_counted_in_the_merges_own_job(spark, catalog, catalog_set
     assert _apply(spark, table, kind, [FILL, UPSERTS, DELETES, UPSERTS]) == [COUNTED_BY_SOURCE] * 4
 
 
+@pytest.mark.parametrize("kind", ["v2-mor", "v3-cow", "v2-mor-keys-only"])
+def test_matched_rows_are_counted_by_the_clauses_that_take_them(spark, catalog, catalog_settings, monkeypatch, kind):
+    """A MERGE with an update clause counts the rows its delete and update clauses take (runtime/MergeTally.java):
+    its source is not joined with the target's keys. A keys-only table (no update clause) still joins."""
+    joined: list[str] = []
+    original = merge._with_presence
+    monkeypatch.setattr(merge, "_with_presence", lambda spark_, name, *a: joined.append(name) or original(
+        spark_, name, *a))
+    table = _create(spark, catalog_settings.name, kind)
+    assert _apply(spark, table, kind, [FILL, UPSERTS, DELETES, UPSERTS]) == [COUNTED_BY_SOURCE] * 4
+    keys_only = TABLES[kind][3]
+    assert bool(joined) == keys_only, joined
+
+
 def test_counts_fall_back_to_the_join_without_the_observation(spark, catalog, catalog_settings, monkeypatch):
     """When the MERGE's observed counts do not arrive, the batch's keys are joined with the merged-into snapshot."""
     monkeypatch.setattr(merge, "observation_values", lambda observed: None)  # as if it never arrived
