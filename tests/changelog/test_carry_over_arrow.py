@@ -244,7 +244,9 @@ def check_workload(spark, catalog, catalog_name: str, data, version: int, keyed:
         assert {r[COMMIT_SNAPSHOT_ID] for r in rows} <= {plan.snapshot_id}
 
 
-@pytest.mark.parametrize("version,keyed,allow_maps,allow_binary,view", COW_KINDS)
+@pytest.mark.parametrize("version,keyed,allow_maps,allow_binary,view", [  # the rest: -m slow, and the deep run
+    p if p.id in ("cow-v2-keys", "cow-v3-row-id") else pytest.param(*p.values, marks=pytest.mark.slow, id=p.id)
+    for p in COW_KINDS])
 @settings(max_examples=1, **COMMON)
 @given(data=st.data())
 def test_arrow_path_matches_spark_path_and_view(spark, catalog, catalog_settings, version, keyed, allow_maps,

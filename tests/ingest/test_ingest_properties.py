@@ -125,7 +125,7 @@ def _check(spark, catalog, cat, tmp_path, case):
     assert dead == bad
 
 
-@settings(max_examples=5, deadline=None,
+@settings(max_examples=3, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(case=deliveries())
 def test_ingestion_matches_the_model(spark, catalog, catalog_settings, tmp_path, case):

@@ -97,10 +97,13 @@ def _run(spark, catalog, catalog_settings, seed, version, mode, steps, keyed=Tru
             (r.name for r in spark.table(f"{cat}.db.dst").collect()), key=str)
 
 
+_SLOW = pytest.mark.slow  # the default run keeps one kind per format; -m slow runs the rest (and the long runs)
+
+
 @pytest.mark.parametrize("seed,version,mode,keyed", [
-    (1, 2, "copy-on-write", True), (2, 2, "merge-on-read", True),
-    (3, 3, "copy-on-write", True), (4, 3, "merge-on-read", True),
-    (5, 3, "merge-on-read", False), (6, 3, "copy-on-write", False)])
+    (1, 2, "copy-on-write", True), pytest.param(2, 2, "merge-on-read", True, marks=_SLOW),
+    pytest.param(3, 3, "copy-on-write", True, marks=_SLOW), (4, 3, "merge-on-read", True),
+    (5, 3, "merge-on-read", False), pytest.param(6, 3, "copy-on-write", False, marks=_SLOW)])
 def test_replica_equals_source_at_every_snapshot(spark, catalog, catalog_settings, seed, version, mode, keyed):
     _run(spark, catalog, catalog_settings, seed, version, mode, steps=6, keyed=keyed)
 

@@ -111,7 +111,8 @@ def _run(spark, catalog, catalog_settings, url, data, version: int, mode: str, s
 KINDS = [(2, "copy-on-write"), (2, "merge-on-read"), (3, "merge-on-read")]
 
 
-@pytest.mark.parametrize("version,mode", KINDS)
+@pytest.mark.parametrize("version,mode", [  # v2 copy-on-write: -m slow (the end-to-end tests sync it too)
+    k if k != (2, "copy-on-write") else pytest.param(*k, marks=pytest.mark.slow) for k in KINDS])
 @settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_index_equals_source_at_every_applied_snapshot(spark, catalog, catalog_settings, osmem_server, data,
