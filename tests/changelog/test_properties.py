@@ -374,8 +374,8 @@ COMMON = dict(deadline=None, database=None, phases=[Phase.explicit, Phase.genera
                                      HealthCheck.data_too_large, HealthCheck.filter_too_much])
 
 
-@pytest.mark.parametrize("version,mode,keyed,allow_maps,allow_binary", [  # keyless v2: -m slow, and the deep run
-    p if p.id not in ("cow-v2-keyless", "mor-v2-keyless") else pytest.param(*p.values, marks=pytest.mark.slow, id=p.id)
+@pytest.mark.parametrize("version,mode,keyed,allow_maps,allow_binary", [  # the v2 merge-on-read and keyless kinds: -m slow, and the deep run
+    p if p.id not in ("cow-v2-keyless", "mor-v2-keyless", "mor-v2-keys") else pytest.param(*p.values, marks=pytest.mark.slow, id=p.id)
     for p in KINDS])
 @settings(max_examples=2, **COMMON)
 @given(data=st.data())

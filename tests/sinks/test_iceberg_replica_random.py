@@ -97,13 +97,13 @@ def _run(spark, catalog, catalog_settings, seed, version, mode, steps, keyed=Tru
             (r.name for r in spark.table(f"{cat}.db.dst").collect()), key=str)
 
 
-_SLOW = pytest.mark.slow  # the default run keeps one kind per format; -m slow runs the rest (and the long runs)
+_SLOW = pytest.mark.slow  # the default run keeps one keyed kind per format (keyless v3: tests/dagster_layer/test_sink_runs.py); -m slow runs the rest
 
 
 @pytest.mark.parametrize("seed,version,mode,keyed", [
     (1, 2, "copy-on-write", True), pytest.param(2, 2, "merge-on-read", True, marks=_SLOW),
     pytest.param(3, 3, "copy-on-write", True, marks=_SLOW), (4, 3, "merge-on-read", True),
-    (5, 3, "merge-on-read", False), pytest.param(6, 3, "copy-on-write", False, marks=_SLOW)])
+    pytest.param(5, 3, "merge-on-read", False, marks=_SLOW), pytest.param(6, 3, "copy-on-write", False, marks=_SLOW)])
 def test_replica_equals_source_at_every_snapshot(spark, catalog, catalog_settings, seed, version, mode, keyed):
     _run(spark, catalog, catalog_settings, seed, version, mode, steps=6, keyed=keyed)
 
