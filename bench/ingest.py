@@ -33,8 +33,9 @@ Also measured in the same run:
   floor), the same with the batch's figures observed (``read_typed_observed_cpu_s``), and DERIVED, our read
   phase less that: the checkpoint and the rest of the phase's driver work (``read_checkpoint_derived_cpu_s``).
 
-``--warm`` runs our ingestion and the handwritten job once each (into other tables, untimed) before the
-timed runs: a daemon's JVM is warm (JIT, generated code, classes); without it ours runs first, on a cold JVM.
+``--warm`` runs our ingestion (both write modes) and the handwritten job once each (into other tables, untimed)
+before the timed runs: a daemon's JVM is warm (JIT, generated code, classes); without it ours runs first, on a cold
+JVM.
 
 ``--envelope schema`` writes every line as Kafka Connect's JsonConverter does with ``schemas.enable=true``
 (Debezium's default there): ``{"schema": <the envelope's Connect schema, ~1.5 KB>, "payload": {...}}``.
@@ -632,7 +633,8 @@ def main() -> None:
                         help="one batch of this many events, ours and pyiceberg's, for crossover_events")
     parser.add_argument("--cprofile", default="", help="write a cProfile of our driver to this file")
     parser.add_argument("--warm", action="store_true",
-                        help="before timing, run our ingestion and the handwritten job once each into other tables "
+                        help="before timing, run our ingestion (both write modes) and the handwritten job once each "
+                             "into other tables "
                              "(a daemon's JVM is warm; without it ours runs first, on a cold JVM)")
     parser.add_argument("--warm-rounds", type=int, default=1,
                         help="with --warm: this many untimed rounds of each (the JIT keeps compiling our wider code "
@@ -661,11 +663,13 @@ def main() -> None:
             tw = time.perf_counter()
             for r in range(args.warm_rounds):
                 time_ingest(spark, catalog, landing, f"db.warm{r}", "merge", len(final))
+                time_ingest(spark, catalog, landing, f"db.warm_eqdel{r}", "equality_deletes", len(final),
+                            ("id", "region"))
                 create_like_ours(spark, f"db.hand_warm{r}")
                 for path in sorted(landing.iterdir()):
                     handwritten_batch(spark, path, f"bench.db.hand_warm{r}", args.envelope)
-            print(f"warm-up (untimed; ours and the handwritten job {args.warm_rounds} time(s) each): "
-                  f"{time.perf_counter() - tw:.1f}s")
+            print(f"warm-up (untimed; ours in both write modes and the handwritten job {args.warm_rounds} time(s) "
+                  f"each): {time.perf_counter() - tw:.1f}s")
         ours, phases, jobs = run_ours(spark, catalog, settings, args.cprofile)
         got = spark.table("bench.db.ours").count()
         assert got == len(final), (got, len(final))

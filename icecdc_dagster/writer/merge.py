@@ -208,39 +208,24 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
     held: list[DataFrame] = []
     observed = Observation(f"icecdc_counts_{uuid.uuid4().hex}")
     view = f"icecdc_batch_{abs(hash((table, batch_id))) % 10**12}"
-    sets = ", ".join(f"t.{_quote(c)} = s.{_quote(c)}" for c in data_columns if c not in key_columns)
-    cols = ", ".join(_quote(c) for c in data_columns)
-    vals = ", ".join(f"s.{_quote(c)}" for c in data_columns)
+    updates = any(c not in key_columns for c in data_columns)  # keys-only tables have no update clause
     tallied: list[merge_tally.Tallies | None] = []  # per MERGE attempt; the last one committed
 
     def merge(name: str) -> None:
         reach = _reach(spark, table, name, bounds)
-        pruning = bounds if reach.skips else None  # in the plan only where they rule a file out (see _Reach)
         if not reach.within:  # nothing to match: every upsert is an insert, every delete finds no row
             _append_absent(effective, data_columns, observed if exact_counts else None).writeTo(name).append()
             return
-        tally = merge_tally.tallies(spark) if exact_counts and sets else None  # keys-only: no update clause
+        pruning = bounds if reach.skips else None  # in the plan only where they rule a file out (see _Reach)
+        tally = merge_tally.tallies(spark) if exact_counts and updates else None
         tallied.append(tally)
-        source = effective
-        if exact_counts and tally is None:
-            source = _with_presence(spark, name, effective, key_columns, pruning)
-        # The bounds are the batch's own: a target row outside them matches no batch row, so they change
-        # nothing but the files the MERGE reads (pruned by their column statistics).
-        on = " AND ".join([f"t.{_quote(k)} = s.{_quote(k)}" for k in key_columns] + ([pruning.sql] if pruning else []))
-        if exact_counts:
-            source = source.observe(observed, *(_source_aggregates() if tally else _count_aggregates()))
+        source = _merge_source(spark, name, effective, key_columns, pruning, observed if exact_counts else None,
+                               tally is not None)
         if twice:  # observed once, as the cache fills: the second read takes the cached rows
             source = source.persist()
             held.append(source)
         source.drop(_EXISTS).createOrReplaceTempView(view)
-        # a tally last in a matched clause's condition counts the rows that clause takes (runtime/MergeTally.java)
-        counted = {clause: f" AND {tally.condition(clause, 's.' + _quote(key_columns[0]))}" if tally else ""
-                   for clause in ("deleted", "updated")}
-        update = f"WHEN MATCHED{counted['updated']} THEN UPDATE SET {sets} " if sets else ""
-        spark.sql(f"MERGE INTO {name} t USING {view} s ON {on} "
-                  f"WHEN MATCHED AND s.{OP_COLUMN} = '{OP_DELETE}'{counted['deleted']} THEN DELETE "
-                  f"{update}"
-                  f"WHEN NOT MATCHED AND s.{OP_COLUMN} <> '{OP_DELETE}' THEN INSERT ({cols}) VALUES ({vals})")
+        spark.sql(_merge_sql(name, view, data_columns, key_columns, pruning, tally))
 
     try:
         published = staged_commit(spark, table, props, merge, ledger, retention)
@@ -260,6 +245,35 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
         for tally in tallied:
             if tally is not None:
                 tally.close()
+
+
+def _merge_source(spark: Any, name: str, effective: DataFrame, key_columns: Sequence[str],
+                  pruning: "KeyBounds | None", observed: Observation | None, tallied: bool) -> DataFrame:
+    """The MERGE's source, its counts observed as the MERGE reads it (``observed``): from the source alone where
+    the clauses' tallies count the matched rows (``tallied``), else with each key's presence joined in."""
+    if observed is None:
+        return effective
+    if tallied:
+        return effective.observe(observed, *_source_aggregates())
+    return _with_presence(spark, name, effective, key_columns, pruning).observe(observed, *_count_aggregates())
+
+
+def _merge_sql(name: str, view: str, data_columns: Sequence[str], key_columns: Sequence[str],
+               pruning: "KeyBounds | None", tally: "merge_tally.Tallies | None") -> str:
+    """The MERGE of ``view`` into ``name``. The bounds are the batch's own: a target row outside them matches no
+    batch row, so they change nothing but the files the MERGE reads (pruned by their column statistics). A
+    tally last in a matched clause's condition counts the rows that clause takes (runtime/MergeTally.java)."""
+    on = " AND ".join([f"t.{_quote(k)} = s.{_quote(k)}" for k in key_columns] + ([pruning.sql] if pruning else []))
+    counted = {clause: f" AND {tally.condition(clause, 's.' + _quote(key_columns[0]))}" if tally else ""
+               for clause in ("deleted", "updated")}
+    sets = ", ".join(f"t.{_quote(c)} = s.{_quote(c)}" for c in data_columns if c not in key_columns)
+    update = f"WHEN MATCHED{counted['updated']} THEN UPDATE SET {sets} " if sets else ""
+    cols = ", ".join(_quote(c) for c in data_columns)
+    vals = ", ".join(f"s.{_quote(c)}" for c in data_columns)
+    return (f"MERGE INTO {name} t USING {view} s ON {on} "
+            f"WHEN MATCHED AND s.{OP_COLUMN} = '{OP_DELETE}'{counted['deleted']} THEN DELETE "
+            f"{update}"
+            f"WHEN NOT MATCHED AND s.{OP_COLUMN} <> '{OP_DELETE}' THEN INSERT ({cols}) VALUES ({vals})")
 
 
 def _merge_mode(spark: Any, table: str) -> str:

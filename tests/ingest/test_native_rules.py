@@ -44,12 +44,17 @@ numbers = st.sampled_from([
     "0", "-0", "7", "-12", "007", "1.5", "1.50", "12.345", "-0.01", "1e2", "1E-2", "2.5e+3", "9007199254740993",
     "123456789012345678", "99999999.99", "100000000.00", "0.1234567890123456789012345678901234567",
     "12345678901234567890123456789012.123456", "2147483648", "-2147483649", "1700000000000", "1700000000123",
-    "170000000000000000", "20200101", "3.4028235e38", "1e400", "NaN", "-Infinity", "1.0"])
+    "170000000000000000", "20200101", "3.4028235e38", "1e400", "NaN", "-Infinity", "1.0",
+    "-9223372036854775808", "9223372036854775808", "9007199254740992", "-62135596800000", "-62135596800001",
+    "253402300799999", "253402300800000", "2932897", "-719162", "1e-400", "0e-5", "-0.0"])
 strings = st.sampled_from([
     "", "abc", " x ", "12", "1.50", "1,000.5", "true", "TRUE", " true", "2024-02-29", "2023-02-29", "2024-1-1",
     "20240101", "2024-02-29T12:34:56", "2024-02-29 12:34:56.123456", "2024-02-29T12:34:56.1234567Z",
     "2024-02-29T12:34:56+05:30", "2024-02-29T12:34:56Z", "2024-02-29T24:00:00", "1700000000000", "aGVsbG8=",
-    "aGVsbG8", "YQ==", "{not json", "[1]", "NaN", "Infinity", "-1e5", "é\\u00e9", "tab\\there", "a\\\"b"])
+    "aGVsbG8", "YQ==", "{not json", "[1]", "NaN", "Infinity", "-1e5", "é\\u00e9", "tab\\there", "a\\\"b",
+    "\\ud800", "x\\udc00", "\\ud83d\\ude00", "😀", "QR==", "YR=", "A===", "0000-01-01", "0001-01-01T00:00:00+01:00",
+    "2024-03-01T10:00:00+18:30", "2024-03-01T10:00:00.5-03:00", "2024-03-01t10:00:00", "2024-03-01T10:00:00z",
+    "9999-12-31T23:59:59.999999-01:00", "2024-03-01T10:00:00+05:60", "-12", "12345678901234567890", "1.5e3"])
 tokens = st.one_of(numbers, strings.map(lambda s: f'"{s}"'),
                    st.sampled_from(["true", "false", "null", "{}", '{"a": 1.10}', "[1, 2.50]", "[]"]))
 fields = st.dictionaries(st.sampled_from([f.name for f in SCHEMA.fields] + ["extra", "id"]), tokens, max_size=9)
@@ -79,6 +84,11 @@ def lines(draw: st.DrawFn) -> str:
         return f'{{"op": {op}, "{side}": {{{body}}}}}{after}'
     if shape == 4:
         return f'{{"op": {op}, "{side}": null}}'
+    if shape in (5, 6):  # Debezium's order: both images first, the op last
+        other = draw(st.sampled_from(["null", f"{{{body}}}", '{"id": 9, "req": 1.5, "extra": {"a": 1, "a": 2}}']))
+        images = {side: f"{{{body}}}", "after" if side == "before" else "before": other}
+        return (f'{{"before": {images["before"]}, "after": {images["after"]}, "source": {{"table": "t"}}, '
+                f'"op": {op}, "ts_ms": 1}}')
     return f'{{"op": {op}, "before": null, "{side}": {{{body}}}, "source": {{"table": "t"}}}}'
 
 
@@ -110,14 +120,17 @@ class Routing(NamedTuple):
 
 
 def _compare(spark, tmp_path, raws: list[str], schema: T.StructType = SCHEMA,
-             branches: list[native.SchemaBranch] | None = None) -> Routing:
+             branches: list[native.SchemaBranch] | None = None, in_java: bool = True) -> Routing:
     path = tmp_path / f"{uuid.uuid4().hex}.json"
     path.write_text("\n".join(raws) + "\n")
     uri = str(path)
     if branches is None:  # every schema block of the lines becomes a branch (a batch samples a few lines per file)
         branches = list({b.prefix: b for b in map(native.schema_branch, raws) if b is not None}.values())
     classified = native.coerce_lines(landing_lines.lines(spark, landing.describe([uri])), native.columns_of(schema),
-                                     KEYS, schema.names, native.utc(spark), ORDER_FILE_SHIFT, branches).persist()
+                                     KEYS, schema.names, native.utc(spark), ORDER_FILE_SHIFT, branches,
+                                     in_java=in_java).persist()
+    typed_by = classified._jdf.queryExecution().analyzed().toString()
+    assert ("icecdc_type_line" in typed_by) == (in_java and not branches), "the typing asked for is the one planned"
     try:
         fast, routed = native.split(classified)
         columns = [(f.name, f.dataType.json(), f.nullable) for f in schema.fields]
@@ -161,22 +174,30 @@ def _assert_routing(routing: Routing, raws: list[str], plain_offset: int) -> Non
 
 # Each line is typed on its own, so what the default run needs is many random lines, not many batches: a
 # batch costs a handful of Spark jobs whatever its size, so few large batches (CI time, issue 28).
+# Both typings of plain lines: the Java parser (``native.line_typer``) and Spark expressions (a machine without a
+# JDK's javac, and every line of a batch with schema blocks).
+TYPINGS = pytest.mark.parametrize("in_java", [True, False], ids=["java", "expressions"])
+
+
+@TYPINGS
 @settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(lines(), min_size=1, max_size=180), st.integers(0, 180))
-def test_native_rows_equal_the_python_rules(spark, tmp_path, raws, at):
+def test_native_rows_equal_the_python_rules(spark, tmp_path, in_java, raws, at):
     raws, plain_offset = _with_plain_line(raws, at)
-    _assert_routing(_compare(spark, tmp_path, raws), raws, plain_offset)
+    _assert_routing(_compare(spark, tmp_path, raws, in_java=in_java), raws, plain_offset)
 
 
 @pytest.mark.slow
+@TYPINGS
 @settings(max_examples=150, deadline=None, derandomize=False, suppress_health_check=list(HealthCheck))
 @given(st.lists(lines(), min_size=1, max_size=200), st.integers(0, 200))
-def test_native_rows_equal_the_python_rules_deep(spark, tmp_path, raws, at):
+def test_native_rows_equal_the_python_rules_deep(spark, tmp_path, in_java, raws, at):
     raws, plain_offset = _with_plain_line(raws, at)
-    _assert_routing(_compare(spark, tmp_path, raws), raws, plain_offset)
+    _assert_routing(_compare(spark, tmp_path, raws, in_java=in_java), raws, plain_offset)
 
 
-def test_plain_lines_take_the_native_path_and_odd_ones_do_not(spark, tmp_path):
+@TYPINGS
+def test_plain_lines_take_the_native_path_and_odd_ones_do_not(spark, tmp_path, in_java):
     rng = random.Random(5)
     plain = [json.dumps({"op": rng.choice("cud"), "before": {"id": i, "req": "r"}, "after": {
         "id": i, "s": f"name [{i}]" if i % 2 else f"name {i}", "d": rng.random() * 100, "dec": f"{rng.randint(0, 10**6) / 100:.2f}",
@@ -190,12 +211,13 @@ def test_plain_lines_take_the_native_path_and_odd_ones_do_not(spark, tmp_path):
            '{"op": "c", "after": {"id": 1, "req": "r"}}]',                  # text after the object: Spark
            '{"op": "c", "after": {"id": 1, "req": "r"}}}',                  # ignores it, Python refuses it
            '{"op": "c", "after": {"id": 1, "req": "r"}} x']
-    fast, routed, native_offsets = _compare(spark, tmp_path, plain + odd)
+    fast, routed, native_offsets = _compare(spark, tmp_path, plain + odd, in_java=in_java)
     assert (fast, routed) == (len(plain), len(odd))
     assert native_offsets == set(_offsets(plain + odd)[:len(plain)])     # exactly the plain lines
 
 
-def test_odd_column_names_and_exact_key_names(spark, tmp_path):
+@TYPINGS
+def test_odd_column_names_and_exact_key_names(spark, tmp_path, in_java):
     """Dots, spaces, backticks and unicode in column names; keys match by their exact name only."""
     schema = T.StructType([T.StructField("id", T.LongType(), False), T.StructField("a.b", T.StringType()),
                            T.StructField("sp ace", T.DecimalType(6, 2)), T.StructField("q`uote", T.LongType()),
@@ -204,7 +226,7 @@ def test_odd_column_names_and_exact_key_names(spark, tmp_path):
             '{"op": "c", "after": {"id": 2, "ID": 9, "A.B": "y", "sp ace": 1.255}}',
             '{"op": "u", "after": {"id": 3, "sp\\u0020ace": 1.5, "q`uote": 1.5}}',
             '{"op": "d", "before": {"id": 4, "a.b": "gone"}}']
-    fast, routed, _ = _compare(spark, tmp_path, raws, schema)
+    fast, routed, _ = _compare(spark, tmp_path, raws, schema, in_java=in_java)
     assert fast >= 2 and routed >= 1
 
 

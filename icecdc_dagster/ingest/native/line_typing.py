@@ -11,6 +11,7 @@ from pyspark.sql import types as T
 from icecdc_dagster.ingest.coercion import IGNORED_FIELDS
 from icecdc_dagster.ingest.columns import NOTES, RAW, REASON, SOURCE_FILE, SOURCE_OFFSET, TOMBSTONE, WIDEN
 from icecdc_dagster.ingest.debezium import DELETE, INSERT, OPS
+from icecdc_dagster.ingest.native import line_typer
 from icecdc_dagster.ingest.native.column_rules import TargetColumn, decimal_is_exact, decoded_value
 from icecdc_dagster.ingest.native.schema_blocks import PAYLOAD_KEY, Decoding, FieldDecoding, SchemaBranch
 from icecdc_dagster.writer import OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPSERT, ORDER_COLUMN
@@ -21,7 +22,7 @@ JSON_OPTIONS = {"allowSingleQuotes": "false", "allowNumericLeadingZeros": "false
                 "allowUnquotedFieldNames": "false", "allowComments": "false", "mode": "PERMISSIVE"}
 FAST = "_icecdc_fast"
 _OP_TEXT, _TYPED, _READING, _IN_ARRAY = "_n_op", "_n_typed", "_n_reading", "_n_in_array"
-_FAST_VALUES, _REASON_TEXT = "_n_fast", "_n_reason"
+_FAST_VALUES, _REASON_TEXT, _JAVA = "_n_fast", "_n_reason", "_n_java"
 _SCHEMA_KEY = '"schema"'
 # A plain line must not hold the payload key anywhere. Searched without its opening quote: the search tries a
 # match at every occurrence of the first byte, and a quote opens every name and string of a line (a word that
@@ -49,15 +50,20 @@ def _envelope(image: T.StructType, payload_image: T.StructType | None) -> T.Stru
 
 def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequence[str], known: Sequence[str],
                  utc_session: bool, order_file_shift: int, branches: Sequence[SchemaBranch] = (),
-                 extra: Sequence[Column] = ()) -> DataFrame:
+                 extra: Sequence[Column] = (), in_java: bool = True) -> DataFrame:
     """``lines`` typed natively, each with the flag :data:`FAST` (the native row is the Python rules' row).
 
     Rows carry the table's columns plus op, order, reason (null or a key/required-null reason),
     raw, source position and notes (``ignored_fields``), as the Python rules would produce them.
     ``branches``: schema blocks (:func:`sample_branches`) whose lines are decoded natively too.
     ``extra``: more columns over the line (``raw``, ``file_index``, ``source_offset``), kept as given.
+    Plain lines are typed by :mod:`line_typer` (one parse, each value typed as read); with ``branches``,
+    ``in_java=False`` or where its class cannot be built (no JDK's javac), by Spark expressions.
     """
-    raw = F.col("raw")
+    in_java = in_java and not branches
+    typed = line_typer.typer(lines.sparkSession, columns, keys, known, F.col("raw")) if in_java else None
+    if typed is not None:
+        return _typed_in_java(lines, typed, columns, keys, order_file_shift, extra)
     frame, typed_columns, payload_typed = _parsed_lines(lines, columns, branches)
     deleting = F.col(_OP_TEXT) == F.lit(DELETE)
     image = F.col("_n_map")
@@ -78,14 +84,35 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
     values = [F.col(n) for n in names]
     # Python's rule: a blank line or JSON null. Only a line without an op can be one, so only those are trimmed
     # (trimming copies the line).
-    tombstone = F.col(_OP_TEXT).isNull() & F.trim(raw).isin("", "null")
+    tombstone = F.col(_OP_TEXT).isNull() & F.trim(F.col("raw")).isin("", "null")
     frame = frame.select("*", F.when(~tombstone, _null_reason(columns, values, keys, deleting)).alias(_REASON_TEXT))
-    fast = tombstone | F.col(_FAST_VALUES)
-    reason = F.col(_REASON_TEXT)
     known_keys = F.array(*[F.lit(k) for k in known]) if known else F.array().cast("array<string>")
     ignored = F.size(F.array_except(F.map_keys(image), known_keys)).cast("long")
-    ops_out = F.when(tombstone, F.lit(TOMBSTONE)).when(F.col(_OP_TEXT) == F.lit(INSERT), F.lit(OP_INSERT)).when(
-        deleting, F.lit(OP_DELETE)).otherwise(F.lit(OP_UPSERT))
+    return _rows(frame, columns, values, F.col(_OP_TEXT), tombstone, tombstone | F.col(_FAST_VALUES), ignored,
+                 order_file_shift, extra)
+
+
+def _typed_in_java(lines: DataFrame, typed: Column, columns: Sequence[TargetColumn], keys: Sequence[str],
+                   order_file_shift: int, extra: Sequence[Column]) -> DataFrame:
+    """:func:`coerce_lines` by :mod:`line_typer` (plain lines): one parse per line, each value typed as read."""
+    frame = lines.select("file_index", "source_file", "source_offset", "raw", typed.alias(_JAVA))
+    result = F.col(_JAVA)
+    values = [result[line_typer.value_name(i)] for i in range(len(columns))]
+    op, tombstone = result[line_typer.OP], F.coalesce(result[line_typer.TOMBSTONE], F.lit(False))
+    reason = F.when(~tombstone, _null_reason(columns, values, keys, op == F.lit(DELETE)))
+    frame = frame.select("*", reason.alias(_REASON_TEXT))
+    return _rows(frame, columns, values, op, tombstone, F.coalesce(result[line_typer.FAST], F.lit(False)),
+                 result[line_typer.IGNORED].cast("long"), order_file_shift, extra)
+
+
+def _rows(frame: DataFrame, columns: Sequence[TargetColumn], values: Sequence[Column], op: Column, tombstone: Column,
+          fast: Column, ignored: Column, order_file_shift: int, extra: Sequence[Column]) -> DataFrame:
+    """The typed rows as the Python rules give them (their reason read from :data:`_REASON_TEXT`), each flagged
+    :data:`FAST`. ``op``: the line's op (``debezium.INSERT`` / ``UPDATE`` / ``DELETE``); ``ignored``: the count of
+    image fields the table does not know."""
+    raw, reason = F.col("raw"), F.col(_REASON_TEXT)
+    ops_out = F.when(tombstone, F.lit(TOMBSTONE)).when(op == F.lit(INSERT), F.lit(OP_INSERT)).when(
+        op == F.lit(DELETE), F.lit(OP_DELETE)).otherwise(F.lit(OP_UPSERT))
     empty_notes = F.create_map().cast("map<string,bigint>")
     return frame.select(
         *[F.when(reason.isNull(), v.cast(c.dtype).alias(c.name)).alias(c.name)

@@ -1,0 +1,423 @@
+package icecdc.typing;
+
+import com.fasterxml.jackson.core.JsonFactory;
+import com.fasterxml.jackson.core.JsonParser;
+import com.fasterxml.jackson.core.JsonToken;
+import java.io.IOException;
+import java.math.BigDecimal;
+import java.math.RoundingMode;
+import java.time.Instant;
+import java.time.LocalDate;
+import java.time.LocalDateTime;
+import java.time.LocalTime;
+import java.time.ZoneOffset;
+import java.util.Base64;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.Map;
+import java.util.Set;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.api.java.UDF1;
+
+/**
+ * One plain Debezium line typed for a fixed target in one pass of a streaming JSON parser, or routed.
+ *
+ * <p>Why: the same rules as Spark expressions read each line into maps of field texts, then guessed each
+ * token's kind back from its text (a regex per column) and checked the line's shape with more parses and
+ * searches; here the parser says each token's kind, so a value is typed where it is read. The result is
+ * {@code (fast, tombstone, op, ignored, v0..vn)}. {@code fast} holds only where the row is provably the one the
+ * Python rules ({@code debezium.parse_line} + {@code coercion.coerce}) give; any doubt (a token kind or form
+ * the rules convert by a declared rule, a value that does not fit, malformed JSON, a duplicate key, text after
+ * the object, a {@code payload} or {@code schema} key) routes the line to those rules, which give the value or
+ * the dead-letter reason. Null keys and required columns are judged after, from the values, in Spark.
+ */
+public final class LineTyper implements UDF1<String, Row> {
+    private static final long serialVersionUID = 1L;
+    // Column kinds, as icecdc_dagster/ingest/native/line_typer.py names them.
+    static final int STRING = 0, LONG = 1, INT = 2, BOOLEAN = 3, DOUBLE = 4, DECIMAL = 5, DATE = 6,
+            TIMESTAMP = 7, TIMESTAMP_NTZ = 8, BINARY = 9, OTHER = 10;
+    private static final Object ROUTE = new Object();
+    private static final Map<String, String> OPS = new HashMap<>();
+    static {  // debezium.OPS
+        for (String op : new String[] {"c", "r", "i", "insert", "create", "index"}) OPS.put(op, "insert");
+        for (String op : new String[] {"u", "update"}) OPS.put(op, "update");
+        for (String op : new String[] {"d", "delete"}) OPS.put(op, "delete");
+    }
+    // Python's datetime range (year 1..9999), in microseconds and days from the epoch.
+    private static final long MIN_MICROS = -62135596800000000L, MAX_MICROS = 253402300799999999L;
+    private static final long MIN_DAYS = -719162L, MAX_DAYS = 2932896L;
+
+    private final String[] names;
+    private final int[] kinds, precisions, scales;
+    private final boolean[] keys;
+    private final HashMap<String, Integer> index = new HashMap<>();
+    private final HashSet<String> known = new HashSet<>();
+    private transient JsonFactory factory;
+
+    public LineTyper(String[] names, int[] kinds, int[] precisions, int[] scales, boolean[] keys, String[] known) {
+        this.names = names;
+        this.kinds = kinds;
+        this.precisions = precisions;
+        this.scales = scales;
+        this.keys = keys;
+        for (int i = 0; i < names.length; i++) index.put(names[i], i);
+        for (String name : known) this.known.add(name);
+    }
+
+    private JsonFactory factory() {
+        if (factory == null) {  // strict: Jackson's defaults refuse what Python's json refuses, and duplicates too
+            factory = JsonFactory.builder().enable(com.fasterxml.jackson.core.StreamReadFeature.STRICT_DUPLICATE_DETECTION)
+                    .build();
+        }
+        return factory;
+    }
+
+    @Override
+    public Row call(String line) {
+        Object[] out = new Object[4 + names.length];
+        out[0] = Boolean.FALSE;
+        out[1] = Boolean.FALSE;
+        if (line != null) {
+            try (JsonParser parser = factory().createParser(line)) {
+                read(parser, line, out);
+            } catch (IOException | RuntimeException routed) {  // malformed JSON or a value Java refuses: routed
+                out[0] = Boolean.FALSE;
+            }
+        }
+        return RowFactory.create(out);
+    }
+
+    /** The line's envelope: the op and the image its op reads (before for a delete, after otherwise). */
+    private void read(JsonParser parser, String line, Object[] out) throws IOException {
+        JsonToken token = parser.nextToken();
+        if (token == null || (token == JsonToken.VALUE_NULL && parser.nextToken() == null)) {
+            out[0] = Boolean.TRUE;  // a blank line or JSON null: a tombstone
+            out[1] = Boolean.TRUE;
+            return;
+        }
+        if (token != JsonToken.START_OBJECT) return;
+        String op = null;
+        Object[] after = null;
+        int afterIgnored = -1;
+        long beforeStart = -1, beforeEnd = -1;
+        while ((token = parser.nextToken()) == JsonToken.FIELD_NAME) {
+            String name = parser.getCurrentName();
+            JsonToken value = parser.nextToken();
+            switch (name) {
+                case "op":
+                    if (value != JsonToken.VALUE_STRING) return;  // the Python rules: an unknown op
+                    op = parser.getText();
+                    break;
+                case "after":
+                    after = null;
+                    if (value == JsonToken.START_OBJECT) {  // typed as read: most ops read it
+                        after = new Object[names.length];
+                        afterIgnored = image(parser, after, false);
+                    } else {
+                        parser.skipChildren();
+                    }
+                    break;
+                case "before":  // a delete's image: remembered, read when the op says so
+                    beforeStart = value == JsonToken.START_OBJECT ? parser.getTokenLocation().getCharOffset() : -1;
+                    parser.skipChildren();
+                    beforeEnd = beforeStart < 0 ? -1 : parser.getCurrentLocation().getCharOffset();
+                    break;
+                case "payload":
+                case "schema":
+                    return;  // not a plain line
+                default:
+                    parser.skipChildren();
+            }
+        }
+        if (token != JsonToken.END_OBJECT || parser.nextToken() != null) return;  // text after the object
+        String mapped = op == null || !ascii(op) ? null : OPS.get(op.toLowerCase(java.util.Locale.ROOT));
+        if (mapped == null) return;
+        Object[] values = after;
+        int ignored = afterIgnored;
+        if (mapped.equals("delete")) {
+            if (beforeStart < 0) return;
+            values = new Object[names.length];
+            try (JsonParser before = factory().createParser(line.substring((int) beforeStart, (int) beforeEnd))) {
+                before.nextToken();
+                ignored = image(before, values, true);
+            }
+        }
+        if (values == null || ignored < 0) return;
+        out[0] = Boolean.TRUE;
+        out[2] = mapped;
+        out[3] = ignored;
+        System.arraycopy(values, 0, out, 4, values.length);
+    }
+
+    /** The image's fields into {@code values}: the count of fields the table does not know, or -1 (routed). */
+    private int image(JsonParser parser, Object[] values, boolean deleting) throws IOException {
+        int ignored = 0;
+        boolean routed = false;
+        JsonToken token;
+        while ((token = parser.nextToken()) == JsonToken.FIELD_NAME) {
+            String name = parser.getCurrentName();
+            JsonToken kind = parser.nextToken();
+            Integer at = index.get(name);
+            if (at == null || (deleting && !keys[at]) || kind == JsonToken.VALUE_NULL || routed) {
+                if (at == null && !known.contains(name)) ignored++;
+                parser.skipChildren();  // a delete matches on its key only
+                continue;
+            }
+            Object value = value(kinds[at], parser, kind, at);
+            if (value == ROUTE) {
+                routed = true;  // read on to the end of the object: its own syntax must hold
+                parser.skipChildren();
+                continue;
+            }
+            values[at] = value;
+        }
+        return routed ? -1 : ignored;
+    }
+
+    /** A field's value as the Python rules would type it, or ROUTE when they must decide. */
+    private Object value(int kind, JsonParser parser, JsonToken token, int at) throws IOException {
+        switch (kind) {
+            case STRING:
+                return token == JsonToken.VALUE_STRING ? string(parser.getText()) : ROUTE;  // else: stringified
+            case LONG:
+                return integer(parser, token, 18, false);
+            case INT:
+                return integer(parser, token, 9, true);
+            case BOOLEAN:
+                if (token == JsonToken.VALUE_TRUE || token == JsonToken.VALUE_FALSE) return token == JsonToken.VALUE_TRUE;
+                if (token == JsonToken.VALUE_STRING) {
+                    String text = parser.getText();
+                    return text.equals("true") ? Boolean.TRUE : text.equals("false") ? Boolean.FALSE : ROUTE;
+                }
+                return ROUTE;
+            case DOUBLE:
+                return floating(parser, token);
+            case DECIMAL:
+                if (token == JsonToken.VALUE_NUMBER_INT || token == JsonToken.VALUE_NUMBER_FLOAT
+                        || (token == JsonToken.VALUE_STRING && plainNumber(parser.getText()))) {
+                    return decimal(parser.getText(), precisions[at], scales[at]);
+                }
+                return ROUTE;
+            case DATE:
+                return date(parser, token);
+            case TIMESTAMP:
+            case TIMESTAMP_NTZ:
+                return timestamp(parser, token, kind == TIMESTAMP_NTZ);
+            case BINARY:
+                return token == JsonToken.VALUE_STRING ? base64(parser.getText()) : ROUTE;
+            default:  // float (narrowed twice by the Python rules), nested and other types: the Python rules
+                return ROUTE;
+        }
+    }
+
+    /** A string without a lone surrogate (the Python path and Spark would render one differently). */
+    private static Object string(String text) {
+        for (int i = 0; i < text.length(); i++) {
+            char c = text.charAt(i);
+            if (Character.isSurrogate(c)) {
+                if (!Character.isHighSurrogate(c) || i + 1 >= text.length() || !Character.isLowSurrogate(text.charAt(i + 1))) {
+                    return ROUTE;
+                }
+                i++;
+            }
+        }
+        return text;
+    }
+
+    /** An integer token that fits, or a string of at most {@code digits} digits (Python: a numeric string). */
+    private static Object integer(JsonParser parser, JsonToken token, int digits, boolean narrow) throws IOException {
+        if (token == JsonToken.VALUE_NUMBER_INT) {
+            JsonParser.NumberType type = parser.getNumberType();
+            if (type == JsonParser.NumberType.INT) return narrow ? (Object) parser.getIntValue() : (Object) parser.getLongValue();
+            if (type == JsonParser.NumberType.LONG && !narrow) return parser.getLongValue();
+            return ROUTE;  // out of range: the Python rules name the wider type
+        }
+        if (token == JsonToken.VALUE_STRING) {
+            String text = parser.getText();
+            if (!digitsOnly(text, digits)) return ROUTE;
+            return narrow ? (Object) Integer.parseInt(text) : (Object) Long.parseLong(text);
+        }
+        return ROUTE;  // fractions, booleans...: the Python rules decide
+    }
+
+    /** A double: integers exactly (|n| <= 2^53), fractions and numeric strings to the nearest (Java's
+     * parseDouble and Python's float of a Decimal both round correctly), never an infinity. */
+    private static Object floating(JsonParser parser, JsonToken token) throws IOException {
+        if (token == JsonToken.VALUE_NUMBER_INT) {
+            JsonParser.NumberType type = parser.getNumberType();
+            if (type == JsonParser.NumberType.BIG_INTEGER) return ROUTE;
+            long n = parser.getLongValue();
+            return n >= -(1L << 53) && n <= (1L << 53) ? (Object) (double) n : ROUTE;
+        }
+        String text;
+        if (token == JsonToken.VALUE_NUMBER_FLOAT) {
+            text = parser.getText();
+        } else if (token == JsonToken.VALUE_STRING && plainNumber(parser.getText())) {
+            text = parser.getText();
+        } else {
+            return ROUTE;
+        }
+        double d = Double.parseDouble(text);
+        return Double.isInfinite(d) || Double.isNaN(d) ? ROUTE : (Object) d;
+    }
+
+    /** {@code coercion._decimal}: exact at the column's scale, its integer digits within the precision. */
+    private static Object decimal(String text, int precision, int scale) {
+        BigDecimal d = new BigDecimal(text);
+        if (d.signum() != 0 && d.precision() - d.scale() > 38) return ROUTE;
+        BigDecimal scaled;
+        try {
+            scaled = d.setScale(scale, RoundingMode.UNNECESSARY);
+        } catch (ArithmeticException more) {
+            return ROUTE;  // more fraction digits than the scale: the Python rules name it
+        }
+        int integerDigits = scaled.signum() == 0 ? 0 : Math.max(scaled.precision() - scale, 0);
+        return integerDigits + scale <= precision ? scaled : ROUTE;
+    }
+
+    /** {@code coercion._date}: YYYY-MM-DD, or days from the epoch within Python's date range. */
+    private static Object date(JsonParser parser, JsonToken token) throws IOException {
+        if (token == JsonToken.VALUE_NUMBER_INT) {
+            if (parser.getNumberType() != JsonParser.NumberType.INT) return ROUTE;
+            long days = parser.getIntValue();
+            return days >= MIN_DAYS && days <= MAX_DAYS ? LocalDate.ofEpochDay(days) : ROUTE;
+        }
+        if (token != JsonToken.VALUE_STRING) return ROUTE;
+        String text = parser.getText();
+        if (text.length() != 10 || text.charAt(4) != '-' || text.charAt(7) != '-') return ROUTE;
+        int year = number(text, 0, 4), month = number(text, 5, 7), day = number(text, 8, 10);
+        if (year < 1 || month < 0 || day < 0) return ROUTE;
+        return LocalDate.of(year, month, day);  // an impossible date throws: routed
+    }
+
+    /** {@code coercion._timestamp}: epoch millis (below 1e14) or micros (below 1e17) as numbers, or
+     * ISO-8601 {@code YYYY-MM-DD[T ]HH:MM:SS[.f{1,6}][Z|±HH:MM]} (naive meaning UTC); the UTC instant, or
+     * its UTC wall clock for a timestamp_ntz column. */
+    private static Object timestamp(JsonParser parser, JsonToken token, boolean wallClock) throws IOException {
+        long micros;
+        if (token == JsonToken.VALUE_NUMBER_INT) {
+            JsonParser.NumberType type = parser.getNumberType();
+            if (type == JsonParser.NumberType.BIG_INTEGER) return ROUTE;
+            long n = parser.getLongValue();
+            if (n > -100_000_000_000_000L && n < 100_000_000_000_000L) {
+                micros = n * 1000L;
+            } else if (n > -100_000_000_000_000_000L && n < 100_000_000_000_000_000L) {
+                micros = n;
+            } else {
+                return ROUTE;  // nanos: the Python rules count what they truncate
+            }
+        } else if (token == JsonToken.VALUE_STRING) {
+            Long iso = isoMicros(parser.getText());
+            if (iso == null) return ROUTE;
+            micros = iso;
+        } else {
+            return ROUTE;
+        }
+        if (micros < MIN_MICROS || micros > MAX_MICROS) return ROUTE;
+        long seconds = Math.floorDiv(micros, 1_000_000L);
+        int nanos = (int) Math.floorMod(micros, 1_000_000L) * 1000;
+        return wallClock ? LocalDateTime.ofEpochSecond(seconds, nanos, ZoneOffset.UTC) : Instant.ofEpochSecond(seconds, nanos);
+    }
+
+    private static Long isoMicros(String text) {
+        int n = text.length();
+        if (n < 19 || text.charAt(4) != '-' || text.charAt(7) != '-' || text.charAt(13) != ':' || text.charAt(16) != ':'
+                || (text.charAt(10) != 'T' && text.charAt(10) != ' ')) {
+            return null;
+        }
+        int year = number(text, 0, 4), month = number(text, 5, 7), day = number(text, 8, 10);
+        int hour = number(text, 11, 13), minute = number(text, 14, 16), second = number(text, 17, 19);
+        if (year < 1 || month < 0 || day < 0 || hour < 0 || minute < 0 || second < 0) return null;
+        int at = 19, micro = 0;
+        if (at < n && text.charAt(at) == '.') {
+            int end = at + 1;
+            while (end < n && isDigit(text.charAt(end))) end++;
+            int digits = end - at - 1;
+            if (digits < 1 || digits > 6) return null;  // digits below the microsecond: counted by the Python rules
+            micro = number(text, at + 1, end);
+            for (int i = digits; i < 6; i++) micro *= 10;
+            at = end;
+        }
+        ZoneOffset offset = ZoneOffset.UTC;
+        if (at < n) {
+            char sign = text.charAt(at);
+            if ((sign == 'Z' || sign == 'z') && at + 1 == n) {
+                at = n;
+            } else if ((sign == '+' || sign == '-') && n - at == 6 && text.charAt(at + 3) == ':') {
+                int hours = number(text, at + 1, at + 3), minutes = number(text, at + 4, at + 6);
+                if (hours < 0 || minutes < 0) return null;
+                offset = sign == '+' ? ZoneOffset.ofHoursMinutes(hours, minutes) : ZoneOffset.ofHoursMinutes(-hours, -minutes);
+                at = n;
+            } else {
+                return null;
+            }
+        }
+        LocalDateTime local = LocalDateTime.of(LocalDate.of(year, month, day), LocalTime.of(hour, minute, second));
+        return Math.addExact(Math.multiplyExact(local.toEpochSecond(offset), 1_000_000L), (long) micro);
+    }
+
+    /** {@code base64.b64decode(validate=True)} on canonical text (decoded back to itself), else routed. */
+    private static Object base64(String text) {
+        if (text.length() % 4 != 0) return ROUTE;
+        for (int i = 0; i < text.length(); i++) {
+            char c = text.charAt(i);
+            boolean padding = c == '=' && i >= text.length() - 2;
+            if (!(padding || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || isDigit(c) || c == '+' || c == '/')) {
+                return ROUTE;
+            }
+        }
+        byte[] bytes = Base64.getDecoder().decode(text);
+        return Base64.getEncoder().encodeToString(bytes).equals(text) ? bytes : ROUTE;
+    }
+
+    /** -?[0-9]+(.[0-9]+)?([eE][-+]?[0-9]+)?: the numeric strings Python's Decimal and Java read alike. */
+    private static boolean plainNumber(String text) {
+        int i = 0, n = text.length();
+        if (i < n && text.charAt(i) == '-') i++;
+        int start = i;
+        while (i < n && isDigit(text.charAt(i))) i++;
+        if (i == start) return false;
+        if (i < n && text.charAt(i) == '.') {
+            int fraction = ++i;
+            while (i < n && isDigit(text.charAt(i))) i++;
+            if (i == fraction) return false;
+        }
+        if (i < n && (text.charAt(i) == 'e' || text.charAt(i) == 'E')) {
+            i++;
+            if (i < n && (text.charAt(i) == '-' || text.charAt(i) == '+')) i++;
+            int exponent = i;
+            while (i < n && isDigit(text.charAt(i))) i++;
+            if (i == exponent) return false;
+        }
+        return i == n;
+    }
+
+    private static boolean digitsOnly(String text, int most) {
+        int start = !text.isEmpty() && text.charAt(0) == '-' ? 1 : 0;
+        int digits = text.length() - start;
+        if (digits < 1 || digits > most) return false;
+        for (int i = start; i < text.length(); i++) if (!isDigit(text.charAt(i))) return false;
+        return true;
+    }
+
+    /** The digits text[from, to) as a number, or -1 when any is not an ASCII digit. */
+    private static int number(String text, int from, int to) {
+        int value = 0;
+        for (int i = from; i < to; i++) {
+            char c = text.charAt(i);
+            if (!isDigit(c)) return -1;
+            value = value * 10 + (c - '0');
+        }
+        return value;
+    }
+
+    private static boolean isDigit(char c) {
+        return c >= '0' && c <= '9';
+    }
+
+    private static boolean ascii(String text) {
+        for (int i = 0; i < text.length(); i++) if (text.charAt(i) > 127) return false;
+        return true;
+    }
+}
