@@ -24,8 +24,9 @@ Also measured in the same run:
   write-side functions, :class:`Phases`) and Spark's own job records per call site (``--cprofile PATH``
   also writes a cProfile of the driver);
 - read floors, after ours and the handwritten job, CPU-s of driver + JVM into Spark's ``noop`` sink (best of 2):
-  the handwritten job's JSON read (``read_json_cpu_s``) and the least read our rules need: line text, line order,
-  ``from_json`` to maps of field texts (``read_rules_floor_cpu_s``); against them our read phase
+  the handwritten job's JSON read (``read_json_cpu_s``) and the least read the Spark-expression typing needs: line
+  text, line order, ``from_json`` to maps of field texts (``read_rules_floor_cpu_s``; plain lines are typed by
+  ``native/LineTyper.java`` now, which needs no maps: below this floor); against them our read phase
   (``read_ratio``, ``rules_floor_ratio``), and our MERGE against the handwritten one (its CPU-s less its read:
   ``merge_ratio``);
 - our read split, into ``noop`` the same way (best of 2): the native typing a batch computes

@@ -1,6 +1,8 @@
-"""Debezium lines -> typed table rows with Spark's own JSON reader: no Python per event on the common path.
+"""Debezium lines -> typed table rows inside Spark's job: no Python per event on the common path.
 
-Every line is read by Spark (``from_json``), typed per the target's columns and checked natively. A
+Plain lines are typed by one pass of a streaming JSON parser in the JVM (:mod:`line_typer`,
+``LineTyper.java``: each value typed from the token the parser names); lines with schema blocks, and every
+line where that class cannot be built, by Spark's own JSON reader (``from_json``) and native expressions. A
 line takes the native path only when the native result is provably the value the exact Python rules
 (:mod:`debezium`, :mod:`coercion`) would give; anything else — a value that needs a declared rule
 (numeric strings, stringified JSON, epoch heuristics beyond the plain cases), a schema block, a value
@@ -8,7 +10,8 @@ that does not fit, malformed JSON — is *routed*, not guessed: those lines go t
 which give the value or the dead-letter reason. So both paths always agree, and the Python rules are
 paid only for the lines that need them.
 
-Why each guard exists (Spark's JSON reader is more lenient than Python's ``json`` in places):
+Why each guard of the expression typing exists (Spark's JSON reader is more lenient than Python's ``json`` in
+places):
 
 - number tokens read as text come back re-rendered through a double (``1.10`` -> ``1.1``) and Spark's
   decimal reader rounds to the column's scale silently, so a decimal field is typed natively only when
@@ -20,8 +23,8 @@ Why each guard exists (Spark's JSON reader is more lenient than Python's ``json`
 
 Modules: :mod:`line_frames` (landing lines into a Spark frame), :mod:`schema_blocks` (lines with a Connect
 schema block: how the Python rules would decode each field), :mod:`column_rules` (one column's native value
-and whether it provably equals the Python rules' value), :mod:`line_typing` (a batch's lines typed and
-flagged native or routed).
+and whether it provably equals the Python rules' value), :mod:`line_typer` (the JVM parser's typing of plain
+lines), :mod:`line_typing` (a batch's lines typed and flagged native or routed).
 """
 
 from icecdc_dagster.ingest.native.column_rules import TargetColumn, columns_of, utc
