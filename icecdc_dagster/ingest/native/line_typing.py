@@ -1,8 +1,10 @@
 """A batch's lines typed natively, each flagged :data:`FAST` when the native row is the Python rules' row;
 :func:`split` parts the native rows from the lines the Python rules must take."""
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -88,33 +90,54 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
     frame = frame.select("*", F.when(~tombstone, _null_reason(columns, values, keys, deleting)).alias(_REASON_TEXT))
     known_keys = F.array(*[F.lit(k) for k in known]) if known else F.array().cast("array<string>")
     ignored = F.size(F.array_except(F.map_keys(image), known_keys)).cast("long")
-    return _rows(frame, columns, values, F.col(_OP_TEXT), tombstone, tombstone | F.col(_FAST_VALUES), ignored,
-                 order_file_shift, extra)
+    return frame.select(*_rows(columns, values, F.col(_OP_TEXT), tombstone, tombstone | F.col(_FAST_VALUES),
+                               ignored, order_file_shift), *extra)
 
 
 def _typed_in_java(lines: DataFrame, typed: Column, columns: Sequence[TargetColumn], keys: Sequence[str],
                    order_file_shift: int, extra: Sequence[Column]) -> DataFrame:
     """:func:`coerce_lines` by :mod:`line_typer` (plain lines): one parse per line, each value typed as read."""
     frame = lines.select("file_index", "source_file", "source_offset", "raw", typed.alias(_JAVA))
-    result = F.col(_JAVA)
-    values = [result[line_typer.value_name(i)] for i in range(len(columns))]
-    op, tombstone = result[line_typer.OP], F.coalesce(result[line_typer.TOMBSTONE], F.lit(False))
-    reason = F.when(~tombstone, _null_reason(columns, values, keys, op == F.lit(DELETE)))
-    frame = frame.select("*", reason.alias(_REASON_TEXT))
-    return _rows(frame, columns, values, op, tombstone, F.coalesce(result[line_typer.FAST], F.lit(False)),
-                 result[line_typer.IGNORED].cast("long"), order_file_shift, extra)
+    session = str(lines.sparkSession._jsparkSession.sessionUUID())  # noqa: SLF001 - Spark's own session id
+    reason, rows = _java_projections(session, tuple(columns), tuple(keys), order_file_shift)
+    return frame.select("*", reason).select(*rows, *extra)
 
 
-def _rows(frame: DataFrame, columns: Sequence[TargetColumn], values: Sequence[Column], op: Column, tombstone: Column,
-          fast: Column, ignored: Column, order_file_shift: int, extra: Sequence[Column]) -> DataFrame:
-    """The typed rows as the Python rules give them (their reason read from :data:`_REASON_TEXT`), each flagged
-    :data:`FAST`. ``op``: the line's op (``debezium.INSERT`` / ``UPDATE`` / ``DELETE``); ``ignored``: the count of
-    image fields the table does not know."""
+_PROJECTIONS: dict[tuple[Any, ...], tuple[Column, list[Column]]] = {}
+_PROJECTIONS_LOCK = threading.Lock()
+
+
+def _java_projections(session: str, columns: tuple[TargetColumn, ...], keys: tuple[str, ...], order_file_shift: int
+                      ) -> tuple[Column, list[Column]]:
+    """The reason's projection and the rows' over the typer's result, built once per session and target.
+
+    Why: building them is ~300 calls into the JVM (each expression node one round trip), most of a batch's
+    planning of its typed read; the expressions name only columns, so a target's batches share them."""
+    key = (session, columns, keys, order_file_shift)
+    with _PROJECTIONS_LOCK:
+        if key not in _PROJECTIONS:
+            if len(_PROJECTIONS) >= 256:
+                _PROJECTIONS.clear()
+            result = F.col(_JAVA)
+            values = [result[line_typer.value_name(i)] for i in range(len(columns))]
+            op, tombstone = result[line_typer.OP], F.coalesce(result[line_typer.TOMBSTONE], F.lit(False))
+            reason = F.when(~tombstone, _null_reason(columns, values, keys, op == F.lit(DELETE)))
+            rows = _rows(columns, values, op, tombstone, F.coalesce(result[line_typer.FAST], F.lit(False)),
+                         result[line_typer.IGNORED].cast("long"), order_file_shift)
+            _PROJECTIONS[key] = (reason.alias(_REASON_TEXT), rows)
+        return _PROJECTIONS[key]
+
+
+def _rows(columns: Sequence[TargetColumn], values: Sequence[Column], op: Column, tombstone: Column, fast: Column,
+          ignored: Column, order_file_shift: int) -> list[Column]:
+    """The projection of the typed rows as the Python rules give them (their reason read from
+    :data:`_REASON_TEXT`), each flagged :data:`FAST`. ``op``: the line's op (``debezium.INSERT`` / ``UPDATE`` /
+    ``DELETE``); ``ignored``: the count of image fields the table does not know."""
     raw, reason = F.col("raw"), F.col(_REASON_TEXT)
     ops_out = F.when(tombstone, F.lit(TOMBSTONE)).when(op == F.lit(INSERT), F.lit(OP_INSERT)).when(
         op == F.lit(DELETE), F.lit(OP_DELETE)).otherwise(F.lit(OP_UPSERT))
     empty_notes = F.create_map().cast("map<string,bigint>")
-    return frame.select(
+    return [
         *[F.when(reason.isNull(), v.cast(c.dtype).alias(c.name)).alias(c.name)
           for v, c in zip(values, columns, strict=True)],
         ops_out.alias(OP_COLUMN),
@@ -124,7 +147,7 @@ def _rows(frame: DataFrame, columns: Sequence[TargetColumn], values: Sequence[Co
         F.col("source_file").alias(SOURCE_FILE), F.col("source_offset").alias(SOURCE_OFFSET),
         F.when(reason.isNull() & (ignored > 0), F.create_map(F.lit(IGNORED_FIELDS), ignored))
         .otherwise(empty_notes).alias(NOTES),
-        F.lit(None).cast("map<string,string>").alias(WIDEN), "file_index", fast.alias(FAST), *extra)
+        F.lit(None).cast("map<string,string>").alias(WIDEN), F.col("file_index"), fast.alias(FAST)]
 
 
 def _parsed_lines(lines: DataFrame, columns: Sequence[TargetColumn], branches: Sequence[SchemaBranch]
