@@ -54,13 +54,14 @@ sys.exit(proc.wait(timeout=300))
 def _key(base_options: str, conf: dict[str, str]) -> str:
     import pyspark
 
-    from icecdc_dagster.runtime import jars
+    from icecdc_dagster.runtime import jars, local_fs
     from icecdc_dagster.runtime.java import ensure_java_home
 
     java = ensure_java_home().resolve()
     spark_jars = sorted(str(p) for p in (Path(pyspark.__file__).parent / "jars").iterdir())   # paths: the class path
     parts = [str(java), (java / "release").read_text() if (java / "release").exists() else "", pyspark.__version__,
-             base_options, *spark_jars, *(str(p) for p in jars.iceberg_jars()), json.dumps(conf, sort_keys=True)]
+             base_options, *spark_jars, *(str(p) for p in jars.iceberg_jars()), json.dumps(conf, sort_keys=True),
+             json.dumps(local_fs.spark_conf(), sort_keys=True)]  # a local session's own class path
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 

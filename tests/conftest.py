@@ -3,7 +3,6 @@ of the session's Iceberg REST server over HTTP), an OpenSearch-compatible server
 (osmem-server, clone per test)."""
 
 import getpass
-import json
 import os
 import tempfile
 import uuid
@@ -12,11 +11,10 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from icecdc_dagster.errors import RuntimeSetupError
 from icecdc_dagster.runtime.catalog import CatalogSettings
 from icecdc_dagster.runtime.rest_server import RestServerOptions, start_rest_server
 from icecdc_dagster.runtime.spark import SparkSettings, attach_catalog, build_spark_session
-from tests import class_archive, helpers, local_fs
+from tests import class_archive, helpers
 from tests.helpers import TEST_SPARK_CONF
 
 # Property tests: the default run draws the same examples every time (a red CI run is reproducible);
@@ -159,13 +157,12 @@ def no_stale_defs_state_storage():
 
 
 def pytest_configure(config):  # noqa: ANN001
-    """Before any worker starts (they inherit the environment): the tests' local file system and class
-    archive, each made once per machine in the cache."""
+    """Before any worker starts (they inherit the environment): the tests' class archive, made once per
+    machine in the cache."""
     cache = Path(os.environ.setdefault("ICECDC_CACHE_DIR", str(_cache_dir())))
     if hasattr(config, "workerinput"):
         return
     _use_memory_tempdir()
-    _use_local_fs()
     _use_class_archive(cache)
 
 
@@ -186,26 +183,13 @@ def _use_memory_tempdir() -> None:
     tempfile.tempdir = None   # gettempdir() reads TMPDIR again
 
 
-def _use_local_fs() -> None:
-    """tests/local_fs.py, through ``ICECDC_TEST_LOCAL_FS_JAR``; ``ICECDC_TEST_LOCAL_FS=0`` keeps Hadoop's."""
-    if os.environ.get("ICECDC_TEST_LOCAL_FS") == "0" or "ICECDC_TEST_LOCAL_FS_JAR" in os.environ:
-        return
-    try:
-        os.environ["ICECDC_TEST_LOCAL_FS_JAR"] = str(local_fs.local_fs_jar())
-    except RuntimeSetupError:
-        return   # no javac: Hadoop's own
-    user_set = json.loads(os.environ.get("ICECDC_TEST_SPARK_CONF", "{}"))
-    for conf in (helpers.TEST_SPARK_CONF, SESSION_SPARK_CONF):   # this process too (-n 0); what the user set wins
-        conf.update({k: v for k, v in helpers.local_fs_conf().items() if k not in user_set})
-
-
 def _use_class_archive(cache: Path) -> None:
     """The class archive for the tests' JVMs (tests/class_archive.py); its options reach the workers through
     ``ICECDC_TEST_JAVA_OPTIONS``. A run that sets ``ICECDC_TEST_JAVA_OPTIONS`` itself, or
     ``ICECDC_TEST_CLASS_ARCHIVE=0``, goes without."""
     if "ICECDC_TEST_JAVA_OPTIONS" in os.environ or os.environ.get("ICECDC_TEST_CLASS_ARCHIVE") == "0":
         return
-    archive = class_archive.ensure_archive(cache, helpers.BASE_JAVA_OPTIONS, helpers.local_fs_conf())
+    archive = class_archive.ensure_archive(cache, helpers.BASE_JAVA_OPTIONS, {})
     if archive is None:
         return
     options = f"{helpers.BASE_JAVA_OPTIONS} {class_archive.archive_options(archive)}"

@@ -9,7 +9,6 @@ import pytest
 import yaml
 
 from icecdc_dagster.runtime.catalog import CatalogSettings
-from tests import local_fs
 
 BOTH_CATALOGS = pytest.mark.parametrize("catalog_settings", ["sql", "rest"], indirect=True)
 """Run a test over a SQL catalog and over the session's REST catalog server (see ``catalog_settings``)."""
@@ -31,13 +30,6 @@ BASE_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 TEST_JAVA_OPTIONS = os.environ.get("ICECDC_TEST_JAVA_OPTIONS", BASE_JAVA_OPTIONS)
 
 
-def local_fs_conf() -> dict[str, str]:
-    """Hadoop's local file system without a ``chmod`` process per file (tests/local_fs.py), when the run's
-    conftest built it (``ICECDC_TEST_LOCAL_FS_JAR``)."""
-    jar = os.environ.get("ICECDC_TEST_LOCAL_FS_JAR")
-    return local_fs.spark_conf(Path(jar)) if jar else {}
-
-
 # Spark settings of every test session, in process and in the pipelines a test writes; ``ICECDC_TEST_SPARK_CONF``
 # (JSON) adds to or replaces them, to measure the suite both ways. Two shuffle partitions, one per core of
 # ``local[2]``: still more than one (each partition's own writer, bins and summaries stay covered), and
@@ -46,7 +38,6 @@ TEST_SPARK_CONF = {
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "2",
     "spark.driver.extraJavaOptions": TEST_JAVA_OPTIONS,
-    **local_fs_conf(),
     **json.loads(os.environ.get("ICECDC_TEST_SPARK_CONF", "{}")),
 }
 

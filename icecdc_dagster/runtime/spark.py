@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from icecdc_dagster.runtime import jars as jarlib
+from icecdc_dagster.runtime import local_fs
 from icecdc_dagster.runtime.catalog import CatalogSettings
 from icecdc_dagster.runtime.java import ensure_java_home, jvm, remember_class_lookups
 
@@ -102,6 +103,8 @@ def spark_builder_conf(settings: SparkSettings, catalogs: list[CatalogSettings])
         "spark.python.daemon.module": "icecdc_dagster.runtime.worker_daemon",
     }
     if cores is not None:
+        # Executors in this JVM: file: paths may use a class on the driver's class path (runtime/local_fs.py)
+        conf.update(local_fs.spark_conf())
         conf["spark.sql.shuffle.partitions"] = str(cores)
         # With one shuffle partition per core there is nothing for adaptive execution to coalesce, and it
         # submits every shuffle stage as a job of its own: a small batch ran 13 Spark jobs with it, 8
@@ -110,14 +113,16 @@ def spark_builder_conf(settings: SparkSettings, catalogs: list[CatalogSettings])
         conf["spark.ui.showConsoleProgress"] = "false"
     for catalog in catalogs:
         conf.update(catalog.spark_conf())
+    class_path = conf.get("spark.driver.extraClassPath", "")
     conf.update(settings.conf)
     # What the user adds to these comes after ours, never instead of them: jars (object storage:
     # iceberg-aws-bundle, iceberg-gcp-bundle, iceberg-azure-bundle) after the Iceberg runtime and its
     # relocated jars; JVM options (GC, JIT, heap dumps) after our logging and native-library paths.
     for key, separator, ours in (("spark.jars", ",", ",".join(jar_paths)),
+                                 ("spark.driver.extraClassPath", os.pathsep, class_path),
                                  ("spark.driver.extraJavaOptions", " ", " ".join(java_options)),
                                  ("spark.executor.extraJavaOptions", " ", " ".join(java_options))):
-        if settings.conf.get(key):
+        if settings.conf.get(key) and ours:
             conf[key] = f"{ours}{separator}{settings.conf[key]}"
     return conf
 
