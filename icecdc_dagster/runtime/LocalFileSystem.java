@@ -29,7 +29,11 @@ public final class LocalFileSystem extends org.apache.hadoop.fs.LocalFileSystem 
                 super.setPermission(p, permission);
                 return;
             }
-            Files.setPosixFilePermissions(pathToFile(p).toPath(), PosixFilePermissions.fromString(mode));
+            try {
+                Files.setPosixFilePermissions(pathToFile(p).toPath(), PosixFilePermissions.fromString(mode));
+            } catch (UnsupportedOperationException notPosix) {  // a file system without POSIX permissions
+                super.setPermission(p, permission);
+            }
         }
     }
 }
