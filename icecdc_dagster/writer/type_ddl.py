@@ -1,7 +1,12 @@
 """Iceberg type strings (``struct<a: int>``, ``map<string, list<long>>``) as Spark DDL, for the tables the
 writer creates and the columns it adds; the ingest's schema inference reads the same strings."""
 
+import re
+
 from icecdc_dagster.errors import SchemaDeclarationError
+
+_DECIMAL = re.compile(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)", re.IGNORECASE)
+_FIXED = re.compile(r"fixed\[\s*\d+\s*\]", re.IGNORECASE)
 
 
 def split_top(text: str, sep: str = ",") -> list[str]:
@@ -30,13 +35,22 @@ _PRIMITIVE_DDL = {"boolean": "boolean", "int": "int", "integer": "int", "long": 
 
 
 def spark_ddl(iceberg_type: str, where: str = "") -> str:
-    """Spark DDL for an Iceberg type string (used for CREATE TABLE / ADD COLUMN)."""
+    """Spark DDL for an Iceberg type string (used for CREATE TABLE / ADD COLUMN).
+
+    Raises:
+        SchemaDeclarationError: not an Iceberg type this writer can create (names ``where``).
+    """
     t = iceberg_type.strip()
     low = t.lower()
     if low in _PRIMITIVE_DDL:
         return _PRIMITIVE_DDL[low]
-    if low.startswith("decimal(") or low.startswith("fixed["):
-        return t if low.startswith("decimal(") else "binary"
+    if decimal := _DECIMAL.fullmatch(t):  # checked here: a malformed one reached Spark's parser unnamed
+        precision, scale = int(decimal.group(1)), int(decimal.group(2))
+        if not 1 <= precision <= 38 or scale > precision:
+            raise SchemaDeclarationError(f"{where}: {iceberg_type!r} needs 1 <= precision <= 38 and scale <= precision")
+        return f"decimal({precision},{scale})"
+    if _FIXED.fullmatch(t):
+        return "binary"
     if low.startswith("struct<") and t.endswith(">"):
         fields = []
         for part in split_top(t[7:-1]):

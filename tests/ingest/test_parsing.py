@@ -8,6 +8,7 @@ from decimal import Decimal
 import pytest
 from pyspark.sql import types as T
 
+from icecdc_dagster.errors import SchemaDeclarationError
 from icecdc_dagster.ingest import routing
 from icecdc_dagster.ingest.coercion import CoercionError, coerce
 from icecdc_dagster.ingest.debezium import DELETE, INSERT, UPDATE, EventError, map_op, parse_line
@@ -101,6 +102,16 @@ def test_inference_and_ddl():
     assert merge_types(["int", "long"]) == "long" and merge_types(["long", "double"]) == "double"
     assert merge_types(["long", "string"]) == "long"   # first event's type wins; misfits are dead letters
     assert spark_ddl("map<string,list<timestamptz>>") == "map<string, array<timestamp>>"
+    assert spark_ddl("decimal( 10 , 2 )") == "decimal(10,2)" and spark_ddl("fixed[16]") == "binary"
+
+
+@pytest.mark.parametrize("declared", ["decimal(10", "decimal(10,2", "decimal(39,2)", "decimal(4,5)", "fixed[x]",
+                                      "decimal(10,2) extra"])
+def test_a_malformed_declared_type_is_named_before_spark_parses_it(declared):
+    """YAML's flow style splits ``{type: decimal(10,2)}`` at the comma: the type that reached Spark's parser was
+    ``decimal(10``, and its error named neither the table nor the column."""
+    with pytest.raises(SchemaDeclarationError, match=r"table t column balance: .*"):
+        spark_ddl(declared, "table t column balance")
 
 
 def test_routing_template():
