@@ -12,7 +12,7 @@ from typing import Any
 
 from icecdc_dagster.runtime import jars as jarlib
 from icecdc_dagster.runtime.java import JavaObject, gateway, jvm
-from icecdc_dagster.runtime.javac import classes_jar, compiled_classes, session_class
+from icecdc_dagster.runtime.javac import classes_jar, compiled_classes, pyspark_jars, session_class
 
 SOURCE = Path(__file__).with_name("EqualityDeltaWriter.java")
 CLASS_NAME = "icecdc.eqdel.EqualityDeltaWriter"
@@ -22,9 +22,7 @@ _LOADED: dict[str, JavaObject] = {}  # SparkContext application id -> the writer
 
 def writer_classpath() -> list[Path]:
     """What the writer compiles against: the Iceberg runtime and PySpark's own jars (Spark, Scala)."""
-    import pyspark  # pyspark: ~0.9 s; only the jar's class path needs it
-
-    return [jarlib.iceberg_runtime_jar(), *sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar"))]
+    return [jarlib.iceberg_runtime_jar(), *pyspark_jars()]
 
 
 def writer_jar() -> Path:

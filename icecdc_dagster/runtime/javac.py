@@ -33,6 +33,14 @@ def javac() -> Path:
                             "runtime alone cannot build them")
 
 
+def pyspark_jars(pattern: str = "*.jar") -> list[Path]:
+    """PySpark's own jars matching ``pattern`` (Spark, Scala, Hadoop's client), in order: what our Java helpers
+    compile against. Imports pyspark (~0.5-0.9 s): only a build needs it."""
+    import pyspark
+
+    return sorted((Path(pyspark.__file__).parent / "jars").glob(pattern))
+
+
 def compiled_classes(source: Path, classpath: Sequence[Path], prefix: str, marker: str) -> Path:
     """The directory of ``source``'s compiled classes, built once per source and class path.
     ``marker``: a class file (relative path) whose presence means the build is complete."""

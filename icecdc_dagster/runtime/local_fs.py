@@ -9,7 +9,7 @@ Where the class cannot be built (no JDK's ``javac``), Hadoop's own stays.
 from pathlib import Path
 
 from icecdc_dagster.errors import RuntimeSetupError
-from icecdc_dagster.runtime.javac import classes_jar, compiled_classes
+from icecdc_dagster.runtime.javac import classes_jar, compiled_classes, pyspark_jars
 
 SOURCE = Path(__file__).with_name("LocalFileSystem.java")
 CLASS_NAME = "icecdc.fs.LocalFileSystem"
@@ -26,10 +26,9 @@ def spark_conf() -> dict[str, str]:
 
 
 def _jar() -> Path:
-    import pyspark  # pyspark: ~0.9 s; only the jar's class path needs it
-
-    classpath = sorted((Path(pyspark.__file__).parent / "jars").glob("hadoop-client-*.jar"))
-    return classes_jar(compiled_classes(SOURCE, classpath, "local-fs", "icecdc/fs/LocalFileSystem.class"))
+    hadoop = pyspark_jars("hadoop-client-*.jar")
+    classes = compiled_classes(SOURCE, hadoop, "local-fs", "icecdc/fs/LocalFileSystem.class")
+    return classes_jar(classes)
 
 
 

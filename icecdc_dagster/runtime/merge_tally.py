@@ -15,7 +15,7 @@ from typing import Any
 from icecdc_dagster.errors import RuntimeSetupError
 from icecdc_dagster.runtime import jars as jarlib
 from icecdc_dagster.runtime.java import JavaObject, gateway, jvm
-from icecdc_dagster.runtime.javac import classes_jar, compiled_classes, session_class
+from icecdc_dagster.runtime.javac import classes_jar, compiled_classes, pyspark_jars, session_class
 
 SOURCE = Path(__file__).with_name("MergeTally.java")
 CLASS_NAME = "icecdc.tally.MergeTally"
@@ -87,8 +87,5 @@ def _register(spark: Any) -> JavaObject | None:
 
 
 def _jar() -> Path:
-    import pyspark  # pyspark: ~0.9 s; only the jar's class path needs it
-
-    classpath = sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar"))
-    return classes_jar(compiled_classes(SOURCE, [jarlib.iceberg_runtime_jar(), *classpath], "merge-tally",
+    return classes_jar(compiled_classes(SOURCE, [jarlib.iceberg_runtime_jar(), *pyspark_jars()], "merge-tally",
                                         "icecdc/tally/MergeTally.class"))

@@ -20,7 +20,7 @@ from pathlib import Path
 from icecdc_dagster.errors import RuntimeSetupError
 from icecdc_dagster.runtime import jars as jarlib
 from icecdc_dagster.runtime.java import ensure_java_home
-from icecdc_dagster.runtime.javac import compiled_classes
+from icecdc_dagster.runtime.javac import compiled_classes, pyspark_jars
 
 SOURCE = Path(__file__).with_name("RestCatalogServer.java")
 MAIN_CLASS = "icecdc.rest.RestCatalogServer"
@@ -32,10 +32,7 @@ _START_TIMEOUT_S = 60.0
 
 
 def server_classpath() -> list[Path]:
-    import pyspark  # pyspark: ~0.5 s; the CLI imports this module at start
-
-    pyspark_jars = sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar"))
-    picked = [jar for jar in pyspark_jars if jar.name.startswith(_PYSPARK_JARS)]
+    picked = [jar for jar in pyspark_jars() if jar.name.startswith(_PYSPARK_JARS)]
     return [*jarlib.iceberg_jars(rest=True), jarlib.jdbc_driver_jar("sqlite"), *picked]
 
 

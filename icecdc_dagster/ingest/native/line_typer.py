@@ -18,7 +18,7 @@ from pyspark.sql import types as T
 from icecdc_dagster.errors import RuntimeSetupError
 from icecdc_dagster.ingest.native.column_rules import TargetColumn
 from icecdc_dagster.runtime.java import JavaObject, gateway, jvm
-from icecdc_dagster.runtime.javac import classes_jar, compiled_classes, session_class
+from icecdc_dagster.runtime.javac import classes_jar, compiled_classes, pyspark_jars, session_class
 
 SOURCE = Path(__file__).with_name("LineTyper.java")
 CLASS_NAME = "icecdc.typing.LineTyper"
@@ -99,7 +99,4 @@ def _register(spark: Any, typer_class: JavaObject, name: str, columns: Sequence[
 
 
 def _jar() -> Path:
-    import pyspark  # pyspark: ~0.9 s; only the jar's class path needs it
-
-    classpath = sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar"))
-    return classes_jar(compiled_classes(SOURCE, classpath, "line-typer", "icecdc/typing/LineTyper.class"))
+    return classes_jar(compiled_classes(SOURCE, pyspark_jars(), "line-typer", "icecdc/typing/LineTyper.class"))
