@@ -5,7 +5,6 @@ implementation (:func:`spark_conf`). Only for local masters: a cluster's executo
 Where the class cannot be built (no JDK's ``javac``), Hadoop's own stays.
 """
 
-
 from pathlib import Path
 
 from icecdc_dagster.errors import RuntimeSetupError
@@ -29,6 +28,3 @@ def _jar() -> Path:
     hadoop = pyspark_jars("hadoop-client-*.jar")
     classes = compiled_classes(SOURCE, hadoop, "local-fs", "icecdc/fs/LocalFileSystem.class")
     return classes_jar(classes)
-
-
-
