@@ -36,7 +36,7 @@ def javac() -> Path:
 def pyspark_jars(pattern: str = "*.jar") -> list[Path]:
     """PySpark's own jars matching ``pattern`` (Spark, Scala, Hadoop's client), in order: what our Java helpers
     compile against. Imports pyspark (~0.5-0.9 s): only a build needs it."""
-    import pyspark
+    import pyspark  # pyspark: ~0.5-0.9 s; only a build of a helper needs it
 
     return sorted((Path(pyspark.__file__).parent / "jars").glob(pattern))
 
