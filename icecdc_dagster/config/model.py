@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from icecdc_dagster.errors import ConfigError
+from icecdc_dagster.errors import ConfigError, SchemaDeclarationError
 from icecdc_dagster.fields import (
     AssetKeyPath,
     Duration,
@@ -48,6 +48,7 @@ from icecdc_dagster.runtime.catalog import CATALOG_TYPES, CatalogSettings, with_
 from icecdc_dagster.runtime.spark import SparkSettings
 from icecdc_dagster.sinks.kind import SinkConfig
 from icecdc_dagster.sinks.registry import SINK_KINDS
+from icecdc_dagster.writer.auto_create import check_declared
 
 WriteMode = Literal["merge", "equality_deletes"]
 
@@ -242,6 +243,18 @@ class IngestConfig(Keyed):
         elif not is_table_name(target):
             raise ValueError("expected <namespace>.<table> or a template like db.{source.table}")
         return target
+
+    @model_validator(mode="after")
+    def _declared_schema(self) -> "IngestConfig":
+        """A declared schema's types, keys and partition spec, checked at load (YAML's flow style splits
+        ``{type: decimal(10,2)}`` at its comma: found at load, not by the batch that creates the table)."""
+        if self.schema_ is not None and not routing.is_template(self.target):
+            keys = self.identifier_columns if not isinstance(self.identifier_columns, dict) else ()
+            try:
+                check_declared(self.schema_, self.target, keys)
+            except SchemaDeclarationError as exc:
+                raise ValueError(str(exc)) from None
+        return self
 
     @model_validator(mode="after")
     def _one_schema_per_table(self) -> "IngestConfig":

@@ -71,6 +71,29 @@ def partition_clause(spec: Sequence[Any], columns: set[str], where: str) -> str:
     return f"PARTITIONED BY ({', '.join(parts)})" if parts else ""
 
 
+def check_declared(schema: Mapping[str, Any], table: str, key_columns: Sequence[str] = ()) -> None:
+    """A declared schema checked as :func:`create_table` reads it (columns, their types, the identifier columns
+    among them, the partition spec), without a catalog: the config checks it when it loads, so a typo fails
+    ``icecdc sync`` before a run instead of the first batch that creates the table.
+
+    Raises:
+        SchemaDeclarationError: the first thing :func:`create_table` would refuse, naming the table and column.
+    """
+    where = f"table {table}"
+    columns = declared_columns(schema, where)
+    for name, iceberg_type, _ in columns:
+        spark_ddl(iceberg_type, f"{where} column {name}")
+    names = {c[0] for c in columns}
+    _check_keys(key_columns, names, where)
+    partition_clause(schema.get("partition_spec") or (), names, where)
+
+
+def _check_keys(key_columns: Sequence[str], names: set[str], where: str) -> None:
+    missing = [k for k in key_columns if k not in names]
+    if missing:
+        raise SchemaDeclarationError(f"{where}: identifier columns {missing} are not in the schema")
+
+
 def create_table(spark: Any, catalog_name: str, table: str, columns: Sequence[tuple[str, str, bool]],
                  key_columns: Sequence[str] = (), partition_spec: Sequence[Any] = (),
                  properties: Mapping[str, Any] | None = None) -> None:
@@ -83,9 +106,7 @@ def create_table(spark: Any, catalog_name: str, table: str, columns: Sequence[tu
     """
     where = f"table {table}"
     names = {c[0] for c in columns}
-    missing = [k for k in key_columns if k not in names]
-    if missing:
-        raise SchemaDeclarationError(f"{where}: identifier columns {missing} are not in the schema")
+    _check_keys(key_columns, names, where)
     cols = ", ".join(f"`{n}` {spark_ddl(t, f'{where} column {n}')}"
                      f"{' NOT NULL' if required or n in key_columns else ''}" for n, t, required in columns)
     props = {**DEFAULT_PROPERTIES, **{str(k): str(v) for k, v in (properties or {}).items()}}
