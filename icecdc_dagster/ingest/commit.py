@@ -38,6 +38,8 @@ def commit_batch(spark: Any, catalog_name: str, settings: IngestSettings, bid: s
     Every commit records the batch id, the landing location and the full list of tables the batch writes
     (the ledger :func:`recorded_batches` reads, so a batch cut short is completed under the same id).
     Returns ``results`` with each written target's outcome (skipped, snapshot, write counts) merged in.
+    Raises ``writer.CommitDeclined`` where a write's ``before_commit`` declines it (its tables before it are
+    committed: a caller declines only a batch whose one write is all it commits).
     A target whose Debezium snapshot completes in the batch loses the rows the snapshot lacked, and the
     marks of a snapshot still running are written first (:mod:`snapshot_epoch`: not part of the batch's
     tables, so the ledger's completeness is the targets' alone; a re-run skips them and sweeps from the
@@ -73,7 +75,7 @@ def commit_batch(spark: Any, catalog_name: str, settings: IngestSettings, bid: s
         table_props = {**props, **(snapshot_epoch.epoch_properties(epoch) if epoch else {})}
         if settings.mode_for(w.table) == EQUALITY_DELETES:
             outcome = write_equality_delta(spark, f"{catalog_name}.{w.table}", rows, w.keys, bid, table_props,
-                                           ledger=True, retention=stamp.retention)
+                                           ledger=True, retention=stamp.retention, before_commit=w.before_commit)
         else:
             outcome = write_batch(spark, f"{catalog_name}.{w.table}", rows, w.keys, bid, table_props, ledger=True,
                                   bounds=bounds, retention=stamp.retention)

@@ -29,3 +29,6 @@ class TargetWrite:
     columns: Sequence[str]
     keys: tuple[str, ...]
     bounds: KeyBounds | None = None
+    # equality_deletes only: asked after the rows are written, before their commit; False declines the batch
+    # (writer.CommitDeclined: nothing committed). The batch read in one job decides there (ingester).
+    before_commit: Callable[[], bool] | None = None

@@ -58,6 +58,11 @@ import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.execution.QueryExecution;
+import org.apache.spark.sql.execution.SQLExecution$;
+import scala.Function0;
+import scala.Option;
+import scala.runtime.AbstractFunction0;
 
 /**
  * One upsert batch as an Iceberg row delta: data files of the batch's last images plus equality-delete
@@ -75,6 +80,15 @@ public final class EqualityDeltaWriter {
   /** Writes and commits; returns "dataFiles,deleteFiles,dataRecords,deleteRecords" (empty batch: no commit). */
   public String write(Dataset<Row> rows, String tableName, String branch, List<String> keyColumns,
                       Map<String, String> summary) throws Exception {
+    return commit(writeFiles(rows, tableName, keyColumns), branch, summary);
+  }
+
+  /**
+   * Writes the files of a row delta, not committed: {@link #commit} or {@link #abort} it. The write is one SQL
+   * execution of {@code rows}' query, so what the query observes (Spark's {@code Observation}) reaches its
+   * listeners when this returns, before the caller decides between the two.
+   */
+  public Pending writeFiles(Dataset<Row> rows, String tableName, List<String> keyColumns) throws Exception {
     SparkSession spark = rows.sparkSession();
     Table table = Spark3Util.loadIcebergTable(spark, tableName);
     Schema schema = table.schema();
@@ -92,29 +106,65 @@ public final class EqualityDeltaWriter {
         .broadcast(SerializableTableWithSize.copyOf(table));
     Task task = new Task(shared, rows.schema(), equalityIds, keyOrdinals, columns.size() - 1,
         UUID.randomUUID().toString());
-    List<byte[]> parts = rows.queryExecution().toRdd().toJavaRDD().mapPartitions(task).collect();
+    QueryExecution query = rows.queryExecution();
+    Function0<List<byte[]>> run = new AbstractFunction0<List<byte[]>>() {
+      @Override
+      public List<byte[]> apply() {
+        return query.toRdd().toJavaRDD().mapPartitions(task).collect();
+      }
+    };
+    List<byte[]> parts = SQLExecution$.MODULE$.withNewExecutionId(query, Option.apply("icecdc equality delta"), run);
     shared.destroy();
-    List<DataFile> dataFiles = new ArrayList<>();
-    List<DeleteFile> deleteFiles = new ArrayList<>();
+    Pending pending = new Pending(table);
     for (byte[] part : parts) {
       Object[] files = (Object[]) deserialize(part);
       for (Object file : (List<?>) files[0]) {
-        dataFiles.add((DataFile) file);
+        pending.dataFiles.add((DataFile) file);
       }
       for (Object file : (List<?>) files[1]) {
-        deleteFiles.add((DeleteFile) file);
+        pending.deleteFiles.add((DeleteFile) file);
       }
     }
-    long dataRecords = dataFiles.stream().mapToLong(DataFile::recordCount).sum();
-    long deleteRecords = deleteFiles.stream().mapToLong(DeleteFile::recordCount).sum();
-    if (!dataFiles.isEmpty() || !deleteFiles.isEmpty()) {
-      RowDelta delta = table.newRowDelta().toBranch(branch);
-      dataFiles.forEach(delta::addRows);
-      deleteFiles.forEach(delta::addDeletes);
+    return pending;
+  }
+
+  /** Commits written files as ONE row delta on {@code branch}; returns what {@link #write} returns. */
+  public String commit(Pending pending, String branch, Map<String, String> summary) {
+    long dataRecords = pending.dataFiles.stream().mapToLong(DataFile::recordCount).sum();
+    long deleteRecords = pending.deleteFiles.stream().mapToLong(DeleteFile::recordCount).sum();
+    if (!pending.dataFiles.isEmpty() || !pending.deleteFiles.isEmpty()) {
+      RowDelta delta = pending.table.newRowDelta().toBranch(branch);
+      pending.dataFiles.forEach(delta::addRows);
+      pending.deleteFiles.forEach(delta::addDeletes);
       summary.forEach(delta::set);
       delta.commit();
     }
-    return dataFiles.size() + "," + deleteFiles.size() + "," + dataRecords + "," + deleteRecords;
+    return pending.dataFiles.size() + "," + pending.deleteFiles.size() + "," + dataRecords + "," + deleteRecords;
+  }
+
+  /** Deletes written files that will not be committed (no snapshot names them); returns how many. */
+  public int abort(Pending pending) {
+    int n = 0;
+    for (DataFile file : pending.dataFiles) {
+      pending.table.io().deleteFile(file.location());
+      n++;
+    }
+    for (DeleteFile file : pending.deleteFiles) {
+      pending.table.io().deleteFile(file.location());
+      n++;
+    }
+    return n;
+  }
+
+  /** Files written by {@link #writeFiles}, not committed yet. */
+  public static final class Pending {
+    private final Table table;
+    private final List<DataFile> dataFiles = new ArrayList<>();
+    private final List<DeleteFile> deleteFiles = new ArrayList<>();
+
+    Pending(Table table) {
+      this.table = table;
+    }
   }
 
   /**

@@ -17,7 +17,7 @@ then share a partition); transforms identity, bucket, truncate, year, month, day
 """
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -41,6 +41,11 @@ WRITE_MODES = (MERGE, EQUALITY_DELETES)
 DELETE_FLAG = "_icecdc_is_delete"
 COUNTED_BY_BATCH = "batch"  # WriteOutcome.counted_by: from the batch alone (the target is never read)
 SUPPORTED_TRANSFORMS = re.compile(r"^(identity|bucket\[\d+\]|truncate\[\d+\]|year|month|day|hour|void)$")
+
+
+class CommitDeclined(Exception):  # noqa: N818 - a decision, not an error: nothing failed
+    """``before_commit`` of :func:`write_equality_delta` declined the batch: its files were deleted, nothing was
+    committed or published, the staging branch stays where it was."""
 
 
 def _quote(name: str) -> str:
@@ -94,13 +99,19 @@ def delta_rows(rows: DataFrame, key_columns: Sequence[str], target: Any) -> Data
 
 def write_equality_delta(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[str], batch_id: str,
                          properties: dict[str, str] | None = None, ledger: bool = False,
-                         retention: LedgerRetention | None = None) -> WriteOutcome:
+                         retention: LedgerRetention | None = None,
+                         before_commit: Callable[[], bool] | None = None) -> WriteOutcome:
     """Write ``rows`` (table columns + op + order) to ``table`` once as one row delta; skipped when
     ``batch_id`` is already recorded. Counts (from the batch, the target is not read): ``upserted`` (data
     rows written) and ``delete_keys`` (keys whose last op is a delete; whether the table held them is not
     known). A key-less table takes the batch as an append, as in ``merge`` mode.
 
+    ``before_commit``: asked once the files are written (what ``rows`` observes has arrived: the write is
+    one SQL execution of it) and before they are committed; False declines the batch (:class:`CommitDeclined`).
+    Why: a caller can write rows it has not computed before, and commit them only if they turn out whole.
+
     Raises:
+        CommitDeclined: ``before_commit`` said False (a keyed table; the files are deleted, nothing committed).
         EqualityDeleteTargetError: the target cannot take equality deletes as it is (format v1,
             a partition column outside the key, ...): ``write_mode: merge`` always works.
         RuntimeSetupError: the Java writer cannot be compiled (no javac, no Iceberg runtime jar).
@@ -109,6 +120,8 @@ def write_equality_delta(spark: Any, table: str, rows: DataFrame, key_columns: S
             commit; nothing was published.
     """
     if not key_columns:
+        if before_commit is not None:
+            raise ValueError(f"{table}: before_commit needs identifier columns (a key-less batch is a MERGE append)")
         return write_batch(spark, table, rows, key_columns, batch_id, properties, ledger=ledger, retention=retention)
     if is_committed(spark, table, batch_id, ledger):
         return WriteOutcome(table, batch_id, True, None, {})
@@ -125,8 +138,11 @@ def write_equality_delta(spark: Any, table: str, rows: DataFrame, key_columns: S
         summary = view.java.util.HashMap()
         for key, value in props.items():
             summary.put(key, str(value))
-        out = writer.write(frame._jdf, table, STAGING_BRANCH, keys, summary)  # noqa: SLF001 - the JVM Dataset
-        return [int(n) for n in str(out).split(",")]
+        pending = writer.writeFiles(frame._jdf, table, keys)  # noqa: SLF001 - the JVM Dataset
+        if before_commit is not None and not before_commit():
+            writer.abort(pending)
+            raise CommitDeclined(f"{table}: batch {batch_id} declined before its commit")
+        return [int(n) for n in str(writer.commit(pending, STAGING_BRANCH, summary)).split(",")]
 
     published = staged_commit(spark, table, props, write, ledger, retention)
     _, _, data_records, delete_records = published.result

@@ -3,6 +3,7 @@ inputs give the same target as write_mode merge; a batch committed but not ackno
 ledger on re-delivery (the row delta carries the batch id like a MERGE)."""
 
 import uuid
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 
@@ -89,3 +90,81 @@ def test_redis_into_an_equality_delete_target_equals_merge(spark, catalog, catal
         runs = _drain(spark, cat, entry)
         assert set(runs[0].result.targets["db.eqdel"].counts) >= {"upserted", "delete_keys"}
     assert _rows(spark, cat, "db.eqdel") == _rows(spark, cat, "db.merged")
+
+
+ACCOUNTS = {"columns": [{"name": "id", "type": "long", "required": True}, {"name": "owner", "type": "string"},
+                        {"name": "balance", "type": "decimal(10,2)"}]}
+
+
+def _jobs(spark, group):
+    """The names of a job group's Spark jobs (Spark's own records), e.g. ``localCheckpoint at ...``."""
+    store = spark.sparkContext._jsc.sc().statusStore()
+    return [str(store.job(j).name()) for j in spark.sparkContext.statusTracker().getJobIdsForGroup(group)]
+
+
+def _ingest_in_group(spark, catalog, cat, settings_, path, group):
+    spark.sparkContext.setJobGroup(group, group)
+    try:
+        return ingest_files(spark, cat, catalog, settings_, [str(path)])
+    finally:
+        spark.sparkContext.setJobGroup("", "")
+
+
+def test_a_whole_batch_is_typed_in_its_write_and_the_others_as_before(spark, catalog, catalog_settings, tmp_path):
+    """A batch the JVM typing takes whole is typed inside its equality-delta write (one job, no checkpoint),
+    with the same figures as a MERGE batch of the same file; a batch with a dead letter, a line for the Python
+    rules or a snapshot marker is declined before its commit, its files deleted, and read again checkpointed:
+    the rows, dead letters and figures as before, and no file on disk that the table does not name."""
+    cat = catalog_settings.name
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    whole = landing / "a-1.json"
+    whole.write_text("\n".join([
+        '{"before": null, "after": {"id": 1, "owner": "ann", "balance": "12.25"}, "op": "c"}',
+        '{"before": null, "after": {"id": 2, "owner": "bob", "balance": 3.5, "extra": 1}, "op": "c"}',
+        '{"before": {"id": 2}, "after": null, "op": "d"}',
+        '',
+        '{"before": null, "after": {"id": 3, "owner": "cy", "balance": "1"}, "op": "u"}']) + "\n")
+    dead = landing / "a-2.json"
+    dead.write_text("\n".join([
+        '{"before": null, "after": {"id": 4, "owner": "di", "balance": "1.234"}, "op": "c"}',
+        '{"before": null, "after": {"id": 3, "owner": "cyd", "balance": "2.50"}, "op": "u"}']) + "\n")
+    routed = landing / "a-3.json"  # a field spelled twice: the JVM typing leaves the line to the Python rules
+    routed.write_text('{"before": null, "after": {"id": 5, "owner": "ed", "owner": "ed2"}, "op": "c"}\n'
+                      '{"before": null, "after": {"id": 1, "owner": "ann", "balance": "13"}, "op": "u"}\n')
+    marked = landing / "a-4.json"  # a Debezium snapshot's first line
+    marked.write_text('{"before": null, "after": {"id": 6, "owner": "fi"}, "op": "r", "source": {"snapshot": "first"}}'
+                      '\n{"before": null, "after": {"id": 7, "owner": "gu"}, "op": "r", "source": {"snapshot": "last"}}\n')
+
+    def entry(target, mode):
+        return IngestSettings(landing=str(landing), target=target, identifier_columns=("id",), auto_create=True,
+                              schema=ACCOUNTS, write_mode=mode)
+    eqdel, merge = entry("db.acc_e", "equality_deletes"), entry("db.acc_m", "merge")
+
+    def rows(table):
+        return {r.id: (r.owner, None if r.balance is None else str(r.balance))
+                for r in spark.table(f"{cat}.{table}").collect()}
+    paths = [whole, dead, routed, marked]
+    after = [{1: ("ann", "12.25"), 3: ("cy", "1.00")}, {1: ("ann", "12.25"), 3: ("cyd", "2.50")},
+             {1: ("ann", "13.00"), 3: ("cyd", "2.50"), 5: ("ed2", None)},
+             {6: ("fi", None), 7: ("gu", None)}]  # a whole Debezium snapshot: what it lacks is deleted
+    for k, path in enumerate(paths):
+        e = _ingest_in_group(spark, catalog, cat, eqdel, path, f"e{k}")
+        m = _ingest_in_group(spark, catalog, cat, merge, path, f"m{k}")
+        assert (e.events_read, e.tombstones) == (m.events_read, m.tombstones)
+        figures = {name: n for name, n in m.targets["db.acc_m"].counts.items() if name in e.targets["db.acc_e"].counts}
+        assert {name: e.targets["db.acc_e"].counts[name] for name in figures} == figures
+        jobs = _jobs(spark, f"e{k}")
+        checkpoints = [j for j in jobs if j.startswith("localCheckpoint")]
+        writes = [j for j in jobs if "EqualityDeltaWriter" in j]
+        if path == whole:
+            assert not checkpoints and len(writes) == 1, jobs
+        else:  # declined: written once, then read checkpointed and written again
+            assert checkpoints and len(writes) == 2, jobs
+        assert rows("db.acc_e") == rows("db.acc_m") == after[k], k
+    dead_letters = spark.table(f"{cat}.db.acc_e__dead_letters").collect()
+    assert [(d.source_offset, "more than 2 fractional digits" in d.reason) for d in dead_letters] == [(1, True)]
+    named = {r.file_path for r in spark.sql(f"SELECT file_path FROM {cat}.db.acc_e.all_files").collect()}
+    location = catalog.load_table("db.acc_e").location().removeprefix("file:")
+    on_disk = {f"file:{p}" for p in Path(location, "data").rglob("*.parquet")}
+    assert on_disk and on_disk <= named, sorted(on_disk - named)
