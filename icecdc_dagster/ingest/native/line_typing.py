@@ -1,7 +1,6 @@
 """A batch's lines typed natively, each flagged :data:`FAST` when the native row is the Python rules' row;
 :func:`split` parts the native rows from the lines the Python rules must take."""
 
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -63,9 +62,9 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
     ``in_java=False`` or where its class cannot be built (no JDK's javac), by Spark expressions.
     """
     in_java = in_java and not branches
-    typed = line_typer.typer(lines.sparkSession, columns, keys, known, F.col("raw")) if in_java else None
-    if typed is not None:
-        return _typed_in_java(lines, typed, columns, keys, order_file_shift, extra)
+    typer = line_typer.typer(lines.sparkSession, columns, keys, known) if in_java else None
+    if typer is not None:
+        return _typed_in_java(lines, typer, columns, order_file_shift, extra)
     frame, typed_columns, payload_typed = _parsed_lines(lines, columns, branches)
     deleting = F.col(_OP_TEXT) == F.lit(DELETE)
     image = F.col("_n_map")
@@ -94,38 +93,28 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
                                ignored, order_file_shift), *extra)
 
 
-def _typed_in_java(lines: DataFrame, typed: Column, columns: Sequence[TargetColumn], keys: Sequence[str],
-                   order_file_shift: int, extra: Sequence[Column]) -> DataFrame:
-    """:func:`coerce_lines` by :mod:`line_typer` (plain lines): one parse per line, each value typed as read."""
-    frame = lines.select("file_index", "source_file", "source_offset", "raw", typed.alias(_JAVA))
-    session = str(lines.sparkSession._jsparkSession.sessionUUID())  # noqa: SLF001 - Spark's own session id
-    reason, rows = _java_projections(session, tuple(columns), tuple(keys), order_file_shift)
-    return frame.select("*", reason).select(*rows, *extra)
+def _typed_in_java(lines: DataFrame, typer: Any, columns: Sequence[TargetColumn], order_file_shift: int,
+                   extra: Sequence[Column]) -> DataFrame:
+    """:func:`coerce_lines` by :mod:`line_typer` (plain lines): one parse per line, each value typed as read, the
+    rows of :func:`_rows` made in the JVM (the plan is one scan mapped by the typer: every later step of the batch
+    plans it cheaply)."""
+    source = lines.select("file_index", "source_file", "source_offset", "raw", *extra)
+    out = T.StructType([*(T.StructField(c.name, c.dtype) for c in columns), *_ROW_FIELDS, *source.schema.fields[4:]])
+    return line_typer.typed_rows(source, typer, out, [c.nullable for c in columns], order_file_shift, _WORDS)
 
 
-_PROJECTIONS: dict[tuple[Any, ...], tuple[Column, list[Column]]] = {}
-_PROJECTIONS_LOCK = threading.Lock()
-
-
-def _java_projections(session: str, columns: tuple[TargetColumn, ...], keys: tuple[str, ...], order_file_shift: int
-                      ) -> tuple[Column, list[Column]]:
-    """The reason's projection and the rows' over the typer's result, built once per session and target.
-
-    Why: building them is ~300 calls into the JVM (each expression node one round trip), most of a batch's
-    planning of its typed read; the expressions name only columns, so a target's batches share them."""
-    key = (session, columns, keys, order_file_shift)
-    with _PROJECTIONS_LOCK:
-        if key not in _PROJECTIONS:
-            if len(_PROJECTIONS) >= 256:
-                _PROJECTIONS.clear()
-            result = F.col(_JAVA)
-            values = [result[line_typer.value_name(i)] for i in range(len(columns))]
-            op, tombstone = result[line_typer.OP], F.coalesce(result[line_typer.TOMBSTONE], F.lit(False))
-            reason = F.when(~tombstone, _null_reason(columns, values, keys, op == F.lit(DELETE)))
-            rows = _rows(columns, values, op, tombstone, F.coalesce(result[line_typer.FAST], F.lit(False)),
-                         result[line_typer.IGNORED].cast("long"), order_file_shift)
-            _PROJECTIONS[key] = (reason.alias(_REASON_TEXT), rows)
-        return _PROJECTIONS[key]
+# What _rows projects after the values, in its order and types; and the words the JVM rows are made of (the op
+# names of debezium, our op column's values, the notes' key, the reasons' texts of _null_reason).
+_ROW_FIELDS = (T.StructField(OP_COLUMN, T.StringType()), T.StructField(ORDER_COLUMN, T.LongType()),
+               T.StructField(REASON, T.StringType()), T.StructField(RAW, T.StringType()),
+               T.StructField(SOURCE_FILE, T.StringType()), T.StructField(SOURCE_OFFSET, T.LongType()),
+               T.StructField(NOTES, T.MapType(T.StringType(), T.LongType())),
+               T.StructField(WIDEN, T.MapType(T.StringType(), T.StringType())),
+               T.StructField("file_index", T.LongType()), T.StructField(FAST, T.BooleanType(), False))
+_KEY_NULL, _REQUIRED_NULL, _NULL_WORDS = "key", "required", "is null or missing"
+_KEYLESS_DELETE = "delete on a table without identifier columns (append only)"
+_WORDS = (INSERT, DELETE, TOMBSTONE, OP_INSERT, OP_DELETE, OP_UPSERT, IGNORED_FIELDS, _KEY_NULL, _REQUIRED_NULL,
+          _NULL_WORDS, _KEYLESS_DELETE)
 
 
 def _rows(columns: Sequence[TargetColumn], values: Sequence[Column], op: Column, tombstone: Column, fast: Column,
@@ -282,13 +271,12 @@ def _null_reason(columns: Sequence[TargetColumn], values: Sequence[Column], keys
     for c, value in zip(columns, values, strict=True):
         is_key = c.name in keys
         needed = F.lit(True) if is_key else (~deleting if not c.nullable else F.lit(False))
-        reasons.append((needed & value.isNull(), f"{'key' if is_key else 'required'} column {c.name} is null or "
-                                                 "missing"))
+        reasons.append((needed & value.isNull(), f"{_KEY_NULL if is_key else _REQUIRED_NULL} column {c.name} "
+                                                 f"{_NULL_WORDS}"))
     for condition, message in reversed(reasons):  # the first column in schema order names the reason
         reason = F.when(condition, F.lit(message)).otherwise(reason)
     if not keys:
-        reason = F.coalesce(reason, F.when(deleting, F.lit("delete on a table without identifier columns "
-                                                           "(append only)")))
+        reason = F.coalesce(reason, F.when(deleting, F.lit(_KEYLESS_DELETE)))
     return reason
 
 
