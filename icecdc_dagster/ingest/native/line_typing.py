@@ -98,8 +98,9 @@ def _typed_in_java(lines: DataFrame, typer: Any, columns: Sequence[TargetColumn]
     """:func:`coerce_lines` by :mod:`line_typer` (plain lines): one parse per line, each value typed as read, the
     rows of :func:`_rows` made in the JVM (the plan is one scan mapped by the typer: every later step of the batch
     plans it cheaply)."""
-    source = lines.select("file_index", "source_file", "source_offset", "raw", *extra)
-    out = T.StructType([*(T.StructField(c.name, c.dtype) for c in columns), *_ROW_FIELDS, *source.schema.fields[4:]])
+    source = lines.select("file_index", "source_file", "source_offset", "raw", *extra) if extra else lines
+    added = source.schema.fields[4:] if extra else []  # each plan step and schema read is a JVM round trip
+    out = T.StructType([*(T.StructField(c.name, c.dtype) for c in columns), *_ROW_FIELDS, *added])
     return line_typer.typed_rows(source, typer, out, [c.nullable for c in columns], order_file_shift, _WORDS)
 
 
