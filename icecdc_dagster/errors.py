@@ -91,6 +91,13 @@ class StagingBranchLostError(IcecdcError):
     transient = True
 
 
+class CommitDeclinedError(IngestError):
+    """A write's ``before_commit`` check declined its batch after writing it (its files deleted, nothing committed).
+    The ingester then reads that batch again the way it reads every batch, so no run fails with it."""
+
+    transient = True
+
+
 class TargetTableMissingError(IngestError):
     """An ingestion target does not exist and ``auto_create`` is off."""
 

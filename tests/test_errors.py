@@ -24,7 +24,7 @@ from icecdc_dagster.steps.ordering import Blocked, NextRun
 
 # Written by hand: the decision for every class (a new class fails this test until it is decided here).
 TRANSIENT = {"LineBusyError", "SyncInterruptedError", "StagingBranchLostError", "TableHasNoSnapshotError",
-             "SinkUnavailableError", "BulkRequestFailedError", "CatalogUnavailableError"}
+             "SinkUnavailableError", "BulkRequestFailedError", "CatalogUnavailableError", "CommitDeclinedError"}
 TERMINAL = {"IcecdcError", "ConfigError", "RuntimeSetupError", "SnapshotNotFoundError", "ChangelogError",
             "IdentifierColumnError", "DuplicateKeyChangeError", "CheckpointError", "SinkWriteError", "IngestError",
             "TargetTableMissingError", "SchemaDeclarationError", "UnsupportedFormatVersionError",

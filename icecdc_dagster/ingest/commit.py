@@ -38,7 +38,7 @@ def commit_batch(spark: Any, catalog_name: str, settings: IngestSettings, bid: s
     Every commit records the batch id, the landing location and the full list of tables the batch writes
     (the ledger :func:`recorded_batches` reads, so a batch cut short is completed under the same id).
     Returns ``results`` with each written target's outcome (skipped, snapshot, write counts) merged in.
-    Raises ``writer.CommitDeclined`` where a write's ``before_commit`` declines it (its tables before it are
+    Raises ``CommitDeclinedError`` where a write's ``before_commit`` declines it (its tables before it are
     committed: a caller declines only a batch whose one write is all it commits).
     A target whose Debezium snapshot completes in the batch loses the rows the snapshot lacked, and the
     marks of a snapshot still running are written first (:mod:`snapshot_epoch`: not part of the batch's

@@ -18,7 +18,7 @@ from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from icecdc_dagster.errors import TargetTableMissingError
+from icecdc_dagster.errors import CommitDeclinedError, TargetTableMissingError
 from icecdc_dagster.ingest import horizon, landing, landing_lines, native, routing, snapshot_epoch
 from icecdc_dagster.ingest.columns import NOTES, REASON, TOMBSTONE
 from icecdc_dagster.ingest.commit import commit_batch
@@ -42,7 +42,6 @@ from icecdc_dagster.writer import (
     EQUALITY_DELETES,
     OP_COLUMN,
     ORDER_COLUMN,
-    CommitDeclined,
     bounds_aggregates,
     bounds_from,
     observation_values,
@@ -316,7 +315,7 @@ def _ingest_in_one_job(spark: Any, catalog_name: str, settings: IngestSettings, 
     start = {target: TargetResult(target, False, None, {}, tuple(read.added_columns), ())}
     try:
         results = commit_batch(spark, catalog_name, settings, bid, {}, [write], start, stamp, {})
-    except CommitDeclined:
+    except CommitDeclinedError:
         return None
     if not figures:
         return None

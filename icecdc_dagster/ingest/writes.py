@@ -30,5 +30,5 @@ class TargetWrite:
     keys: tuple[str, ...]
     bounds: KeyBounds | None = None
     # equality_deletes only: asked after the rows are written, before their commit; False declines the batch
-    # (writer.CommitDeclined: nothing committed). The batch read in one job decides there (ingester).
+    # (CommitDeclinedError: nothing committed). The batch read in one job decides there (ingester).
     before_commit: Callable[[], bool] | None = None

@@ -8,7 +8,7 @@ from icecdc_dagster.writer.auto_create import (
                                          namespace_exists,
                                          widen_columns,
 )
-from icecdc_dagster.writer.equality_deletes import EQUALITY_DELETES, MERGE, CommitDeclined, write_equality_delta
+from icecdc_dagster.writer.equality_deletes import EQUALITY_DELETES, MERGE, write_equality_delta
 from icecdc_dagster.writer.exactly_once import (
                                          BATCH_ID_PROPERTY,
                                          LAST_BATCH_PROPERTY,
@@ -75,5 +75,4 @@ __all__ = [
     "load_mapping", "main_ancestors", "namespace_exists", "observation_values", "recorded_summaries", "schema_of",
     "set_identifier_fields", "split_top", "table_exists", "table_properties", "widen_columns", "write_batch",
     "write_equality_delta",
-    "CommitDeclined",
 ]

@@ -23,7 +23,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from icecdc_dagster.errors import EqualityDeleteTargetError
+from icecdc_dagster.errors import CommitDeclinedError, EqualityDeleteTargetError
 from icecdc_dagster.runtime.equality_writer import equality_delta_writer
 from icecdc_dagster.runtime.java import jvm
 from icecdc_dagster.writer.exactly_once import (
@@ -41,11 +41,6 @@ WRITE_MODES = (MERGE, EQUALITY_DELETES)
 DELETE_FLAG = "_icecdc_is_delete"
 COUNTED_BY_BATCH = "batch"  # WriteOutcome.counted_by: from the batch alone (the target is never read)
 SUPPORTED_TRANSFORMS = re.compile(r"^(identity|bucket\[\d+\]|truncate\[\d+\]|year|month|day|hour|void)$")
-
-
-class CommitDeclined(Exception):  # noqa: N818 - a decision, not an error: nothing failed
-    """``before_commit`` of :func:`write_equality_delta` declined the batch: its files were deleted, nothing was
-    committed or published, the staging branch stays where it was."""
 
 
 def _quote(name: str) -> str:
@@ -107,11 +102,11 @@ def write_equality_delta(spark: Any, table: str, rows: DataFrame, key_columns: S
     known). A key-less table takes the batch as an append, as in ``merge`` mode.
 
     ``before_commit``: asked once the files are written (what ``rows`` observes has arrived: the write is
-    one SQL execution of it) and before they are committed; False declines the batch (:class:`CommitDeclined`).
+    one SQL execution of it) and before they are committed; False declines the batch (``CommitDeclinedError``).
     Why: a caller can write rows it has not computed before, and commit them only if they turn out whole.
 
     Raises:
-        CommitDeclined: ``before_commit`` said False (a keyed table; the files are deleted, nothing committed).
+        CommitDeclinedError: ``before_commit`` said False (a keyed table; the files are deleted, nothing committed).
         EqualityDeleteTargetError: the target cannot take equality deletes as it is (format v1,
             a partition column outside the key, ...): ``write_mode: merge`` always works.
         RuntimeSetupError: the Java writer cannot be compiled (no javac, no Iceberg runtime jar).
@@ -141,7 +136,7 @@ def write_equality_delta(spark: Any, table: str, rows: DataFrame, key_columns: S
         pending = writer.writeFiles(frame._jdf, table, keys)  # noqa: SLF001 - the JVM Dataset
         if before_commit is not None and not before_commit():
             writer.abort(pending)
-            raise CommitDeclined(f"{table}: batch {batch_id} declined before its commit")
+            raise CommitDeclinedError(f"{table}: batch {batch_id} declined before its commit")
         return [int(n) for n in str(writer.commit(pending, STAGING_BRANCH, summary)).split(",")]
 
     published = staged_commit(spark, table, props, write, ledger, retention)
