@@ -23,7 +23,7 @@ JSON_OPTIONS = {"allowSingleQuotes": "false", "allowNumericLeadingZeros": "false
                 "allowUnquotedFieldNames": "false", "allowComments": "false", "mode": "PERMISSIVE"}
 FAST = "_icecdc_fast"
 _OP_TEXT, _TYPED, _READING, _IN_ARRAY = "_n_op", "_n_typed", "_n_reading", "_n_in_array"
-_FAST_VALUES, _REASON_TEXT, _JAVA = "_n_fast", "_n_reason", "_n_java"
+_FAST_VALUES, _REASON_TEXT = "_n_fast", "_n_reason"
 _SCHEMA_KEY = '"schema"'
 # A plain line must not hold the payload key anywhere. Searched without its opening quote: the search tries a
 # match at every occurrence of the first byte, and a quote opens every name and string of a line (a word that
