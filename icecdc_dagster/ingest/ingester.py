@@ -268,8 +268,7 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, line
             assert recount is not None
             stats = recount
         dead_count = int(stats["dead_lettered"] or 0)
-        counts = {"dead_lettered": dead_count, PYTHON_RULES: int(stats[PYTHON_RULES] or 0),
-                  **{rule: int(stats[rule] or 0) for rule in RULE_COUNTS}}
+        counts = _figure_counts(stats)
         dead = {routing.dead_letter_table(target): dead_letter_rows(rows, target)} if dead_count else {}
         good = rows.where(F.col(REASON).isNull() & (F.col(OP_COLUMN) != TOMBSTONE))
         write = TargetWrite(target, good, known, keys, bounds_from(stats, keys, schema))
@@ -319,10 +318,14 @@ def _ingest_in_one_job(spark: Any, catalog_name: str, settings: IngestSettings, 
         return None
     if not figures:
         return None
-    counts = {"dead_lettered": 0, PYTHON_RULES: int(figures[PYTHON_RULES] or 0),
-              **{rule: int(figures[rule] or 0) for rule in RULE_COUNTS}}
-    results = {target: replace(results[target], counts={**counts, **results[target].counts})}
+    results = {target: replace(results[target], counts={**_figure_counts(figures), **results[target].counts})}
     return IngestResult(bid, uris, False, results, int(figures["tombstones"] or 0), int(figures["events_read"] or 0))
+
+
+def _figure_counts(figures: Any) -> dict[str, int]:
+    """A target's counts from the batch's figures (:func:`_stats_aggregates`): dead letters and rule notes."""
+    return {"dead_lettered": int(figures["dead_lettered"] or 0), PYTHON_RULES: int(figures[PYTHON_RULES] or 0),
+            **{rule: int(figures[rule] or 0) for rule in RULE_COUNTS}}
 
 
 def _stats_aggregates(keys: Sequence[str], schema: T.StructType, where: Column | None = None) -> list[Column]:

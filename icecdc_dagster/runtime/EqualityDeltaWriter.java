@@ -77,12 +77,6 @@ import scala.runtime.AbstractFunction0;
  */
 public final class EqualityDeltaWriter {
 
-  /** Writes and commits; returns "dataFiles,deleteFiles,dataRecords,deleteRecords" (empty batch: no commit). */
-  public String write(Dataset<Row> rows, String tableName, String branch, List<String> keyColumns,
-                      Map<String, String> summary) throws Exception {
-    return commit(writeFiles(rows, tableName, keyColumns), branch, summary);
-  }
-
   /**
    * Writes the files of a row delta, not committed: {@link #commit} or {@link #abort} it. The write is one SQL
    * execution of {@code rows}' query, so what the query observes (Spark's {@code Observation}) reaches its
@@ -128,7 +122,10 @@ public final class EqualityDeltaWriter {
     return pending;
   }
 
-  /** Commits written files as ONE row delta on {@code branch}; returns what {@link #write} returns. */
+  /**
+   * Commits written files as ONE row delta on {@code branch}; returns "dataFiles,deleteFiles,dataRecords,
+   * deleteRecords" (no files: no commit).
+   */
   public String commit(Pending pending, String branch, Map<String, String> summary) {
     long dataRecords = pending.dataFiles.stream().mapToLong(DataFile::recordCount).sum();
     long deleteRecords = pending.deleteFiles.stream().mapToLong(DeleteFile::recordCount).sum();
