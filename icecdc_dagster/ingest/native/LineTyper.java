@@ -23,7 +23,6 @@ import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
-import org.apache.spark.sql.api.java.UDF1;
 import org.apache.spark.sql.catalyst.CatalystTypeConverters$;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
@@ -44,9 +43,9 @@ import scala.Function1;
  * Python rules ({@code debezium.parse_line} + {@code coercion.coerce}) give; any doubt (a token kind or form
  * the rules convert by a declared rule, a value that does not fit, malformed JSON, a duplicate key, text after
  * the object, a {@code payload} or {@code schema} key) routes the line to those rules, which give the value or
- * the dead-letter reason. Null keys and required columns are judged after, from the values, in Spark.
+ * the dead-letter reason. Null keys and required columns are judged after, from the values ({@link Rows}).
  */
-public final class LineTyper implements UDF1<String, Row> {
+public final class LineTyper implements Serializable {
     private static final long serialVersionUID = 1L;
     // Column kinds, as icecdc_dagster/ingest/native/line_typer.py names them.
     static final int STRING = 0, LONG = 1, INT = 2, BOOLEAN = 3, DOUBLE = 4, DECIMAL = 5, DATE = 6,
@@ -87,7 +86,7 @@ public final class LineTyper implements UDF1<String, Row> {
         return factory;
     }
 
-    @Override
+    /** The line typed: {@code (fast, tombstone, op, ignored, v0..vn)}. */
     public Row call(String line) {
         Object[] out = new Object[4 + names.length];
         out[0] = Boolean.FALSE;
