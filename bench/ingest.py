@@ -434,7 +434,7 @@ def observed_to_noop(spark, settings: IngestSettings, path: Path) -> None:  # no
 
     read = typed_read(spark, settings, path)
     observed = Observation(f"bench_lines_{time.perf_counter_ns()}")
-    to_noop(read.frame.observe(observed, *read.figures))
+    to_noop(read.frame.observe(observed, *read.figures()))
     assert observation_values(observed, timeout_s=30) is not None, "the figures did not arrive with the write"
 
 

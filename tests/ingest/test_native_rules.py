@@ -26,9 +26,12 @@ from pyspark.sql import types as T
 
 from icecdc_dagster.ingest import debezium, landing, landing_lines, native
 from icecdc_dagster.ingest import schema_inference as si
-from icecdc_dagster.ingest.columns import NOTES, RAW, REASON, SOURCE_OFFSET, WIDEN
+from icecdc_dagster.ingest.coercion import IGNORED_FIELDS
+from icecdc_dagster.ingest.columns import NOTES, RAW, REASON, SOURCE_OFFSET, TOMBSTONE, WIDEN
 from icecdc_dagster.ingest.line_parsing import ORDER_FILE_SHIFT
+from icecdc_dagster.ingest.native.line_typer import TALLY_SLOTS
 from icecdc_dagster.ingest.targets import PYTHON_RULES, python_partition, rows_schema
+from icecdc_dagster.writer import OP_COLUMN
 
 SCHEMA = T.StructType([
     T.StructField("id", T.LongType(), False), T.StructField("s", T.StringType()), T.StructField("d", T.DoubleType()),
@@ -126,12 +129,15 @@ def _compare(spark, tmp_path, raws: list[str], schema: T.StructType = SCHEMA,
     uri = str(path)
     if branches is None:  # every schema block of the lines becomes a branch (a batch samples a few lines per file)
         branches = list({b.prefix: b for b in map(native.schema_branch, raws) if b is not None}.values())
-    classified = native.coerce_lines(landing_lines.lines(spark, landing.describe([uri])), native.columns_of(schema),
-                                     KEYS, schema.names, native.utc(spark), ORDER_FILE_SHIFT, branches,
-                                     in_java=in_java).persist()
+    typed = native.coerce_lines(landing_lines.lines(spark, landing.describe([uri])), native.columns_of(schema),
+                                KEYS, schema.names, native.utc(spark), ORDER_FILE_SHIFT, branches, in_java=in_java)
+    classified = typed.frame.persist()
     typed_by = classified._jdf.queryExecution().analyzed().toString()  # the JVM typer's rows: one mapped scan
     assert typed_by.startswith("LogicalRDD") == (in_java and not branches), "the typing asked for is the one planned"
+    assert (typed.tally is not None) == typed_by.startswith("LogicalRDD"), "the JVM typer, and only it, tallies"
     try:
+        aggregated = _figures(classified)  # the rows' first computation (then cached): the typer counts it once
+        assert typed.tally is None or typed.tally.figures() == aggregated, "the tally is the figures' aggregate"
         fast, routed = native.split(classified)
         columns = [(f.name, f.dataType.json(), f.nullable) for f in schema.fields]
         slow = spark.createDataFrame(routed.rdd.mapPartitions(python_partition(columns, KEYS, set(schema.names),
@@ -152,6 +158,16 @@ def _compare(spark, tmp_path, raws: list[str], schema: T.StructType = SCHEMA,
         return Routing(len(offsets), routed.count(), offsets)
     finally:
         classified.unpersist()
+
+
+def _figures(frame) -> dict[str, int]:
+    """What the typer's tally counts, aggregated over its rows (no extra column here: none set)."""
+    fast = F.col(native.FAST)
+    row = frame.agg(F.sum(fast.cast("long")), F.sum((fast & (F.col(OP_COLUMN) == TOMBSTONE)).cast("long")),
+                    F.sum((fast & F.col(REASON).isNotNull()).cast("long")),
+                    F.sum(F.when(fast, F.coalesce(F.col(NOTES)[IGNORED_FIELDS], F.lit(0)))),
+                    F.sum((~fast).cast("long"))).first()
+    return dict(zip(TALLY_SLOTS, [*(int(v or 0) for v in row), 0], strict=True))
 
 
 # A line the native reader must type (every column kind it decodes, written plainly).

@@ -9,6 +9,7 @@ expressions.
 import hashlib
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from icecdc_dagster.errors import RuntimeSetupError
+from icecdc_dagster.ingest.coercion import IGNORED_FIELDS
 from icecdc_dagster.ingest.native.column_rules import TargetColumn
 from icecdc_dagster.runtime.java import JavaObject, gateway, jvm
 from icecdc_dagster.runtime.javac import classes_jar, compiled_classes, pyspark_jars, session_class
@@ -27,6 +29,9 @@ _KINDS: tuple[tuple[type[T.DataType], int], ...] = (
     (T.StringType, 0), (T.LongType, 1), (T.IntegerType, 2), (T.BooleanType, 3), (T.DoubleType, 4),
     (T.DecimalType, 5), (T.DateType, 6), (T.TimestampType, 7), (T.TimestampNTZType, 8), (T.BinaryType, 9))
 _OTHER = 10
+# LineTyper.tally's slots, in its order, by the names of the batch's figures (events_read: lines typed whole;
+# routed: lines left to the Python rules; extra_set: lines with a value in their first extra column).
+TALLY_SLOTS = ("events_read", "tombstones", "dead_lettered", IGNORED_FIELDS, "routed", "extra_set")
 _LOCK = threading.Lock()
 _TYPERS: dict[tuple[str, str], JavaObject | None] = {}  # (application, target) -> its typer (None: no javac)
 _CLASSES: dict[str, JavaObject | None] = {}  # application id -> the class loaded in its session (None: no javac)
@@ -49,20 +54,35 @@ def typer(spark: Any, columns: Sequence[TargetColumn], keys: Sequence[str], know
         return _TYPERS[(app, target)]
 
 
+@dataclass(frozen=True)
+class LineTally:
+    """What the typer counted while it made a batch's rows (``LineTyper.tally``: accumulators): the batch's
+    figures with no aggregate in its plan. Exact once the rows were computed once (by the job that reads them)."""
+
+    typer: JavaObject
+    counters: JavaObject  # LineTyper.tally's accumulators, one per slot
+
+    def figures(self) -> dict[str, int]:
+        """The counts by :data:`TALLY_SLOTS`' names."""
+        return dict(zip(TALLY_SLOTS, (int(v) for v in self.typer.counts(self.counters)), strict=True))
+
+
 def typed_rows(lines: DataFrame, typer: JavaObject, out: T.StructType, nullable: Sequence[bool], order_shift: int,
-               words: Sequence[str]) -> DataFrame:
+               words: Sequence[str]) -> tuple[DataFrame, LineTally]:
     """``lines`` (file_index, source_file, source_offset, raw, extra...) typed by ``typer`` into ``out``'s rows
-    (``LineTyper.typedRows``: one scan of the lines mapped in the JVM, no expression per column).
+    (``LineTyper.typedRows``: one scan of the lines mapped in the JVM, no expression per column), and the tally
+    the mapping counts them into.
 
     Raises:
         py4j.protocol.Py4JJavaError: Spark refused the plan (``out`` does not match what the typer writes).
     """
     spark = lines.sparkSession
     view, java = jvm(spark), gateway(spark)
+    tally = typer.tally(spark._jsparkSession)  # noqa: SLF001 - the JVM session registers the accumulators
     jdf = typer.typedRows(lines._jdf, view.org.apache.spark.sql.types.DataType.fromJson(out.json()),  # noqa: SLF001
                           _array(java, java.jvm.boolean, list(nullable)), order_shift,
-                          _array(java, view.java.lang.String, list(words)))
-    return DataFrame(jdf, spark)
+                          _array(java, view.java.lang.String, list(words)), tally)
+    return DataFrame(jdf, spark), LineTally(typer, tally)
 
 
 def _array(java: Any, kind: Any, values: Sequence[Any]) -> Any:

@@ -49,9 +49,18 @@ def _envelope(image: T.StructType, payload_image: T.StructType | None) -> T.Stru
     return T.StructType(fields)
 
 
+@dataclass(frozen=True)
+class TypedLines:
+    """:func:`coerce_lines`' rows, planned, not computed; ``tally``: what the JVM typer counts while it makes them
+    (None where Spark expressions type the lines)."""
+
+    frame: DataFrame
+    tally: line_typer.LineTally | None = None
+
+
 def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequence[str], known: Sequence[str],
                  utc_session: bool, order_file_shift: int, branches: Sequence[SchemaBranch] = (),
-                 extra: Sequence[Column] = (), in_java: bool = True) -> DataFrame:
+                 extra: Sequence[Column] = (), in_java: bool = True) -> TypedLines:
     """``lines`` typed natively, each with the flag :data:`FAST` (the native row is the Python rules' row).
 
     Rows carry the table's columns plus op, order, reason (null or a key/required-null reason),
@@ -64,7 +73,7 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
     in_java = in_java and not branches
     typer = line_typer.typer(lines.sparkSession, columns, keys, known) if in_java else None
     if typer is not None:
-        return _typed_in_java(lines, typer, columns, order_file_shift, extra)
+        return TypedLines(*_typed_in_java(lines, typer, columns, order_file_shift, extra))
     frame, typed_columns, payload_typed = _parsed_lines(lines, columns, branches)
     deleting = F.col(_OP_TEXT) == F.lit(DELETE)
     image = F.col("_n_map")
@@ -89,12 +98,12 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
     frame = frame.select("*", F.when(~tombstone, _null_reason(columns, values, keys, deleting)).alias(_REASON_TEXT))
     known_keys = F.array(*[F.lit(k) for k in known]) if known else F.array().cast("array<string>")
     ignored = F.size(F.array_except(F.map_keys(image), known_keys)).cast("long")
-    return frame.select(*_rows(columns, values, F.col(_OP_TEXT), tombstone, tombstone | F.col(_FAST_VALUES),
-                               ignored, order_file_shift), *extra)
+    return TypedLines(frame.select(*_rows(columns, values, F.col(_OP_TEXT), tombstone,
+                                          tombstone | F.col(_FAST_VALUES), ignored, order_file_shift), *extra))
 
 
 def _typed_in_java(lines: DataFrame, typer: Any, columns: Sequence[TargetColumn], order_file_shift: int,
-                   extra: Sequence[Column]) -> DataFrame:
+                   extra: Sequence[Column]) -> tuple[DataFrame, line_typer.LineTally]:
     """:func:`coerce_lines` by :mod:`line_typer` (plain lines): one parse per line, each value typed as read, the
     rows of :func:`_rows` made in the JVM (the plan is one scan mapped by the typer: every later step of the batch
     plans it cheaply)."""
