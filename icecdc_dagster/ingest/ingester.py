@@ -205,7 +205,10 @@ class NativeRead:
     def figures(self) -> list[Column]:
         """The batch's figures, to observe while ``frame`` is computed (no job of their own): how many lines the
         Python rules must take, how many carry a snapshot marker and, for the common batch that the native
-        reading types whole, every figure of the batch. Built when asked: a batch its tally counts needs none."""
+        reading types whole, every figure of the batch. With a tally, only what it does not count: the key
+        range of the rows typed whole (none for a batch written in one job). Built when asked."""
+        if self.tally is not None:
+            return bounds_aggregates(self.keys, T.StructType(self.fields), where=F.col(native.FAST))
         marker = F.col(snapshot_epoch.MARKER_COLUMN)
         return [F.sum((~F.col(native.FAST)).cast("long")).alias("_routed"),
                 *([F.sum(marker.isNotNull().cast("long")).alias("_marked")] if self.marking else []),
@@ -246,12 +249,13 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, line
     marking = settings.snapshot_deletes
     schema = T.StructType(fields)
     marker = F.col(snapshot_epoch.MARKER_COLUMN)
-    # The figures arrive with the checkpoint; one aggregate over the checkpoint if they do not.
+    # The figures arrive with the checkpoint (the typer's tally, an observation); one aggregate over the
+    # checkpoint where the observation does not.
     observed = Observation(f"icecdc_lines_{uuid.uuid4().hex}")
     figures = read.figures()
-    classified = _checkpointed(read.frame.observe(observed, *figures))
-    first = observation_values(observed) or classified.agg(*figures).first()
-    assert first is not None, "an aggregate without grouping has one row"
+    counted_before = read.tally.figures() if read.tally is not None else {}
+    classified = _checkpointed(read.frame.observe(observed, *figures) if figures else read.frame)
+    first = _checkpoint_figures(read, observed, classified, figures, counted_before)
     markers: dict[str, list[tuple[int, str]]] = {}
     if marking and first["_marked"]:
         # every line: the native reason of a line left to the Python rules is not final
@@ -270,7 +274,7 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, line
         if first["_routed"]:
             recount = rows.agg(*_stats_aggregates(keys, schema)).first()
             assert recount is not None
-            stats = recount
+            stats = recount.asDict()
         dead_count = int(stats["dead_lettered"] or 0)
         counts = _figure_counts(stats)
         dead = {routing.dead_letter_table(target): dead_letter_rows(rows, target)} if dead_count else {}
@@ -330,10 +334,33 @@ def _figures_after_write(read: NativeRead) -> tuple[DataFrame, Callable[[], dict
     the JVM typer's tally (counted as the rows are made; why: an observation's aggregate is planned with each
     batch and evaluated per row, ~0.1 s of a 1.4 s batch), else Spark's observation of the rows."""
     if read.tally is not None:
-        tally = read.tally
-        return read.frame, lambda: _tallied(tally.figures())
+        tally, before = read.tally, read.tally.figures()
+        return read.frame, lambda: _tallied(_counted_since(tally, before))
     observed = Observation(f"icecdc_lines_{uuid.uuid4().hex}")
     return read.frame.observe(observed, *read.figures()), lambda: observation_values(observed, timeout_s=30.0)
+
+
+def _checkpoint_figures(read: NativeRead, observed: Observation, classified: DataFrame, figures: list[Column],
+                        counted_before: dict[str, int]) -> dict[str, Any]:
+    """The batch's figures once its checkpoint is computed: what the checkpoint observed (or one aggregate over
+    it, where the observation did not arrive) and what the typer tallied meanwhile (since ``counted_before``:
+    a declined one-job write made the same rows before)."""
+    got: dict[str, Any] = {}
+    if figures:
+        observed_values = observation_values(observed)
+        if observed_values is None:
+            row = classified.agg(*figures).first()
+            assert row is not None, "an aggregate without grouping has one row"
+            observed_values = row.asDict()
+        got.update(observed_values)
+    if read.tally is not None:
+        got.update(_tallied(_counted_since(read.tally, counted_before)))
+    return got
+
+
+def _counted_since(tally: LineTally, before: dict[str, int]) -> dict[str, int]:
+    """What ``tally`` counted since it held ``before`` (the rows of one computation of the frame)."""
+    return {k: v - before[k] for k, v in tally.figures().items()}
 
 
 def _tallied(counted: dict[str, int]) -> dict[str, int]:
