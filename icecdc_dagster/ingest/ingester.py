@@ -45,6 +45,7 @@ from icecdc_dagster.writer import (
     ORDER_COLUMN,
     bounds_aggregates,
     bounds_from,
+    bounds_of_ranges,
     observation_values,
     table_exists,
 )
@@ -205,10 +206,10 @@ class NativeRead:
     def figures(self) -> list[Column]:
         """The batch's figures, to observe while ``frame`` is computed (no job of their own): how many lines the
         Python rules must take, how many carry a snapshot marker and, for the common batch that the native
-        reading types whole, every figure of the batch. With a tally, only what it does not count: the key
-        range of the rows typed whole (none for a batch written in one job). Built when asked."""
+        reading types whole, every figure of the batch, its key range too. None where the typer tallies them
+        (built when asked)."""
         if self.tally is not None:
-            return bounds_aggregates(self.keys, T.StructType(self.fields), where=F.col(native.FAST))
+            return []
         marker = F.col(snapshot_epoch.MARKER_COLUMN)
         return [F.sum((~F.col(native.FAST)).cast("long")).alias("_routed"),
                 *([F.sum(marker.isNotNull().cast("long")).alias("_marked")] if self.marking else []),
@@ -279,7 +280,9 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, line
         counts = _figure_counts(stats)
         dead = {routing.dead_letter_table(target): dead_letter_rows(rows, target)} if dead_count else {}
         good = rows.where(F.col(REASON).isNull() & (F.col(OP_COLUMN) != TOMBSTONE))
-        write = TargetWrite(target, good, known, keys, bounds_from(stats, keys, schema))
+        bounds = (bounds_of_ranges(read.tally.ranges(), keys, schema) if read.tally is not None
+                  and not first["_routed"] else bounds_from(stats, keys, schema))
+        write = TargetWrite(target, good, known, keys, bounds)
         results = commit_batch(spark, catalog_name, settings, bid, dead, [write], {
             target: TargetResult(target, False, None, counts, tuple(added_columns), ())}, stamp, markers)
     finally:

@@ -12,6 +12,7 @@ take the native path, and every line is accounted for on exactly one path.
 """
 
 import base64
+import datetime
 import json
 import random
 import uuid
@@ -138,6 +139,7 @@ def _compare(spark, tmp_path, raws: list[str], schema: T.StructType = SCHEMA,
     try:
         aggregated = _figures(classified)  # the rows' first computation (then cached): the typer counts it once
         assert typed.tally is None or typed.tally.figures() == aggregated, "the tally is the figures' aggregate"
+        assert typed.tally is None or typed.tally.ranges() == _ranges(classified, KEYS), "and its key range"
         fast, routed = native.split(classified)
         columns = [(f.name, f.dataType.json(), f.nullable) for f in schema.fields]
         slow = spark.createDataFrame(routed.rdd.mapPartitions(python_partition(columns, KEYS, set(schema.names),
@@ -168,6 +170,38 @@ def _figures(frame) -> dict[str, int]:
                     F.sum(F.when(fast, F.coalesce(F.col(NOTES)[IGNORED_FIELDS], F.lit(0)))),
                     F.sum((~fast).cast("long"))).first()
     return dict(zip(TALLY_SLOTS, [*(int(v or 0) for v in row), 0], strict=True))
+
+
+def _ranges(frame, keys) -> dict[str, tuple]:
+    """Spark's min and max of each key over the rows typed whole (a key none of them holds left out)."""
+    fast = F.col(native.FAST)
+    row = frame.agg(*[f(F.when(fast, F.col(k))) for k in keys for f in (F.min, F.max)]).first()
+    return {k: (row[2 * i], row[2 * i + 1]) for i, k in enumerate(keys) if row[2 * i] is not None}
+
+
+def test_the_tally_keeps_the_key_range_spark_orders(spark, tmp_path):
+    """String keys by their UTF-8 bytes (as Spark's min/max; not Java's UTF-16 order), date keys as dates;
+    a line left to the Python rules or dead-lettered widens nothing."""
+    schema = T.StructType([T.StructField("k", T.StringType(), False), T.StructField("day", T.DateType(), False),
+                           T.StructField("v", T.LongType())])
+    keys = ("k", "day")
+    texts = ["zzz", "\uffff", "\U0001F600", "zz", "Z", "ab"]  # U+FFFF sorts below U+1F600 in UTF-8, not in UTF-16
+    raws = [json.dumps({"op": "c", "after": {"k": k, "day": f"2024-0{1 + i}-1{i}", "v": i}})
+            for i, k in enumerate(texts)]
+    raws[0] = raws[0].replace('"v": 0', '"v": "not a number"')  # not typed whole: no range from it ("zzz")
+    raws.append(json.dumps({"op": "c", "after": {"k": "\u0000", "v": 1}}))  # no day: a dead letter, no range
+    path = tmp_path / "keys.json"
+    path.write_text("\n".join(raws) + "\n")
+    typed = native.coerce_lines(landing_lines.lines(spark, landing.describe([str(path)])), native.columns_of(schema),
+                                keys, schema.names, native.utc(spark), ORDER_FILE_SHIFT)
+    classified = typed.frame.persist()
+    try:
+        expected = _ranges(classified, keys)
+        assert typed.tally is not None and typed.tally.ranges() == expected
+        assert expected["k"] == ("Z", "\U0001F600") and expected["day"] == (datetime.date(2024, 2, 11),
+                                                                            datetime.date(2024, 6, 15))
+    finally:
+        classified.unpersist()
 
 
 # A line the native reader must type (every column kind it decodes, written plainly).

@@ -32,6 +32,7 @@ import org.apache.spark.sql.catalyst.util.GenericArrayData;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
+import org.apache.spark.util.CollectionAccumulator;
 import org.apache.spark.util.LongAccumulator;
 import scala.Function1;
 
@@ -446,34 +447,79 @@ public final class LineTyper implements Serializable {
      * {@code tally}: counts the rows as they are made ({@link #tally}).
      */
     public Dataset<Row> typedRows(Dataset<Row> lines, StructType out, boolean[] nullable,
-                                         long orderShift, String[] words, LongAccumulator[] tally) {
+                                         long orderShift, String[] words, Tally tally) {
         Rows rows = new Rows(this, out, nullable, orderShift, words, tally);
         RDD<InternalRow> typed = lines.queryExecution().toRdd().toJavaRDD().mapPartitions(rows).rdd();
         return lines.sparkSession().internalCreateDataFrame(typed, out, false);
     }
 
-    // The tally's slots (see tally): lines typed whole, of them tombstones, with a reason (dead letters) and
+    // The tally's slots (see Tally): lines typed whole, of them tombstones, with a reason (dead letters) and
     // their ignored fields; lines left to the Python rules; lines with a value in their first extra column.
     static final int WHOLE = 0, TOMBSTONES = 1, DEAD = 2, IGNORED = 3, ROUTED = 4, EXTRA = 5, SLOTS = 6;
 
-    /**
-     * A tally for {@link #typedRows}: one counter per slot, which {@link Rows} adds a partition's counts to as it
-     * makes the rows, the figures a batch would otherwise aggregate over them (Spark's observation: an aggregate
-     * planned with each batch and evaluated per row). Spark's own accumulators (the driver reads their task
-     * updates, it could not load a class of ours there): a failed task's counts are dropped, a successful
-     * task's merged before its job returns.
-     */
-    public LongAccumulator[] tally(SparkSession spark) {
-        LongAccumulator[] tally = new LongAccumulator[SLOTS];
-        for (int i = 0; i < SLOTS; i++) tally[i] = spark.sparkContext().longAccumulator();  // unnamed: no UI rows
-        return tally;
+    /** A new {@link Tally} for {@link #typedRows}, the key range kept for the columns {@code ranged}. */
+    public Tally tally(SparkSession spark, int[] ranged) {
+        return new Tally(spark, ranged);
     }
 
-    /** The tally's counts, in its slots' order. */
-    public long[] counts(LongAccumulator[] tally) {
-        long[] counts = new long[SLOTS];
-        for (int i = 0; i < SLOTS; i++) counts[i] = tally[i].value();
-        return counts;
+    /**
+     * What {@link Rows} counts as it makes a batch's rows, each partition's share added once: the figures a batch
+     * would otherwise aggregate over them (Spark's observation: an aggregate planned with each batch and
+     * evaluated per row), and the range (min, max) of some key columns over the rows typed whole. Spark's own
+     * accumulators inside (the driver reads their task updates; it could not load a class of ours there): a
+     * failed task's share is dropped, a successful task's merged before its job returns.
+     */
+    public static final class Tally implements Serializable {
+        private static final long serialVersionUID = 1L;
+        private final LongAccumulator[] counts = new LongAccumulator[SLOTS];
+        private final CollectionAccumulator<Object[]> ranges;
+        private final int[] ranged;
+
+        Tally(SparkSession spark, int[] ranged) {
+            for (int i = 0; i < SLOTS; i++) counts[i] = spark.sparkContext().longAccumulator();  // unnamed: no UI
+            this.ranges = spark.sparkContext().collectionAccumulator();
+            this.ranged = ranged;
+        }
+
+        /** The counts, in the slots' order. */
+        public long[] counts() {
+            long[] values = new long[SLOTS];
+            for (int i = 0; i < SLOTS; i++) values[i] = counts[i].value();
+            return values;
+        }
+
+        /**
+         * Per ranged column (in {@code ranged}'s order) its min and max over the rows typed whole, null where
+         * none holds a value: Spark's order (strings by their UTF-8 bytes), strings as text, dates in days.
+         */
+        public Object[] ranges() {
+            Object[] lo = new Object[ranged.length], hi = new Object[ranged.length];
+            for (Object[] part : ranges.value()) {
+                for (int j = 0; j < ranged.length; j++) {
+                    widen(lo, hi, j, ((Object[]) part[0])[j]);
+                    widen(lo, hi, j, ((Object[]) part[1])[j]);
+                }
+            }
+            Object[] out = new Object[2 * ranged.length];
+            for (int j = 0; j < ranged.length; j++) {
+                out[2 * j] = lo[j] instanceof UTF8String ? lo[j].toString() : lo[j];
+                out[2 * j + 1] = hi[j] instanceof UTF8String ? hi[j].toString() : hi[j];
+            }
+            return out;
+        }
+
+        void add(long[] partCounts, Object[] lo, Object[] hi) {
+            for (int i = 0; i < SLOTS; i++) counts[i].add(partCounts[i]);
+            if (ranged.length > 0) ranges.add(new Object[] {lo, hi});
+        }
+
+        /** {@code lo[j]}/{@code hi[j]} widened to hold {@code value} (internal values: Long, Integer, UTF8String). */
+        @SuppressWarnings({"unchecked", "rawtypes"})
+        static void widen(Object[] lo, Object[] hi, int j, Object value) {
+            if (value == null) return;
+            if (lo[j] == null || ((Comparable) value).compareTo(lo[j]) < 0) lo[j] = value;
+            if (hi[j] == null || ((Comparable) value).compareTo(hi[j]) > 0) hi[j] = value;
+        }
     }
 
     /** Executor side of {@link #typedRows}: each line's row, as {@code line_typing._rows} projected it. */
@@ -488,11 +534,10 @@ public final class LineTyper implements Serializable {
         private final String[] words;
         private final int extra;
         private final DataType[] extraTypes;
-        private final LongAccumulator[] tally;
+        private final Tally tally;
         private transient Function1<Object, Object>[] converters;
 
-        Rows(LineTyper typer, StructType out, boolean[] nullable, long orderShift, String[] words,
-             LongAccumulator[] tally) {
+        Rows(LineTyper typer, StructType out, boolean[] nullable, long orderShift, String[] words, Tally tally) {
             int n = typer.names.length;
             this.typer = typer;
             this.types = new DataType[n];
@@ -521,6 +566,7 @@ public final class LineTyper implements Serializable {
         public Iterator<InternalRow> call(Iterator<InternalRow> lines) {
             Function1<Object, Object>[] convert = converters();
             long[] counts = new long[SLOTS];
+            Object[] lo = new Object[tally.ranged.length], hi = new Object[tally.ranged.length];
             return new Iterator<InternalRow>() {
                 private boolean tallied;
 
@@ -529,14 +575,19 @@ public final class LineTyper implements Serializable {
                     boolean more = lines.hasNext();
                     if (!more && !tallied) {
                         tallied = true;
-                        for (int i = 0; i < SLOTS; i++) tally[i].add(counts[i]);
+                        tally.add(counts, lo, hi);
                     }
                     return more;
                 }
 
                 @Override
                 public InternalRow next() {
-                    return row(lines.next(), convert, counts);
+                    InternalRow row = row(lines.next(), convert, counts);
+                    if (row.getBoolean(types.length + 9)) {  // typed whole: its key values widen the range
+                        Object[] values = ((GenericInternalRow) row).values();
+                        for (int j = 0; j < lo.length; j++) Tally.widen(lo, hi, j, values[tally.ranged[j]]);
+                    }
+                    return row;
                 }
             };
         }

@@ -10,6 +10,7 @@ import hashlib
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,10 @@ _OTHER = 10
 # LineTyper.tally's slots, in its order, by the names of the batch's figures (events_read: lines typed whole;
 # routed: lines left to the Python rules; extra_set: lines with a value in their first extra column).
 TALLY_SLOTS = ("events_read", "tombstones", "dead_lettered", IGNORED_FIELDS, "routed", "extra_set")
+# Key types whose range the tally keeps (those the typer types itself; a MERGE's bounds take these and shorter
+# integers, whose lines the typer leaves to the Python rules).
+_RANGED = (T.LongType, T.IntegerType, T.StringType, T.DateType)
+_EPOCH = date(1970, 1, 1)
 _LOCK = threading.Lock()
 _TYPERS: dict[tuple[str, str], JavaObject | None] = {}  # (application, target) -> its typer (None: no javac)
 _CLASSES: dict[str, JavaObject | None] = {}  # application id -> the class loaded in its session (None: no javac)
@@ -56,33 +61,47 @@ def typer(spark: Any, columns: Sequence[TargetColumn], keys: Sequence[str], know
 
 @dataclass(frozen=True)
 class LineTally:
-    """What the typer counted while it made a batch's rows (``LineTyper.tally``: accumulators): the batch's
-    figures with no aggregate in its plan. Exact once the rows were computed once (by the job that reads them)."""
+    """What the typer counted while it made a batch's rows (``LineTyper.Tally``: Spark accumulators): the batch's
+    figures and its key range with no aggregate in its plan. The counts grow with each computation of the rows
+    (a caller takes differences); the ranges do not change."""
 
-    typer: JavaObject
-    counters: JavaObject  # LineTyper.tally's accumulators, one per slot
+    java: JavaObject
+    ranged: tuple[TargetColumn, ...]  # the key columns whose range it keeps
 
     def figures(self) -> dict[str, int]:
         """The counts by :data:`TALLY_SLOTS`' names."""
-        return dict(zip(TALLY_SLOTS, (int(v) for v in self.typer.counts(self.counters)), strict=True))
+        return dict(zip(TALLY_SLOTS, (int(v) for v in self.java.counts()), strict=True))
+
+    def ranges(self) -> dict[str, tuple[Any, Any]]:
+        """Each ranged column's (min, max) over the rows typed whole, as Spark's ``min``/``max`` give them; a
+        column none of them holds a value of is left out."""
+        values = list(self.java.ranges())
+        out: dict[str, tuple[Any, Any]] = {}
+        for j, c in enumerate(self.ranged):
+            lo, hi = values[2 * j], values[2 * j + 1]
+            if lo is not None:
+                out[c.name] = (_EPOCH + timedelta(days=int(lo)), _EPOCH + timedelta(days=int(hi))) if isinstance(
+                    c.dtype, T.DateType) else (lo, hi)
+        return out
 
 
-def typed_rows(lines: DataFrame, typer: JavaObject, out: T.StructType, nullable: Sequence[bool], order_shift: int,
-               words: Sequence[str]) -> tuple[DataFrame, LineTally]:
-    """``lines`` (file_index, source_file, source_offset, raw, extra...) typed by ``typer`` into ``out``'s rows
-    (``LineTyper.typedRows``: one scan of the lines mapped in the JVM, no expression per column), and the tally
-    the mapping counts them into.
+def typed_rows(lines: DataFrame, typer: JavaObject, columns: Sequence[TargetColumn], keys: Sequence[str],
+               out: T.StructType, order_shift: int, words: Sequence[str]) -> tuple[DataFrame, LineTally]:
+    """``lines`` (file_index, source_file, source_offset, raw, extra...) typed by ``typer`` (of ``columns``) into
+    ``out``'s rows (``LineTyper.typedRows``: one scan of the lines mapped in the JVM, no expression per column),
+    and the tally the mapping counts them into (with the range of each key column of a type Spark orders).
 
     Raises:
         py4j.protocol.Py4JJavaError: Spark refused the plan (``out`` does not match what the typer writes).
     """
     spark = lines.sparkSession
     view, java = jvm(spark), gateway(spark)
-    tally = typer.tally(spark._jsparkSession)  # noqa: SLF001 - the JVM session registers the accumulators
+    ranged = [i for i, c in enumerate(columns) if c.name in keys and isinstance(c.dtype, _RANGED)]
+    tally = typer.tally(spark._jsparkSession, _array(java, java.jvm.int, ranged))  # noqa: SLF001 - JVM session
     jdf = typer.typedRows(lines._jdf, view.org.apache.spark.sql.types.DataType.fromJson(out.json()),  # noqa: SLF001
-                          _array(java, java.jvm.boolean, list(nullable)), order_shift,
+                          _array(java, java.jvm.boolean, [c.nullable for c in columns]), order_shift,
                           _array(java, view.java.lang.String, list(words)), tally)
-    return DataFrame(jdf, spark), LineTally(typer, tally)
+    return DataFrame(jdf, spark), LineTally(tally, tuple(columns[i] for i in ranged))
 
 
 def _array(java: Any, kind: Any, values: Sequence[Any]) -> Any:

@@ -73,7 +73,7 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
     in_java = in_java and not branches
     typer = line_typer.typer(lines.sparkSession, columns, keys, known) if in_java else None
     if typer is not None:
-        return TypedLines(*_typed_in_java(lines, typer, columns, order_file_shift, extra))
+        return TypedLines(*_typed_in_java(lines, typer, columns, keys, order_file_shift, extra))
     frame, typed_columns, payload_typed = _parsed_lines(lines, columns, branches)
     deleting = F.col(_OP_TEXT) == F.lit(DELETE)
     image = F.col("_n_map")
@@ -102,15 +102,15 @@ def coerce_lines(lines: DataFrame, columns: Sequence[TargetColumn], keys: Sequen
                                           tombstone | F.col(_FAST_VALUES), ignored, order_file_shift), *extra))
 
 
-def _typed_in_java(lines: DataFrame, typer: Any, columns: Sequence[TargetColumn], order_file_shift: int,
-                   extra: Sequence[Column]) -> tuple[DataFrame, line_typer.LineTally]:
+def _typed_in_java(lines: DataFrame, typer: Any, columns: Sequence[TargetColumn], keys: Sequence[str],
+                   order_file_shift: int, extra: Sequence[Column]) -> tuple[DataFrame, line_typer.LineTally]:
     """:func:`coerce_lines` by :mod:`line_typer` (plain lines): one parse per line, each value typed as read, the
     rows of :func:`_rows` made in the JVM (the plan is one scan mapped by the typer: every later step of the batch
     plans it cheaply)."""
     source = lines.select("file_index", "source_file", "source_offset", "raw", *extra) if extra else lines
     added = source.schema.fields[4:] if extra else []  # each plan step and schema read is a JVM round trip
     out = T.StructType([*(T.StructField(c.name, c.dtype) for c in columns), *_ROW_FIELDS, *added])
-    return line_typer.typed_rows(source, typer, out, [c.nullable for c in columns], order_file_shift, _WORDS)
+    return line_typer.typed_rows(source, typer, columns, keys, out, order_file_shift, _WORDS)
 
 
 # What _rows projects after the values, in its order and types; and the words the JVM rows are made of (the op
