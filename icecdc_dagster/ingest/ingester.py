@@ -252,11 +252,9 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, line
     marker = F.col(snapshot_epoch.MARKER_COLUMN)
     # The figures arrive with the checkpoint (the typer's tally, an observation); one aggregate over the
     # checkpoint where the observation does not.
-    observed = Observation(f"icecdc_lines_{uuid.uuid4().hex}")
-    figures = read.figures()
-    counted_before = read.tally.figures() if read.tally is not None else {}
-    classified = _checkpointed(read.frame.observe(observed, *figures) if figures else read.frame)
-    first = _checkpoint_figures(read, observed, classified, figures, counted_before)
+    frame, arrived = _figures_after_write(read, timeout_s=120.0)
+    classified = _checkpointed(frame)
+    first = arrived() or _aggregated(classified, read.figures())
     markers: dict[str, list[tuple[int, str]]] = {}
     if marking and first["_marked"]:
         # every line: the native reason of a line left to the Python rules is not final
@@ -332,33 +330,25 @@ def _ingest_in_one_job(spark: Any, catalog_name: str, settings: IngestSettings, 
     return IngestResult(bid, uris, False, results, int(figures["tombstones"] or 0), int(figures["events_read"] or 0))
 
 
-def _figures_after_write(read: NativeRead) -> tuple[DataFrame, Callable[[], dict[str, Any] | None]]:
-    """``read``'s rows for the one job that computes them, and what gives the batch's figures once it has:
-    the JVM typer's tally (counted as the rows are made; why: an observation's aggregate is planned with each
-    batch and evaluated per row, ~0.1 s of a 1.4 s batch), else Spark's observation of the rows."""
+def _figures_after_write(read: NativeRead, timeout_s: float = 30.0
+                         ) -> tuple[DataFrame, Callable[[], dict[str, Any] | None]]:
+    """``read``'s rows for the one job that computes them (a write, a checkpoint), and what gives the batch's
+    figures once it has: the JVM typer's tally (counted as the rows are made, since now: a declined one-job
+    write made the same rows before; why: an observation's aggregate is planned with each batch and evaluated
+    per row, ~0.1 s of a 1.4 s batch), else Spark's observation of the rows (None when it did not arrive within
+    ``timeout_s``)."""
     if read.tally is not None:
         tally, before = read.tally, read.tally.figures()
         return read.frame, lambda: _tallied(_counted_since(tally, before))
     observed = Observation(f"icecdc_lines_{uuid.uuid4().hex}")
-    return read.frame.observe(observed, *read.figures()), lambda: observation_values(observed, timeout_s=30.0)
+    return read.frame.observe(observed, *read.figures()), lambda: observation_values(observed, timeout_s=timeout_s)
 
 
-def _checkpoint_figures(read: NativeRead, observed: Observation, classified: DataFrame, figures: list[Column],
-                        counted_before: dict[str, int]) -> dict[str, Any]:
-    """The batch's figures once its checkpoint is computed: what the checkpoint observed (or one aggregate over
-    it, where the observation did not arrive) and what the typer tallied meanwhile (since ``counted_before``:
-    a declined one-job write made the same rows before)."""
-    got: dict[str, Any] = {}
-    if figures:
-        observed_values = observation_values(observed)
-        if observed_values is None:
-            row = classified.agg(*figures).first()
-            assert row is not None, "an aggregate without grouping has one row"
-            observed_values = row.asDict()
-        got.update(observed_values)
-    if read.tally is not None:
-        got.update(_tallied(_counted_since(read.tally, counted_before)))
-    return got
+def _aggregated(frame: DataFrame, figures: list[Column]) -> dict[str, Any]:
+    """``figures`` as one aggregate over ``frame`` (where their observation did not arrive)."""
+    row = frame.agg(*figures).first()
+    assert row is not None, "an aggregate without grouping has one row"
+    return row.asDict()
 
 
 def _counted_since(tally: LineTally, before: dict[str, int]) -> dict[str, int]:
