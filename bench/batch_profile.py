@@ -173,6 +173,12 @@ def print_jobs(ids: list[int]) -> None:
         data = store.job(job_id)
         print(f"  job {job_id}: {data.name()} | {str(data.description())[:100]} | tasks {data.numTasks()}",
               flush=True)
+        stage_ids = data.stageIds()
+        for i in range(stage_ids.size()):
+            stage = store.lastStageAttempt(stage_ids.apply(i))
+            print(f"    stage {stage.stageId()}: {stage.numTasks()} tasks, executor CPU "
+                  f"{stage.executorCpuTime() / 1e9:.3f} s (deserialize {stage.executorDeserializeCpuTime() / 1e9:.3f}), "
+                  f"run {stage.executorRunTime() / 1e3:.3f} s, {str(stage.name())[:60]}", flush=True)
 
 
 def count_catalog_loads() -> list[int]:
@@ -274,7 +280,7 @@ class Ours:
         out = {"tick": tick_s, "run": wall, "python_cpu": python_cpu, "jvm_cpu": jvm_cpu_s() - jvm0,
                "spark_jobs": len(job_ids(label)), "catalog_loads": self.loads[0],
                "instance_writes": self.writes["instance"]}
-        if self.list_jobs and label == "batch-0":
+        if self.list_jobs:
             print_jobs(job_ids(label))
         steps = step_times(self.instance, execution.run_id)
         out["steps"] = len(steps)

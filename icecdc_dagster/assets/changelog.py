@@ -159,7 +159,7 @@ def _store_batch(context: AssetExecutionContext, table: TableConfig, lineage: Li
     with lineage_run(lineage, context, naming.changelog_key(table), table.table_name,
                      inputs=lambda: [iceberg_dataset(catalog.name, source)],
                      outputs=lambda: _existing(catalog, store.table_name)) as outcome:
-        with changelog.staged_scans(session):
+        with changelog.staged_scans(session), changelog.deferred_key_checks():  # checked by the store's write
             computed = compute_batch(session, catalog.name, source, request)
             stored = store.write(computed.info, computed.rows, source.schema())
             stats = row_stats(computed, stored.counts)  # may read the changed files: inside the block

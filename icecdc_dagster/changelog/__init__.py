@@ -19,6 +19,7 @@ from icecdc_dagster.changelog.engine import (
     validate_identifier_columns,
 )
 from icecdc_dagster.changelog.events import canonical_string, document_id, to_events
+from icecdc_dagster.changelog.key_checks import deferred_key_checks
 from icecdc_dagster.changelog.ordinals import OrdinalAnchor
 from icecdc_dagster.changelog.plan import (
     DeleteFileInfo,
@@ -35,7 +36,8 @@ from icecdc_dagster.changelog.row_count import exact_row_count, row_count
 __all__ = [
     "ChangeSet", "DeleteFileInfo", "OrdinalAnchor", "SnapshotPlan", "accepted_predecessors", "ancestry_ids",
     "canonical_string",
-    "change_order", "changes", "check_keys", "check_supported", "data_columns", "detect_updates", "document_id",
+    "change_order", "changes", "check_keys", "check_supported", "data_columns", "deferred_key_checks",
+    "detect_updates", "document_id",
     "exact_row_count", "export", "net_changes", "net_changes_without_keys", "parent_of", "plan_snapshot",
     "remove_carry_over", "row_count",
     "snapshots_after", "staged_scan_count", "staged_scans", "to_events", "uses_row_lineage",

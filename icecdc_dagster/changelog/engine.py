@@ -1,7 +1,9 @@
 """Change rows of a snapshot or a range: read, carry-over removal, update detection, net changes.
 
 Everything stays lazy in Spark except small aggregated checks (duplicate keys, null keys) that must
-fail the batch with a named error before any sink sees it.
+fail the batch with a named error before any sink sees it; inside a
+:func:`~icecdc_dagster.changelog.key_checks.deferred_key_checks` block those checks travel in the rows' plan
+and fail the write that stores them instead (no job of their own).
 
 Column names come from the table and may hold dots, spaces, backticks or any unicode: every reference
 to one goes through :func:`column` (a quoted reference), never a bare string that Spark would parse.
@@ -34,6 +36,7 @@ from icecdc_dagster.batch import (
     UPDATE_AFTER,
     UPDATE_BEFORE,
 )
+from icecdc_dagster.changelog import key_checks
 from icecdc_dagster.changelog.carry_over import (
     DEFAULT_MAX_GROUP_BYTES,
     FileGroup,
@@ -622,7 +625,8 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
             :class:`SnapshotOrderLostError` when a v1 snapshot can no longer be numbered from ``anchor``.
         UnsupportedFormatVersionError: a v1 table set to merge-on-read.
         IdentifierColumnError, DuplicateKeyChangeError: a key is missing, null or changed twice
-            (raised while the rows are computed, so also when the returned frames are evaluated).
+            (raised while the rows are computed, so also when the returned frames are evaluated; inside a
+            ``deferred_key_checks`` block, on leaving it after they were evaluated).
         ValueError: an unknown ``carry_over`` mode (a caller's bug).
         pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: Spark cannot read the table's files (passes
             through).
@@ -644,6 +648,7 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
             for ordinal, plan in enumerate(plans)]
 
     planned: list[DataFrame] = []
+    as_read: DataFrame | None = None  # the rows as read when the change rows are they, with their check carried
 
     def rows_as_read() -> DataFrame:
         """Every row as read, planned once and only when used (the Arrow path does not need them)."""
@@ -668,11 +673,15 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
     elif not row_keys:
         rows = rows_as_read() if one_sided else remove_carry_over(rows_as_read())
     elif one_sided:
-        check_keys(_in_one_task_when_small(rows_as_read(), plans), row_keys, name)  # an aggregate over the keys
-        rows = net_changes(rows_as_read(), row_keys) if net and len(plans) > 1 else rows_as_read()
+        as_read = _carried_key_check(rows_as_read(), row_keys, name) if _small(plans) else None
+        if as_read is None:
+            check_keys(_in_one_task_when_small(rows_as_read(), plans), row_keys, name)  # an aggregate over the keys
+        rows = as_read if as_read is not None else rows_as_read()
+        rows = net_changes(rows, row_keys) if net and len(plans) > 1 else rows
     else:
-        # One shuffle and one sort; the duplicate/null key check runs before any sink sees the batch, so
-        # keep what it computed (change rows after carry-over removal, small next to the rows read).
+        # One shuffle and one sort; the duplicate/null key check runs before any sink sees the batch: carried
+        # into the write that stores the rows (key_checks), else run now, keeping what it computed (change rows
+        # after carry-over removal, small next to the rows read).
         if split:
             split_parts, needs_removal = _split_rows(spark, table, read)
             unioned = _union(split_parts)
@@ -680,13 +689,18 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
         else:
             unioned = rows_as_read()
             keyed = _keyed_changes(unioned, row_keys)
-        cached = keyed.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            _raise_on_bad_key(cached, row_keys, name)
-        except Exception:
-            cached.unpersist()
-            raise
-        rows = cached.select(*_cols(unioned.columns))
+        carried = key_checks.carried(keyed, F.col(f"{_TMP}bad"),
+                                     lambda: _raise_on_bad_key(keyed, row_keys, name), name)
+        if carried is not None:  # checked by the write that reads them: computed once, nothing to keep
+            rows = carried.select(*_cols(unioned.columns))
+        else:
+            cached = keyed.persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                _raise_on_bad_key(cached, row_keys, name)
+            except Exception:
+                cached.unpersist()
+                raise
+            rows = cached.select(*_cols(unioned.columns))
         if net and len(plans) > 1:
             rows = net_changes(rows, row_keys)
     stats = {"snapshots": len(plans), "files_read": sum(p.files_read for p in read),
@@ -697,19 +711,36 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
         # No delete file in any snapshot read: every row read is a row of a file read whole, so the rows
         # read are the files' record counts (no count job over the rows as read).
         stats["rows_read"] = sum(p.records for p in read)
-    change_set = ChangeSet(rows=rows, plans=plans, stats=stats, raw=planned[0] if planned else rows_as_read)
+    raw = as_read if as_read is not None else planned[0] if planned else rows_as_read
+    change_set = ChangeSet(rows=rows, plans=plans, stats=stats, raw=raw)
     if cached is not None:
         weakref.finalize(change_set, cached.unpersist)
     return change_set
 
 
+def _small(plans: Sequence[SnapshotPlan]) -> bool:
+    """The files read hold at most :data:`ONE_TASK_ROWS` rows (from metadata)."""
+    return sum(p.added_records + p.removed_records for p in plans) <= ONE_TASK_ROWS
+
+
 def _in_one_task_when_small(rows: DataFrame, plans: Sequence[SnapshotPlan]) -> DataFrame:
-    """``rows`` in one partition when the files read hold at most :data:`ONE_TASK_ROWS` rows (from metadata).
+    """``rows`` in one partition when :func:`_small`.
 
     An aggregate over one partition needs no shuffle: the key check of a small batch is one stage and one task
     instead of three stages. bench/batch_profile.py, interleaved: 0.16 -> 0.12 JVM CPU-s per small batch."""
-    small = sum(p.added_records + p.removed_records for p in plans) <= ONE_TASK_ROWS
-    return rows.coalesce(1) if small else rows
+    return rows.coalesce(1) if _small(plans) else rows
+
+
+def _carried_key_check(rows: DataFrame, keys: Sequence[str], name: str) -> DataFrame | None:
+    """A small batch's rows in one partition, carrying :func:`check_keys` in their plan (:mod:`.key_checks`);
+    None when the check is to run now. A window over one partition is a sort in the reading stage itself, no
+    exchange: the write that stores the rows checks them in its one task."""
+    one = rows.coalesce(1)
+    is_insert = (column(CHANGE_TYPE) == INSERT).cast("long")
+    per_key = Window.partitionBy(*_cols([COMMIT_SNAPSHOT_ID, *keys]))
+    any_null = reduce(operator.or_, [column(k).isNull() for k in keys])
+    bad = (F.sum(is_insert).over(per_key) > 1) | (F.sum(1 - is_insert).over(per_key) > 1) | any_null
+    return key_checks.carried(one, bad, lambda: check_keys(one, keys, name), name)
 
 
 def _empty_rows(spark: "SparkSession", catalog_name: str, table: "Table", plan: SnapshotPlan) -> DataFrame:

@@ -6,6 +6,7 @@ Expected rows are written by hand; commit times come from the source's snapshot 
 import datetime as dt
 import random
 
+import pytest
 from pyspark.sql import functions as F
 
 from icecdc_dagster import changelog
@@ -19,6 +20,7 @@ from icecdc_dagster.batch import (
     UPDATE_AFTER,
     UPDATE_BEFORE,
 )
+from icecdc_dagster.errors import DuplicateKeyChangeError, IdentifierColumnError
 from icecdc_dagster.steps.batches import compute_batch, keys_to_request, uses_row_id
 from icecdc_dagster.steps.changelog_store import SOURCE_ROW_ID, ChangelogStore
 
@@ -26,7 +28,7 @@ from icecdc_dagster.steps.changelog_store import SOURCE_ROW_ID, ChangelogStore
 def _store_batch(spark, cat, table, name, snapshot_ids, bootstrap_id, key):
     request = keys_to_request(name, [str(s) for s in snapshot_ids], [str(bootstrap_id)], False, key)
     store = ChangelogStore(spark, cat, name)
-    with changelog.staged_scans(spark):
+    with changelog.staged_scans(spark), changelog.deferred_key_checks():  # as the changelog step stores a batch
         computed = compute_batch(spark, cat, table, request)
         stored = store.write(computed.info, computed.rows)
     return store, computed.info, stored
@@ -151,3 +153,57 @@ def test_a_stored_batchs_column_ranges_come_from_its_files_statistics(spark, cat
     _, unmeasured, _ = _store_batch(spark, cat, catalog.load_table(name), name, [third], first, ("id",))
     assert store.column_ranges(unmeasured, ["id"]) is None
     assert store.column_ranges(unmeasured, ["n"]) == {"n": (7, 7)}
+
+
+def _jobs_of(spark, label, action):
+    spark.sparkContext.setJobGroup(label, label)
+    try:
+        return action()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+
+
+def test_a_batch_is_key_checked_by_the_write_that_stores_it_and_a_bad_key_stores_nothing(
+        spark, catalog, catalog_settings):
+    """Inside ``deferred_key_checks`` the key check travels in the rows' plan: a good batch is stored by one
+    Spark job (no aggregate of its own); a key changed twice (an append, and a copy-on-write MERGE that also
+    rewrote a row) or a null key fails the store's write with the error the eager check names, and the store
+    keeps no row of that batch and no new snapshot."""
+    cat, name = catalog_settings.name, "db.keyed"
+    fq = f"{cat}.{name}"
+    spark.sql(f"CREATE TABLE {fq} (id bigint, name string) USING iceberg "
+              "TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='copy-on-write')")
+    spark.sql(f"INSERT INTO {fq} VALUES (1, 'a'), (2, 'b')")
+    boot = catalog.load_table(name).current_snapshot().snapshot_id
+    _store_batch(spark, cat, catalog.load_table(name), name, [boot], boot, ("id",))
+    spark.sql(f"INSERT INTO {fq} VALUES (3, 'c')")
+    good = catalog.load_table(name).current_snapshot().snapshot_id
+    tracker = spark.sparkContext.statusTracker()
+    store, _, stored = _jobs_of(spark, "good-batch", lambda: _store_batch(
+        spark, cat, catalog.load_table(name), name, [good], boot, ("id",)))
+    assert stored.counts == {INSERT: 1}
+    assert len(tracker.getJobIdsForGroup("good-batch")) == 1
+    before = store.spark.sql(f"SELECT count(*) AS n FROM {cat}.{name}__changelog.snapshots").collect()[0].n
+
+    spark.sql(f"INSERT INTO {fq} VALUES (4, 'd'), (4, 'e'), (5, 'f')")
+    twice = catalog.load_table(name).current_snapshot().snapshot_id
+    with pytest.raises(DuplicateKeyChangeError,
+                       match=rf"table db\.keyed, snapshot {twice}: key \{{'id': 4\}} has 2 INSERT"):
+        _store_batch(spark, cat, catalog.load_table(name), name, [twice], boot, ("id",))
+    spark.sql(f"MERGE INTO {fq} t USING (SELECT 1 AS id, 'p' AS n UNION ALL SELECT 7, 'q' UNION ALL SELECT 7, 'r') s "
+              "ON t.id = s.id WHEN MATCHED THEN UPDATE SET name = s.n WHEN NOT MATCHED THEN INSERT (id, name) "
+              "VALUES (s.id, s.n)")
+    two_sided = catalog.load_table(name).current_snapshot().snapshot_id
+    with pytest.raises(DuplicateKeyChangeError,
+                       match=rf"table db\.keyed, snapshot {two_sided}: key \{{'id': 7\}} has 2 INSERT"):
+        _store_batch(spark, cat, catalog.load_table(name), name, [two_sided], boot, ("id",))
+    spark.sql(f"INSERT INTO {fq} VALUES (NULL, 'n')")
+    null = catalog.load_table(name).current_snapshot().snapshot_id
+    with pytest.raises(IdentifierColumnError, match=rf"column\(s\) id of table db\.keyed hold null in snapshot {null}"):
+        _store_batch(spark, cat, catalog.load_table(name), name, [null], boot, ("id",))
+
+    after = store.spark.sql(f"SELECT count(*) AS n FROM {cat}.{name}__changelog.snapshots").collect()[0].n
+    assert after == before
+    stored_batches = {r[0] for r in spark.sql(f"SELECT DISTINCT _batch_snapshot_id FROM {cat}.{name}__changelog")
+                      .collect()}
+    assert stored_batches == {boot, good}
