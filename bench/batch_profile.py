@@ -123,7 +123,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--jobs", action="store_true", help="list the Spark jobs of the first measured batch")
+    parser.add_argument("--jobs", action="store_true", help="list each measured batch's Spark jobs and their stages")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--no-phases", action="store_true", help="no split of our batch by phase")
     parser.add_argument("--no-peers", action="store_true",
@@ -176,9 +176,10 @@ def print_jobs(ids: list[int]) -> None:
         stage_ids = data.stageIds()
         for i in range(stage_ids.size()):
             stage = store.lastStageAttempt(stage_ids.apply(i))
-            print(f"    stage {stage.stageId()}: {stage.numTasks()} tasks, executor CPU "
-                  f"{stage.executorCpuTime() / 1e9:.3f} s (deserialize {stage.executorDeserializeCpuTime() / 1e9:.3f}), "
-                  f"run {stage.executorRunTime() / 1e3:.3f} s, {str(stage.name())[:60]}", flush=True)
+            cpu, deserialize = stage.executorCpuTime() / 1e9, stage.executorDeserializeCpuTime() / 1e9
+            print(f"    stage {stage.stageId()}: {stage.numTasks()} tasks, executor CPU {cpu:.3f} s (deserialize "
+                  f"{deserialize:.3f}), run {stage.executorRunTime() / 1e3:.3f} s, {str(stage.name())[:60]}",
+                  flush=True)
 
 
 def count_catalog_loads() -> list[int]:

@@ -77,7 +77,8 @@ class Sink(Protocol):
         """
 
     def apply(self, batch: BatchInfo, events: Any, ranges: ColumnRanges | None = None) -> ApplyResult:
-        """Apply ``events`` (a Spark DataFrame of CDC events) or skip/refuse per :func:`batch.decide`.
+        """Apply ``events`` (a Spark DataFrame of CDC events as :func:`icecdc_dagster.changelog.to_events` makes
+        them: at most one per document id, a key's last change) or skip/refuse per :func:`batch.decide`.
         ``ranges``: the events' column ranges when the caller can read them without a job (stored events).
 
         Whatever it raises, the checkpoint is not advanced: running the batch again is safe.

@@ -280,8 +280,10 @@ class IcebergReplicaSink:
         known = None if by_row_id or ranges is None or batch.resyncs_target or not keys else ranges(keys)
         bounds = None if known is None else bounds_of_ranges(known, keys, target_schema)
         # A resync export is the table's whole content: an overwrite drops rows the source no longer has.
+        # Each key once already: to_events keeps one event per document id (an export's keys were checked), and a
+        # document id is the line's key, the replica's too (a replica is never re-keyed: _evolve refuses).
         outcome = write_batch(self.spark, self._target, rows, keys, batch_id, properties,
-                              replace_all=batch.resyncs_target, bounds=bounds)
+                              replace_all=batch.resyncs_target, bounds=bounds, unique_keys=True)
         # Counted: every count shown, 0 included (the writer leaves zeros out; a plot of them would have gaps).
         counts = ({**dict.fromkeys(KEYED_COUNTS, 0), **outcome.counts}
                   if outcome.counted_by and "appended" not in outcome.counts else outcome.counts)
