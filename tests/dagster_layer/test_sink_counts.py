@@ -209,7 +209,7 @@ def test_sync_names_the_failed_check_and_exits_3(spark, catalog_settings, catalo
     and the OpenSearch index both report it (the index from its bulk answers: created vs updated)."""
     from dagster import DagsterInstance
 
-    from icecdc_dagster.cli import EXIT_CHECK_FAILED, main
+    from icecdc_dagster.cli import EXIT_BLOCKED, EXIT_CHECK_FAILED, main
 
     fq = f"{catalog_settings.name}.db.items"
     spark.sql(f"CREATE TABLE {fq} (id BIGINT NOT NULL, qty INT) USING iceberg TBLPROPERTIES ('format-version'='2')")
@@ -244,3 +244,13 @@ def test_sync_names_the_failed_check_and_exits_3(spark, catalog_settings, catalo
     spark.sql(f"DELETE FROM {fq} WHERE qty = -1")                                   # the cause removed
     assert main(["resync", "--config", str(path), "--table", "db.items"]) == 0
     assert "db.items: 1/1 runs succeeded; ok" in capsys.readouterr().out
+
+    # A key twice in one snapshot is refused, not counted: the store's write carries the key check, so the
+    # batch stops there (nothing stored, no sink reached) and the line is blocked with the check's own words.
+    spark.sql(f"INSERT INTO {fq} VALUES (40, 1), (40, 2)")
+    twice = catalog.load_table("db.items").current_snapshot().snapshot_id
+    assert main(sync) == EXIT_BLOCKED
+    out = capsys.readouterr().out
+    assert "DuplicateKeyChangeError" in out and f"snapshot {twice}: key {{'id': 40}} has 2 INSERT" in out, out
+    assert spark.sql(f"SELECT * FROM {fq}__changelog WHERE _batch_snapshot_id = {twice}").count() == 0
+    assert spark.table(f"{catalog_settings.name}.db.items_replica").where("id = 40").count() == 0
