@@ -232,7 +232,7 @@ def _carry_over_window(rows: DataFrame, lead: Sequence[str]) -> tuple[DataFrame,
     ordered = Window.partitionBy(*_cols(lead), *others).orderBy(column(CHANGE_TYPE), column(COMMIT_SEQUENCE_NUMBER),
                                                          column(CHANGE_ORDINAL))
     whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    is_insert = (column(CHANGE_TYPE) == INSERT).cast("long")
+    is_insert = _is_insert()
     inserts, deletes, rn = F.col(f"{_TMP}ins"), F.col(f"{_TMP}del"), F.col(f"{_TMP}rn")
     # One select: the three window expressions share one Window operator (one pass over the sort).
     df = rows.select("*", F.sum(is_insert).over(whole).alias(f"{_TMP}ins"),
@@ -279,7 +279,7 @@ def _keyed_changes(rows: DataFrame, keys: Sequence[str]) -> DataFrame:
 
 def _keyed_updates(rows: DataFrame, keys: Sequence[str]) -> DataFrame:
     """Update detection and the key flags of :func:`_keyed_changes` on rows without carry-over."""
-    is_insert = (column(CHANGE_TYPE) == INSERT).cast("long")
+    is_insert = _is_insert()
     per_key = Window.partitionBy(*_cols([*keys, COMMIT_SNAPSHOT_ID]))
     inserts, deletes = F.col(f"{_TMP}ins"), F.col(f"{_TMP}del")
     counted = rows.select("*", F.sum(is_insert).over(per_key).alias(f"{_TMP}ins"),
@@ -292,7 +292,7 @@ def _mark_updates(counted: DataFrame, keys: Sequence[str], inserts: Column, dele
     change_type = (F.when(both & (column(CHANGE_TYPE) == INSERT), F.lit(UPDATE_AFTER))
                    .when(both & (column(CHANGE_TYPE) == DELETE), F.lit(UPDATE_BEFORE))
                    .otherwise(column(CHANGE_TYPE)))
-    any_null = reduce(operator.or_, [column(k).isNull() for k in keys])
+    any_null = _any_null(keys)
     bad = (inserts > 1) | (deletes > 1) | any_null
     columns = [change_type.alias(CHANGE_TYPE) if c == CHANGE_TYPE else column(c)
                for c in counted.columns if c not in (f"{_TMP}ins", f"{_TMP}del")]
@@ -329,9 +329,9 @@ def check_keys(rows: DataFrame, keys: Sequence[str], name: str, export: bool = F
         DuplicateKeyChangeError: one key has two INSERTs or DELETEs left (``export``: two rows).
         pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: the rows cannot be computed (passes through).
     """
-    is_insert = (column(CHANGE_TYPE) == INSERT).cast("long")
+    is_insert = _is_insert()
     inserts, deletes = f"{_TMP}inserts", f"{_TMP}deletes"
-    any_null = reduce(operator.or_, [column(k).isNull() for k in keys])
+    any_null = _any_null(keys)
     per_key = (rows.groupBy(column(COMMIT_SNAPSHOT_ID), *_cols(keys))
                .agg(F.sum(is_insert).alias(inserts), F.sum(1 - is_insert).alias(deletes)))
     offender = F.min(F.when((F.col(inserts) > 1) | (F.col(deletes) > 1) | any_null, F.struct(
@@ -372,7 +372,7 @@ def detect_updates(rows: DataFrame, keys: Sequence[str], name: str) -> DataFrame
             evaluated (the check runs inside the plan).
     """
     check_keys(rows, keys, name)
-    is_insert = (column(CHANGE_TYPE) == INSERT).cast("long")
+    is_insert = _is_insert()
     window = Window.partitionBy(column(COMMIT_SNAPSHOT_ID), *_cols(keys))
     both = (F.sum(is_insert).over(window) == 1) & (F.sum(1 - is_insert).over(window) == 1)
     change_type = (F.when(both & (column(CHANGE_TYPE) == INSERT), F.lit(UPDATE_AFTER))
@@ -718,6 +718,16 @@ def changes(spark: "SparkSession", catalog_name: str, table: "Table", snapshot_i
     return change_set
 
 
+def _is_insert() -> Column:
+    """1 for an INSERT change row, 0 for a DELETE: summed per key, the rows of each kind a key has."""
+    return (column(CHANGE_TYPE) == INSERT).cast("long")
+
+
+def _any_null(keys: Sequence[str]) -> Column:
+    """A key column of the row is null."""
+    return reduce(operator.or_, [column(k).isNull() for k in keys])
+
+
 def _small(plans: Sequence[SnapshotPlan]) -> bool:
     """The files read hold at most :data:`ONE_TASK_ROWS` rows (from metadata)."""
     return sum(p.added_records + p.removed_records for p in plans) <= ONE_TASK_ROWS
@@ -736,9 +746,9 @@ def _carried_key_check(rows: DataFrame, keys: Sequence[str], name: str) -> DataF
     None when the check is to run now. A window over one partition is a sort in the reading stage itself, no
     exchange: the write that stores the rows checks them in its one task."""
     one = rows.coalesce(1)
-    is_insert = (column(CHANGE_TYPE) == INSERT).cast("long")
+    is_insert = _is_insert()
     per_key = Window.partitionBy(*_cols([COMMIT_SNAPSHOT_ID, *keys]))
-    any_null = reduce(operator.or_, [column(k).isNull() for k in keys])
+    any_null = _any_null(keys)
     bad = (F.sum(is_insert).over(per_key) > 1) | (F.sum(1 - is_insert).over(per_key) > 1) | any_null
     return key_checks.carried(one, bad, lambda: check_keys(one, keys, name), name)
 
