@@ -78,7 +78,7 @@ def commit_batch(spark: Any, catalog_name: str, settings: IngestSettings, bid: s
                                            ledger=True, retention=stamp.retention, before_commit=w.before_commit)
         else:
             outcome = write_batch(spark, f"{catalog_name}.{w.table}", rows, w.keys, bid, table_props, ledger=True,
-                                  bounds=bounds, retention=stamp.retention)
+                                  bounds=bounds, retention=stamp.retention, before_commit=w.before_commit)
         prior = out[w.table]
         out[w.table] = TargetResult(w.table, outcome.skipped, outcome.snapshot_id, {**prior.counts, **outcome.counts},
                                     prior.added_columns, prior.widened_columns)

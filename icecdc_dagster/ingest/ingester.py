@@ -46,6 +46,7 @@ from icecdc_dagster.writer import (
     bounds_aggregates,
     bounds_from,
     bounds_of_ranges,
+    java_table,
     observation_values,
     table_exists,
 )
@@ -241,7 +242,8 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, line
     schema blocks sampled from its first lines."""
     target = settings.target
     read = native_read(spark, catalog_name, settings, lines, branches)
-    if _in_one_job(spark, catalog_name, settings, read.keys):
+    line = (catalog_name, settings.landing, target)
+    if line not in _NOT_WHOLE and _in_one_job(spark, catalog_name, settings, read.keys):
         done = _ingest_in_one_job(spark, catalog_name, settings, read, bid, uris, stamp)
         if done is not None:
             return done
@@ -255,6 +257,7 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, line
     frame, arrived = _figures_after_write(read, timeout_s=120.0)
     classified = _checkpointed(frame)
     first = arrived() or _aggregated(classified, read.figures())
+    _remember_whole(line, first)
     markers: dict[str, list[tuple[int, str]]] = {}
     if marking and first["_marked"]:
         # every line: the native reason of a line left to the Python rules is not final
@@ -289,23 +292,56 @@ def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, line
     return IngestResult(bid, uris, False, results, int(stats["tombstones"] or 0), int(stats["events_read"] or 0))
 
 
+# Lines (catalog, landing, target) whose last batch read checkpointed was not whole (a dead letter, a line for
+# the Python rules, a snapshot marker): their next batch is read checkpointed, not typed in its write first. Why:
+# a declined one-job batch did its write for nothing; a stream with a bad line in every batch would pay twice.
+_NOT_WHOLE: set[tuple[str, str, str]] = set()
+
+
+def _remember_whole(line: tuple[str, str, str], figures: dict[str, Any]) -> None:
+    """Note whether ``line``'s batch with these figures (:meth:`NativeRead.figures`) was whole (:data:`_NOT_WHOLE`)."""
+    if figures["_routed"] or figures.get("_marked") or figures["dead_lettered"]:
+        _NOT_WHOLE.add(line)
+    else:
+        _NOT_WHOLE.discard(line)
+
+
+# A MERGE target up to this many rows takes a batch typed inside its MERGE (no key range first). Why: above it,
+# the key range the checkpointed read finds pays for its job, letting the MERGE skip the files it misses (or
+# append a batch of new keys); below, reading every file's keys costs less than the checkpoint (~0.3 CPU-s a
+# 100k-event batch, bench/ingest.py).
+ONE_JOB_MERGE_ROWS = 2_000_000
+
+
 def _in_one_job(spark: Any, catalog_name: str, settings: IngestSettings, keys: Sequence[str]) -> bool:
-    """Whether the batch may be typed inside its write (:func:`_ingest_in_one_job`): a keyed equality-delta
-    target (its write reads the rows once and never the target: nothing needs the batch's figures first) with
-    no Debezium snapshot open in it (the snapshot's marks would read the rows a second time)."""
-    if settings.mode_for(settings.target) != EQUALITY_DELETES or not keys:
+    """Whether the batch may be typed inside its write (:func:`_ingest_in_one_job`): a keyed target whose write
+    needs none of the batch's figures first (equality deletes never read the target; a MERGE into a target of
+    at most :data:`ONE_JOB_MERGE_ROWS` rows reads it whole), with no Debezium snapshot open in it (the
+    snapshot's marks would read the rows a second time)."""
+    if not keys:
+        return False
+    table = f"{catalog_name}.{settings.target}"
+    if settings.mode_for(settings.target) != EQUALITY_DELETES and not _small_target(spark, table):
         return False
     return not settings.snapshot_deletes or snapshot_epoch.open_epoch(
-        spark, f"{catalog_name}.{settings.target}", LANDING_PROPERTY, settings.landing) is None
+        spark, table, LANDING_PROPERTY, settings.landing) is None
+
+
+def _small_target(spark: Any, table: str) -> bool:
+    """Whether ``table`` holds at most :data:`ONE_JOB_MERGE_ROWS` rows by its current snapshot's summary."""
+    current = java_table(spark, table).currentSnapshot()
+    total = None if current is None else current.summary().get("total-records")
+    return total is None or int(total) <= ONE_JOB_MERGE_ROWS
 
 
 def _ingest_in_one_job(spark: Any, catalog_name: str, settings: IngestSettings, read: NativeRead, bid: str,
                        uris: tuple[str, ...], stamp: Stamp) -> IngestResult | None:
-    """The batch typed inside its equality-delta write, one Spark job and no checkpoint, committed only when
-    its figures (observed by that job, known before the commit) say the native typing took it whole: no line
-    for the Python rules, no dead letter, no snapshot marker. None when they do not (the written files are
-    deleted, nothing is committed) or when the batch was committed before (nothing read): the caller reads it
-    again, checkpointed, as it reads any batch. Why: the checkpoint's own job was 0.3 of a 0.8 s batch."""
+    """The batch typed inside its write (equality deletes: one Spark job; a MERGE: its own jobs), no checkpoint,
+    committed only when its figures (counted by that write, known before the commit) say the native typing took
+    it whole: no line for the Python rules, no dead letter, no snapshot marker. None when they do not (the
+    written files are deleted, nothing is committed) or when the batch was committed before (nothing read): the
+    caller reads it again, checkpointed, as it reads any batch. Why: the checkpoint's own job was 0.3 of a 0.8 s
+    equality-delta batch."""
     target = settings.target
     frame, arrived = _figures_after_write(read)
     good = frame.drop(snapshot_epoch.MARKER_COLUMN).where(F.col(REASON).isNull() & (F.col(OP_COLUMN) != TOMBSTONE))

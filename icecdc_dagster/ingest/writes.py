@@ -29,6 +29,7 @@ class TargetWrite:
     columns: Sequence[str]
     keys: tuple[str, ...]
     bounds: KeyBounds | None = None
-    # equality_deletes only: asked after the rows are written, before their commit; False declines the batch
-    # (CommitDeclinedError: nothing committed). The batch read in one job decides there (ingester).
+    # keyed targets: asked after the rows are written (equality deletes) or merged on the staging branch, before
+    # their commit; False declines the batch (CommitDeclinedError: nothing committed). The batch read in one job
+    # decides there (ingester).
     before_commit: Callable[[], bool] | None = None

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
-from icecdc_dagster.errors import StagingBranchLostError
+from icecdc_dagster.errors import CommitDeclinedError, StagingBranchLostError
 from icecdc_dagster.runtime.java import java_map
 
 BATCH_ID_PROPERTY = "icecdc.batch-id"
@@ -341,12 +341,19 @@ def _stage(jtable: Any) -> None:
 
 
 def staged_commit(spark: Any, table: str, properties: dict[str, str], write: Callable[[str], T],
-                  ledger: bool = False, retention: LedgerRetention | None = None) -> Published[T]:
+                  ledger: bool = False, retention: LedgerRetention | None = None,
+                  before_publish: Callable[[], bool] | None = None) -> Published[T]:
     """Run ``write(branch_table_name)`` on the staging branch (at ``main``'s snapshot), then publish it to ``main``.
 
     ``ledger``: also append the batch to the table's ledger property (ingest targets: every batch id
     must stay known after expiry); ``retention``: drop the ledger's expired entries in the same commit.
+    ``before_publish``: asked once the write is staged; False discards it (:func:`_discard_staged`). Why: a
+    caller can write rows it has not computed before and publish them only if they turn out whole.
     Returns the write's result and the published snapshot.
+
+    Raises:
+        CommitDeclinedError: ``before_publish`` said False; the staged files are deleted, nothing published.
+        StagingBranchLostError: the staging branch vanished during the write (nothing published).
     """
     jtable = java_table(spark, table)
     _stage(jtable)
@@ -354,6 +361,10 @@ def staged_commit(spark: Any, table: str, properties: dict[str, str], write: Cal
     with commit_properties(spark, properties):
         result = write(f"{table}.branch_{STAGING_BRANCH}")
     jtable.refresh()
+    if before_publish is not None and not before_publish():
+        _discard_staged(jtable, table, int(staged_from.snapshotId()))
+        raise CommitDeclinedError(f"{table}: batch {properties.get(BATCH_ID_PROPERTY, '?')} declined before its "
+                                  "publish (staged, discarded)")
     staged = _branch_head(jtable, table)
     if staged.snapshotId() == staged_from.snapshotId():
         # Nothing to write (all events dead-lettered, cancelled or tombstones): still record the batch.
@@ -370,6 +381,32 @@ def staged_commit(spark: Any, table: str, properties: dict[str, str], write: Cal
                      None if parent_snapshot is None else java_map(parent_snapshot.summary()),
                      int(jtable.operations().current().formatVersion()),
                      parent is not None and int(parent) == int(staged_from.snapshotId()), jtable)
+
+
+def _discard_staged(jtable: Any, table: str, staged_from: int) -> None:
+    """Undo what a write staged since ``staged_from``: the branch back at ``main`` (removed on an empty table, as a
+    crashed attempt's), then the files its snapshots added deleted. The snapshots stay in the metadata, named by
+    no ref, until an expiry drops them (their manifests are kept: an expiry reads them; a data file it then finds
+    gone is nothing to delete)."""
+    io = jtable.io()
+    doomed = []
+    snap = _branch_head(jtable, table)
+    while snap is not None and int(snap.snapshotId()) != staged_from:
+        doomed.append(snap)
+        parent = snap.parentId()
+        snap = None if parent is None else jtable.snapshot(parent)
+    main = jtable.currentSnapshot()
+    ops = jtable.manageSnapshots()
+    if main is None:
+        ops.removeBranch(STAGING_BRANCH).commit()
+    else:
+        ops.replaceBranch(STAGING_BRANCH, main.snapshotId()).commit()
+    jtable.refresh()
+    for snapshot in doomed:
+        for files in (snapshot.addedDataFiles(io), snapshot.addedDeleteFiles(io)):
+            found = files.iterator()
+            while found.hasNext():
+                io.deleteFile(found.next().location())
 
 
 def _branch_head(jtable: Any, table: str) -> Any:

@@ -15,7 +15,7 @@ dead-letters deletes).
 import datetime
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,7 +153,8 @@ def _sql(literal: Column) -> str:
 def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[str], batch_id: str,
                 properties: dict[str, str] | None = None, exact_counts: bool = True, ledger: bool = False,
                 replace_all: bool = False, bounds: KeyBounds | None = None,
-                retention: LedgerRetention | None = None, unique_keys: bool = False) -> WriteOutcome:
+                retention: LedgerRetention | None = None, unique_keys: bool = False,
+                before_commit: Callable[[], bool] | None = None) -> WriteOutcome:
     """Write ``rows`` to ``table`` (full Spark name) once: skipped when ``batch_id`` is already in main's history.
 
     Counts: inserted / updated / deleted (keys that existed) / delete_missing (last op a delete of a
@@ -168,8 +169,13 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
     replaces every row, so rows the batch does not hold are gone (counts: ``replaced``).
     ``unique_keys``: the caller's rows hold each key once already (it ranked them): no collapse of its own, whose
     shuffle and sort were a second pass over rows ranked once (a small batch's replica: 0.04-0.07 JVM CPU-s).
+    ``before_commit`` (keyed tables): asked once the MERGE is staged (its job has computed ``rows``) and before
+    it is published; False declines the batch. The rows are computed in the MERGE's job alone: no key range is
+    aggregated first (the caller's ``bounds`` or none: every file may hold a key). Why: a caller can merge rows
+    it has not computed before, and publish them only if they turn out whole (ingest's one-job batch).
 
     Raises:
+        CommitDeclinedError: ``before_commit`` said False; the staged files are deleted, nothing published.
         StagingBranchLostError: the staging branch vanished while the batch was written (an expiry ran
             on the table); nothing was published, running the batch again is safe.
         pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: Spark or Iceberg refused the
@@ -202,7 +208,8 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
         return WriteOutcome(table, batch_id, False, published.snapshot_id, {"appended": count}, COUNTED_BY_SUMMARY)
 
     schema = spark.table(table).schema
-    bounds = bounds or key_bounds(rows, key_columns, schema)  # the rows' key range is their collapse's
+    if bounds is None and before_commit is None:
+        bounds = key_bounds(rows, key_columns, schema)  # the rows' key range is their collapse's
     # The collapse is the MERGE's source, planned into the MERGE's own job (no intermediate), except where the
     # MERGE reads its source twice: copy-on-write first finds the files to rewrite with it, so there the source
     # is persisted. Either way its counts are observed as the MERGE reads it (with a cache: as the cache fills).
@@ -231,7 +238,7 @@ def write_batch(spark: Any, table: str, rows: DataFrame, key_columns: Sequence[s
         spark.sql(_merge_sql(name, view, data_columns, key_columns, pruning, tally))
 
     try:
-        published = staged_commit(spark, table, props, merge, ledger, retention)
+        published = staged_commit(spark, table, props, merge, ledger, retention, before_commit)
         spark.catalog.dropTempView(view)
         counts: dict[str, int] = {}
         counted_by = ""
@@ -328,17 +335,19 @@ class _Reach:
 
 def _reach(spark: Any, table: str, name: str, bounds: "KeyBounds | None") -> _Reach:
     """:class:`_Reach` of ``bounds`` in ``name`` (``table`` or its branch ``<table>.branch_<b>``): one planning
-    of its manifests, every data file counted against the snapshot's own total. No bounds: every file may."""
-    if bounds is None:
-        return _Reach(True, False)
+    of its manifests, every data file counted against the snapshot's own total. No bounds: every file may (a
+    table without data files has none)."""
     prefix = f"{table}.branch_"
     branch = name[len(prefix):] if name.startswith(prefix) else None
     jtable = java_table(spark, table)
     if branch and jtable.refs().get(branch) is None:
         branch = None
     snapshot = jtable.snapshot(branch) if branch else jtable.currentSnapshot()
-    if snapshot is None:
-        return _Reach(False, False)  # no snapshot: no file
+    if snapshot is None or jtable.currentSnapshot() is None:
+        return _Reach(False, False)  # no snapshot on main: no file (a staging branch's own is empty)
+    if bounds is None:
+        total = snapshot.summary().get("total-data-files")
+        return _Reach(total is None or int(total) > 0, False)
     expressions = spark._jvm.org.apache.iceberg.expressions.Expressions  # noqa: SLF001 - the session's JVM
     both = getattr(expressions, "and")  # Java's Expressions.and (a Python keyword)
     condition = expressions.alwaysTrue()

@@ -111,10 +111,11 @@ def _ingest_in_group(spark, catalog, cat, settings_, path, group):
 
 
 def test_a_whole_batch_is_typed_in_its_write_and_the_others_as_before(spark, catalog, catalog_settings, tmp_path):
-    """A batch the JVM typing takes whole is typed inside its equality-delta write (one job, no checkpoint),
-    with the same figures as a MERGE batch of the same file; a batch with a dead letter, a line for the Python
-    rules or a snapshot marker is declined before its commit, its files deleted, and read again checkpointed:
-    the rows, dead letters and figures as before, and no file on disk that the table does not name."""
+    """A batch the JVM typing takes whole is typed inside its write, no checkpoint (equality deletes: one job;
+    a MERGE into a small target: its own jobs), with the same figures in both modes; a batch with a dead letter,
+    a line for the Python rules or a snapshot marker is declined before its commit (the MERGE's staged snapshot
+    discarded), its files deleted, and read again checkpointed: the rows, dead letters and figures as before,
+    and no data file on disk that the table's main history does not name."""
     cat = catalog_settings.name
     landing = tmp_path / "landing"
     landing.mkdir()
@@ -135,6 +136,10 @@ def test_a_whole_batch_is_typed_in_its_write_and_the_others_as_before(spark, cat
     marked = landing / "a-4.json"  # a Debezium snapshot's first line
     marked.write_text('{"before": null, "after": {"id": 6, "owner": "fi"}, "op": "r", "source": {"snapshot": "first"}}'
                       '\n{"before": null, "after": {"id": 7, "owner": "gu"}, "op": "r", "source": {"snapshot": "last"}}\n')
+    fine = []  # whole batches after one that was not: the first read checkpointed (the line remembers), then not
+    for n, key in enumerate((8, 9, 10, 11)):
+        fine.append(landing / f"a-5{n}.json")
+        fine[-1].write_text(f'{{"before": null, "after": {{"id": {key}, "owner": "k{key}"}}, "op": "c"}}\n')
 
     def entry(target, mode):
         return IngestSettings(landing=str(landing), target=target, identifier_columns=("id",), auto_create=True,
@@ -144,11 +149,17 @@ def test_a_whole_batch_is_typed_in_its_write_and_the_others_as_before(spark, cat
     def rows(table):
         return {r.id: (r.owner, None if r.balance is None else str(r.balance))
                 for r in spark.table(f"{cat}.{table}").collect()}
-    paths = [whole, dead, routed, marked]
-    after = [{1: ("ann", "12.25"), 3: ("cy", "1.00")}, {1: ("ann", "12.25"), 3: ("cyd", "2.50")},
-             {1: ("ann", "13.00"), 3: ("cyd", "2.50"), 5: ("ed2", None)},
-             {6: ("fi", None), 7: ("gu", None)}]  # a whole Debezium snapshot: what it lacks is deleted
-    for k, path in enumerate(paths):
+    first = {1: ("ann", "12.25"), 3: ("cy", "1.00")}
+    second = {1: ("ann", "12.25"), 3: ("cyd", "2.50")}
+    third = {1: ("ann", "13.00"), 3: ("cyd", "2.50"), 5: ("ed2", None), 8: ("k8", None)}
+    fourth = {6: ("fi", None), 7: ("gu", None)}  # a whole Debezium snapshot: what it lacks is deleted
+    # (file, how it is read: "one" typed in its write, "declined" then read checkpointed, "checkpointed" at once,
+    # rows after it)
+    steps = [(whole, "one", first), (dead, "declined", second), (fine[0], "checkpointed", {**second, 8: ("k8", None)}),
+             (routed, "declined", third), (fine[1], "checkpointed", {**third, 9: ("k9", None)}),
+             (marked, "declined", fourth), (fine[2], "checkpointed", {**fourth, 10: ("k10", None)}),
+             (fine[3], "one", {**fourth, 10: ("k10", None), 11: ("k11", None)})]
+    for k, (path, how, after) in enumerate(steps):
         e = _ingest_in_group(spark, catalog, cat, eqdel, path, f"e{k}")
         m = _ingest_in_group(spark, catalog, cat, merge, path, f"m{k}")
         assert (e.events_read, e.tombstones) == (m.events_read, m.tombstones)
@@ -157,14 +168,15 @@ def test_a_whole_batch_is_typed_in_its_write_and_the_others_as_before(spark, cat
         jobs = _jobs(spark, f"e{k}")
         checkpoints = [j for j in jobs if j.startswith("localCheckpoint")]
         writes = [j for j in jobs if "EqualityDeltaWriter" in j]
-        if path == whole:
-            assert not checkpoints and len(writes) == 1, jobs
-        else:  # declined: written once, then read checkpointed and written again
-            assert checkpoints and len(writes) == 2, jobs
-        assert rows("db.acc_e") == rows("db.acc_m") == after[k], k
+        merge_checkpoints = [j for j in _jobs(spark, f"m{k}") if j.startswith("localCheckpoint")]
+        assert bool(checkpoints) == bool(merge_checkpoints) == (how != "one"), (k, jobs, _jobs(spark, f"m{k}"))
+        assert len(writes) == (2 if how == "declined" else 1), (k, jobs)  # declined: written, then again
+        assert rows("db.acc_e") == rows("db.acc_m") == after, k
     dead_letters = spark.table(f"{cat}.db.acc_e__dead_letters").collect()
     assert [(d.source_offset, "more than 2 fractional digits" in d.reason) for d in dead_letters] == [(1, True)]
-    named = {r.file_path for r in spark.sql(f"SELECT file_path FROM {cat}.db.acc_e.all_files").collect()}
-    location = catalog.load_table("db.acc_e").location().removeprefix("file:")
-    on_disk = {f"file:{p}" for p in Path(location, "data").rglob("*.parquet")}
-    assert on_disk and on_disk <= named, sorted(on_disk - named)
+    for table in ("db.acc_e", "db.acc_m"):
+        loaded = catalog.load_table(table)
+        named = {path for entry in loaded.history()
+                 for path in loaded.inspect.files(snapshot_id=entry.snapshot_id).column("file_path").to_pylist()}
+        on_disk = {f"file:{p}" for p in Path(loaded.location().removeprefix("file:"), "data").rglob("*.parquet")}
+        assert on_disk and on_disk <= named, (table, sorted(on_disk - named))
