@@ -91,8 +91,9 @@ def _ingest_new(spark: Any, catalog_name: str, settings: IngestSettings, describ
     lines = landing_lines.lines(spark, described)  # Spark's text reader; a line's position key orders its file
     stamp = replace(stamp, line_numbers=functools.partial(landing_lines.line_numbers, spark, described))
     if _native_eligible(spark, catalog_name, settings, templated):
+        events = sum(f.size for f in described) // LINE_BYTES_ESTIMATE
         return _ingest_native(spark, catalog_name, settings, lines, native.sample_branches(described), bid, uris,
-                              stamp)
+                              stamp, events)
     return _ingest_python(spark, catalog_name, settings, lines, bid, uris, templated, stamp)
 
 
@@ -236,14 +237,15 @@ def native_read(spark: Any, catalog_name: str, settings: IngestSettings, lines: 
 
 
 def _ingest_native(spark: Any, catalog_name: str, settings: IngestSettings, lines: DataFrame,
-                   branches: Sequence[Any], bid: str, uris: tuple[str, ...], stamp: Stamp) -> IngestResult:
+                   branches: Sequence[Any], bid: str, uris: tuple[str, ...], stamp: Stamp,
+                   events: int) -> IngestResult:
     """One batch into a fixed target: native reading and typing, the Python rules only for routed lines.
     ``lines``: the batch as ``native.LINE_SCHEMA`` rows (landing lines or stream messages); ``branches``: the
-    schema blocks sampled from its first lines."""
+    schema blocks sampled from its first lines; ``events``: about how many lines it holds (not counted)."""
     target = settings.target
     read = native_read(spark, catalog_name, settings, lines, branches)
     line = (catalog_name, settings.landing, target)
-    if line not in _NOT_WHOLE and _in_one_job(spark, catalog_name, settings, read.keys):
+    if line not in _NOT_WHOLE and _in_one_job(spark, catalog_name, settings, read.keys, events):
         done = _ingest_in_one_job(spark, catalog_name, settings, read, bid, uris, stamp)
         if done is not None:
             return done
@@ -306,32 +308,37 @@ def _remember_whole(line: tuple[str, str, str], figures: dict[str, Any]) -> None
         _NOT_WHOLE.discard(line)
 
 
-# A MERGE target up to this many rows takes a batch typed inside its MERGE (no key range first). Why: above it,
-# the key range the checkpointed read finds pays for its job, letting the MERGE skip the files it misses (or
-# append a batch of new keys); below, reading every file's keys costs less than the checkpoint (~0.3 CPU-s a
-# 100k-event batch, bench/ingest.py).
-ONE_JOB_MERGE_ROWS = 2_000_000
+# A MERGE target of at most max(ONE_JOB_MERGE_ROWS, ONE_JOB_ROWS_PER_EVENT x the batch's events) rows takes a
+# batch typed inside its MERGE (no key range first). Why: the checkpoint the key range needs costs ~3 us of CPU
+# per event (0.3 CPU-s a 100k-event batch, bench/ingest.py); the MERGE's read of target files the key range would
+# have skipped ~0.1-0.3 us per row (keys and positions). Below the bound the checkpoint costs more than any read
+# it could save; above it, the key range pays for its job (the MERGE skips the files it misses, or a batch of new
+# keys is appended).
+ONE_JOB_MERGE_ROWS = 100_000
+ONE_JOB_ROWS_PER_EVENT = 10
+LINE_BYTES_ESTIMATE = 150  # a plain Debezium line's size, for a landing batch's events from its files' bytes
 
 
-def _in_one_job(spark: Any, catalog_name: str, settings: IngestSettings, keys: Sequence[str]) -> bool:
-    """Whether the batch may be typed inside its write (:func:`_ingest_in_one_job`): a keyed target whose write
-    needs none of the batch's figures first (equality deletes never read the target; a MERGE into a target of
-    at most :data:`ONE_JOB_MERGE_ROWS` rows reads it whole), with no Debezium snapshot open in it (the
-    snapshot's marks would read the rows a second time)."""
+def _in_one_job(spark: Any, catalog_name: str, settings: IngestSettings, keys: Sequence[str], events: int) -> bool:
+    """Whether the batch (about ``events`` lines) may be typed inside its write (:func:`_ingest_in_one_job`): a
+    keyed target whose write needs none of the batch's figures first (equality deletes never read the target; a
+    MERGE reads a target small against the batch whole: :func:`_small_target`), with no Debezium snapshot open
+    in it (the snapshot's marks would read the rows a second time)."""
     if not keys:
         return False
     table = f"{catalog_name}.{settings.target}"
-    if settings.mode_for(settings.target) != EQUALITY_DELETES and not _small_target(spark, table):
+    if settings.mode_for(settings.target) != EQUALITY_DELETES and not _small_target(spark, table, events):
         return False
     return not settings.snapshot_deletes or snapshot_epoch.open_epoch(
         spark, table, LANDING_PROPERTY, settings.landing) is None
 
 
-def _small_target(spark: Any, table: str) -> bool:
-    """Whether ``table`` holds at most :data:`ONE_JOB_MERGE_ROWS` rows by its current snapshot's summary."""
+def _small_target(spark: Any, table: str, events: int) -> bool:
+    """Whether ``table`` holds at most max(:data:`ONE_JOB_MERGE_ROWS`, :data:`ONE_JOB_ROWS_PER_EVENT` x
+    ``events``) rows by its current snapshot's summary."""
     current = java_table(spark, table).currentSnapshot()
     total = None if current is None else current.summary().get("total-records")
-    return total is None or int(total) <= ONE_JOB_MERGE_ROWS
+    return total is None or int(total) <= max(ONE_JOB_MERGE_ROWS, ONE_JOB_ROWS_PER_EVENT * events)
 
 
 def _ingest_in_one_job(spark: Any, catalog_name: str, settings: IngestSettings, read: NativeRead, bid: str,
@@ -464,5 +471,6 @@ def ingest_records(spark: Any, catalog_name: str, settings: IngestSettings, bid:
     lines = spark.createDataFrame(spark.sparkContext.parallelize(rows, slices), native.LINE_SCHEMA)
     uris = (settings.landing,)
     if _native_eligible(spark, catalog_name, settings, templated):
-        return _ingest_native(spark, catalog_name, settings, lines, native.sample_records(texts), bid, uris, stamp)
+        return _ingest_native(spark, catalog_name, settings, lines, native.sample_records(texts), bid, uris, stamp,
+                              len(records))
     return _ingest_python(spark, catalog_name, settings, lines, bid, uris, templated, stamp)

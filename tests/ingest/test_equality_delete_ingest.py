@@ -8,6 +8,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 
 from icecdc_dagster.ingest import IngestSettings, ingest_files
+from icecdc_dagster.ingest.ingester import ONE_JOB_MERGE_ROWS
 from icecdc_dagster.steps import table_maintenance as maintenance
 from tests.ingest.brokers import jetstream_subject, publish_nats, publish_redis, redis_stream
 from tests.ingest.test_ingest_properties import _line, _model, deliveries
@@ -180,3 +181,31 @@ def test_a_whole_batch_is_typed_in_its_write_and_the_others_as_before(spark, cat
                  for path in loaded.inspect.files(snapshot_id=entry.snapshot_id).column("file_path").to_pylist()}
         on_disk = {f"file:{p}" for p in Path(loaded.location().removeprefix("file:"), "data").rglob("*.parquet")}
         assert on_disk and on_disk <= named, (table, sorted(on_disk - named))
+
+
+def test_a_merge_target_large_against_its_batch_is_read_checkpointed_first(spark, catalog, catalog_settings, tmp_path):
+    """A clean batch into a MERGE target holding more rows than ``ONE_JOB_MERGE_ROWS`` and ten times its events
+    is read checkpointed first (its key range lets the MERGE skip files; reading the target whole would cost
+    more than the checkpoint); a batch into the same table while it was small was typed in its MERGE. Rows as
+    the events say either way."""
+    cat = catalog_settings.name
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    settings_ = IngestSettings(landing=str(landing), target="db.acc_big", identifier_columns=("id",),
+                               auto_create=True, schema=ACCOUNTS, write_mode="merge")
+    first = landing / "b-1.json"
+    first.write_text('{"before": null, "after": {"id": 1, "owner": "ann", "balance": "1.00"}, "op": "c"}\n')
+    _ingest_in_group(spark, catalog, cat, settings_, first, "big0")
+    assert not [j for j in _jobs(spark, "big0") if j.startswith("localCheckpoint")], _jobs(spark, "big0")
+    big = ONE_JOB_MERGE_ROWS + 1000
+    (spark.range(1000, 1000 + big).selectExpr("id", "concat('o', id) owner", "cast(1 as decimal(10,2)) balance")
+     .writeTo(f"{cat}.db.acc_big").append())
+    second = landing / "b-2.json"
+    second.write_text('{"before": null, "after": {"id": 1000, "owner": "new", "balance": "2.00"}, "op": "u"}\n'
+                      '{"before": {"id": 1001}, "after": null, "op": "d"}\n')
+    result = _ingest_in_group(spark, catalog, cat, settings_, second, "big1")
+    assert [j for j in _jobs(spark, "big1") if j.startswith("localCheckpoint")], _jobs(spark, "big1")
+    assert result.targets["db.acc_big"].counts["updated"] == result.targets["db.acc_big"].counts["deleted"] == 1
+    table = spark.table(f"{cat}.db.acc_big")
+    assert table.count() == big  # + ann, - 1001
+    assert [(r.owner, str(r.balance)) for r in table.where("id = 1000").collect()] == [("new", "2.00")]
