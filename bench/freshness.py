@@ -746,7 +746,7 @@ def main() -> None:
 def single_kind(args: argparse.Namespace) -> None:
     """One instance on SQLite: every launch mode, then the many-tables scenario (the original RESULT keys)."""
     results = {}
-    for mode in [m for m in args.modes.split(",") if m]:
+    for mode in [m for m in args.modes.split(",") if m] if args.commits else ():  # 0: many tables alone
         print(f"[{mode}] start: {load()} ({os.cpu_count()} cores)", flush=True)
         results[mode] = run_mode(mode, args.commits, args.interval, args.sqlite_synchronous)
         r = results[mode]
