@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from dagster_floor_defs import commit_at, partition_key  # noqa: E402
 from freshness import (  # noqa: E402
     IDLE_MEASURE_S,
     KIND_PREFIX,
@@ -99,12 +100,8 @@ class Applied:
 
 def commits(tables: int, t0: float, every: float, periods: int) -> list[tuple[str, float]]:
     """Every scheduled commit as ("<table>/<partition key>", commit time), as the code location names them."""
-    out = []
-    for i in range(tables):
-        for k in range(periods):
-            at = t0 + i * every / tables + k * every
-            out.append((f"{i}/{k}-{int(at * 1000)}", int(at * 1000) / 1000))
-    return sorted(out, key=lambda c: c[1])
+    due = [(i, k, commit_at(i, k, t0, every, tables)) for i in range(tables) for k in range(periods)]
+    return sorted(((f"{i}/{partition_key(k, at)}", int(at * 1000) / 1000) for i, k, at in due), key=lambda c: c[1])
 
 
 def scenario(kind: str, args: argparse.Namespace) -> dict:

@@ -49,9 +49,14 @@ def replica_key(i: int) -> AssetKey:
     return AssetKey(["replica", "replica", f"replica_{table_name(i)}"])
 
 
-def commit_at(i: int, k: int) -> float:
-    """When table ``i``'s ``k``-th commit is due (epoch seconds)."""
-    return T0 + i * EVERY_S / TABLES + k * EVERY_S
+def commit_at(i: int, k: int, t0: float = T0, every_s: float = EVERY_S, tables: int = TABLES) -> float:
+    """When table ``i``'s ``k``-th commit is due (epoch seconds); the bench computes its schedule with it too."""
+    return t0 + i * every_s / tables + k * every_s
+
+
+def partition_key(k: int, at: float) -> str:
+    """The partition of a table's ``k``-th commit, due at ``at``: the commit time travels in the key."""
+    return f"{k}-{int(at * 1000)}"
 
 
 def _line(i: int):  # noqa: ANN202 - (assets, job)
@@ -97,7 +102,7 @@ def _sensor(first: int, lines: dict[int, tuple]):  # noqa: ANN202
             due = [k for k in range(done.get(str(i), 0), PERIODS) if commit_at(i, k) <= now]
             if not due:
                 continue
-            keys = [f"{k}-{int(commit_at(i, k) * 1000)}" for k in due]
+            keys = [partition_key(k, commit_at(i, k)) for k in due]
             adds.append(lines[i][2].build_add_request(keys))
             requests += [RunRequest(run_key=key, job_name=lines[i][1].name, partition_key=key) for key in keys]
             done[str(i)] = due[-1] + 1
