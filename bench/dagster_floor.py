@@ -35,6 +35,7 @@ from dagster_floor_defs import commit_at, partition_key  # noqa: E402
 from freshness import (  # noqa: E402
     IDLE_MEASURE_S,
     KIND_PREFIX,
+    LANES,
     SENSOR_LOOP_S,
     instance_storage,
     load,
@@ -58,6 +59,8 @@ def parse_args() -> argparse.Namespace:
                         help="seconds before t0: dagster dev starts, then its last minute is measured at rest")
     parser.add_argument("--drain-s", type=float, default=300.0)
     parser.add_argument("--instance", choices=("sqlite", "postgres", "both"), default="sqlite")
+    parser.add_argument("--lane-process", action="store_true",
+                        help="the warm launcher's lanes in a process of their own (lane_process: true)")
     return parser.parse_args()
 
 
@@ -174,6 +177,7 @@ def scenario(kind: str, args: argparse.Namespace) -> dict:
 
 def main() -> None:
     args = parse_args()
+    LANES["process"] = args.lane_process
     kinds = {"sqlite": ("sqlite",), "postgres": ("postgres",), "both": ("sqlite", "postgres")}[args.instance]
     keys: dict[str, str] = {}
     for kind in kinds:
@@ -188,7 +192,8 @@ def main() -> None:
         keys |= {f"{prefix}_floor_cpu_{name.replace(' ', '_')}_s": f"{v:.3f}"
                  for name, v in sorted(m["by_process"].items()) if v >= 0.001}
     keys |= {"tables": str(args.tables), "minutes": f"{args.minutes:.1f}", "every_s": f"{args.every:.0f}",
-             "workers": str(args.workers), "load1_end": f"{os.getloadavg()[0]:.2f}"}
+             "workers": str(args.workers), "lane_process": str(int(args.lane_process)),
+             "load1_end": f"{os.getloadavg()[0]:.2f}"}
     print("RESULT " + " ".join(f"{k}={v}" for k, v in keys.items()))
 
 

@@ -92,6 +92,7 @@ PG_SERVER = "postgresql://postgres@127.0.0.1:5432"
 PG_URL_ENV = "ICECDC_BENCH_PG_URL"  # the instance's database URL, read by every process of the scenario
 TIMEOUTS = {"scale": 1.0}  # --timeouts-x: every wait's timeout times this (a machine under heavy load)
 QUEUE = {"extra": 1}  # --queue-extra: the shipped recommendation, max_concurrent_runs = lanes + 1
+LANES = {"process": False}  # --lane-process: the warm launcher's lanes in a process of their own
 
 
 @contextmanager
@@ -136,7 +137,7 @@ def write_home(home: Path, mode: str, workers: int = 1, sqlite_synchronous: str 
                     # Sensor ticks of many tables in parallel (the daemon's default is one at a time).
                     "sensors": {"use_threads": True, "num_workers": 4}}
     if mode == "warm":
-        launcher: dict = {"workers": workers}
+        launcher: dict = {"workers": workers, **({"lane_process": True} if LANES["process"] else {})}
         if sqlite_synchronous and storage is None:
             launcher["sqlite_synchronous"] = sqlite_synchronous
         config["run_launcher"] = {"module": "icecdc_dagster.launcher", "class": "WarmRunLauncher",
@@ -500,6 +501,7 @@ def sustained_scenario(args: argparse.Namespace) -> None:
                  f"{prefix}run_steps": f"{m['medians'].get('steps', 0):.0f}"} | step_keys(m["medians"], prefix)
     print("RESULT " + " ".join(f"{k}={v}" for k, v in keys.items()) + f" minutes={args.sustained_minutes} "
           f"commit_every_s={args.commit_every} workers={args.workers} queue_extra={args.queue_extra} "
+          f"lane_process={int(args.lane_process)} "
           f"interval_s={args.interval} "
           f"snapshot_sensors={args.snapshot_sensors} load1_start={start_load.split()[2]} "
           f"load1_end={load().split()[2]}")
@@ -531,6 +533,7 @@ def process_cpu(session: int, server: bool = False) -> dict[str, float]:
             continue
         kind = ("postgres server" if postgres else
                 "jvm" if "java" in cmdline.split(" ", 1)[0] else
+                "lane process" if "launcher.lane_process" in cmdline else  # the lanes (lane_process: true)
                 "daemon" if "dagster._daemon" in cmdline else  # sensors' bookkeeping, run queue, the lanes
                 "webserver" if "dagster_webserver" in cmdline else
                 "code server" if " api grpc" in cmdline else  # evaluates the sensors
@@ -728,10 +731,13 @@ def main() -> None:
                         help="sustained: how long to wait for the backlog after the last commit")
     parser.add_argument("--snapshot-sensors", choices=("auto", "per_table", "one"), default="auto",
                         help="the sustained scenario's sensor layout")
+    parser.add_argument("--lane-process", action="store_true",
+                        help="the warm launcher's lanes in a process of their own (lane_process: true)")
     args = parser.parse_args()
     args.table_counts = [int(n) for n in args.tables.split(",") if int(n)]
     TIMEOUTS["scale"] = args.timeouts_x
     QUEUE["extra"] = args.queue_extra
+    LANES["process"] = args.lane_process
     # SIGTERM (timeout, a supervisor) unwinds like an exception: `dagster dev` is stopped and a scenario's
     # PostgreSQL database dropped by their `finally`, not left behind.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -821,7 +827,7 @@ def many_tables_scenarios(args: argparse.Namespace) -> str:
                 keys[f"{prefix}idle_ratio"] = f"{m['idle_loop_cpu_s'] / max(shipped['idle_loop_cpu_s'], 1e-9):.2f}"
                 keys[f"{prefix}batch_cpu_ratio"] = f"{m['batch_cpu_s'] / shipped['batch_cpu_s']:.2f}"
     return (" " + " ".join(f"{k}={v}" for k, v in keys.items()) + f" tables={args.tables}"
-            f" workers={args.workers} queue_extra={args.queue_extra}"
+            f" workers={args.workers} queue_extra={args.queue_extra} lane_process={int(args.lane_process)}"
             f" warm_rounds={args.warm_rounds} sqlite_synchronous={args.sqlite_synchronous or 'default'}")
 
 

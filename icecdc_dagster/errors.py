@@ -45,7 +45,7 @@ class ConfigError(IcecdcError):
 
 
 class RuntimeSetupError(IcecdcError):
-    """Java, a jar or a driver needed to start Spark cannot be found."""
+    """What Spark needs cannot be found or started: Java, a jar, a driver, the process that hosts the lanes."""
 
     transient = False
     recovery = CONFIG_COMMAND

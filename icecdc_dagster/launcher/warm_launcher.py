@@ -1,14 +1,14 @@
-"""``WarmRunLauncher``: runs execute in long-lived worker threads ("lanes") of the process that launches
-them (the daemon), sharing one warm SparkSession instead of a cold JVM per run.
+"""``WarmRunLauncher``: runs execute in long-lived worker threads ("lanes") sharing one warm
+SparkSession instead of a cold JVM per run: lanes of the process that launches them (the daemon), or,
+with ``lane_process: true``, of one long-lived process of their own (``lane_process``).
 
-``launch_run`` queues the run; a lane executes it with ``core_execute_run`` (Dagster's run worker's
-code path) and always leaves it SUCCESS, FAILURE or CANCELED. Operator's manual (enabling, sizing,
-guarantees, trade-offs): docs/warm-launcher.md.
+``launch_run`` tags the run with the process that will execute it and queues it there; a lane
+(``lanes``) executes it and always leaves it SUCCESS, FAILURE or CANCELED. Operator's manual
+(enabling, sizing, guarantees, trade-offs): docs/warm-launcher.md.
 """
 
 import logging
 import os
-import queue
 import socket
 import sys
 import threading
@@ -17,39 +17,33 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dagster import DagsterRunStatus, Field, IntSource, RunsFilter, StringSource
-from dagster._core.errors import DagsterExecutionInterruptedError
-from dagster._core.events import EngineEventData
 from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, RunLauncher, WorkerStatus
 from dagster._core.storage.dagster_run import DagsterRun
-from dagster._grpc.impl import core_execute_run
 from dagster._serdes import ConfigurableClass
 from dagster._serdes.config_class import ConfigurableClassData
-from dagster._utils.error import serializable_error_info_from_exc_info
-from dagster._utils.hosted_user_process import recon_job_from_origin
 
 from icecdc_dagster import run_tags
-from icecdc_dagster.launcher.definitions_cache import warm_recon_job
-from icecdc_dagster.launcher.lane_logs import route_lane_compute_logs
+from icecdc_dagster.errors import RuntimeSetupError
+from icecdc_dagster.launcher.lane_process import LaneProcess, LaneSetup, prepare_lane_instance
+from icecdc_dagster.launcher.lanes import Lanes
 from icecdc_dagster.launcher.monitored_launcher import MonitoredRunLauncher
-from icecdc_dagster.launcher.run_profile import RunProfile
 from icecdc_dagster.launcher.sqlite_tuning import check_sqlite_synchronous, set_sqlite_synchronous
 from icecdc_dagster.launcher.worker_health import new_session, worker_alive
 from icecdc_dagster.lease import failover
-from icecdc_dagster.lease.executor import JOB_PREFIX, WARM_WORKER_THREAD
+from icecdc_dagster.lease.executor import JOB_PREFIX, lane_role
 from icecdc_dagster.lease.holder import Holder
 from icecdc_dagster.lease.instance_connections import keep_connections_open
 from icecdc_dagster.lease.logging_reconfiguration import skip_logging_reconfiguration_per_run
-from icecdc_dagster.lease.run_thread import adopt_spark_session, cancel_spark_jobs, raise_in_thread, tag_spark_thread
 from icecdc_dagster.run_tags import FAILED_OVER_TAG, LAUNCHER_HOST_TAG, LAUNCHER_PID_TAG, LAUNCHER_SESSION_TAG
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
-    from dagster_shared.error import SerializableErrorInfo
 
 
-CANCEL_POLL_S = 1.0
 DAEMON_THREADS = 2  # besides the lanes, the daemon's threads that call the instance at once (sensor, queue)
 _IN_FLIGHT = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
+_UNFINISHED = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, *_IN_FLIGHT]
+JOIN_POLL_S = 0.2
 _log = logging.getLogger(__name__)
 
 
@@ -79,7 +73,8 @@ def is_ours(run: DagsterRun) -> bool:
 
 
 class WarmRunLauncher(RunLauncher, ConfigurableClass):
-    """Runs execute in ``workers`` lanes of this process (docs/warm-launcher.md).
+    """Runs execute in ``workers`` lanes of this process, or of a lane process of its own with
+    ``lane_process`` (docs/warm-launcher.md).
 
     Raises:
         ValueError: ``workers`` below 1, or ``sqlite_synchronous`` none of ``SQLITE_SYNCHRONOUS``.
@@ -87,7 +82,7 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
 
     def __init__(self, inst_data: ConfigurableClassData | None = None, workers: int = 1,
                  sqlite_synchronous: str | None = None,
-                 switch_interval_ms: float = DEFAULT_SWITCH_INTERVAL_MS) -> None:
+                 switch_interval_ms: float = DEFAULT_SWITCH_INTERVAL_MS, lane_process: bool = False) -> None:
         if workers < 1:
             raise ValueError(f"WarmRunLauncher: workers must be at least 1, got {workers}")
         if sqlite_synchronous is not None:
@@ -96,16 +91,12 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
         self._workers_wanted = workers
         self._sqlite_synchronous = sqlite_synchronous
         self._switch_interval_ms = switch_interval_ms
-        self._queue: queue.Queue[Any] = queue.Queue()
-        self._workers: list[threading.Thread] = []
-        self._watcher: threading.Thread | None = None
+        self._use_lane_process = lane_process
         self._lock = threading.Lock()
-        self._pending: set[str] = set()  # accepted, not yet picked up by a worker
-        self._current: dict[str, threading.Thread] = {}  # executing now -> the worker thread
-        self._spark_groups: set[str] = set()  # running runs whose Spark jobs carry their job group
+        self._lanes: Lanes | None = None  # the lanes of this process (started with the first run)
+        self._lane_process: LaneProcess | None = None  # or the lane process (started with the first run)
+        self._sent: set[str] = set()  # runs handed to a lane process, until they are seen finished
         self._process_launcher: MonitoredRunLauncher | None = None  # for the runs that are not ours
-        self._prepared = False  # the instance keeps its connections and routes compute logs (from the first launch on)
-        self._idle = threading.Condition(self._lock)
         self._session = new_session()
         self._host = socket.gethostname()
         self._pid = os.getpid()
@@ -119,6 +110,13 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
     def workers(self) -> int:
         return self._workers_wanted
 
+    @property
+    def lane_process_pid(self) -> int | None:
+        """The pid of the lane process while one runs (``lane_process: true``, after the first run)."""
+        with self._lock:
+            process = self._lane_process
+        return process.pid if process is not None and process.alive() else None
+
     @classmethod
     def config_type(cls) -> dict[str, Any]:
         return {"workers": Field(IntSource, is_required=False, default_value=1,
@@ -128,15 +126,20 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
                                                         "storage in this process (OFF, NORMAL, FULL, EXTRA); "
                                                         "unset: SQLite's default. See docs/warm-launcher.md."),
                 "switch_interval_ms": Field(float, is_required=False, default_value=DEFAULT_SWITCH_INTERVAL_MS,
-                                            description="With workers > 1: the daemon process's GIL switch "
-                                                        "interval (Python's default 5 ms; 0: leave it). "
-                                                        "See docs/warm-launcher.md.")}
+                                            description="With workers > 1: the GIL switch interval of the "
+                                                        "process hosting the lanes (Python's default 5 ms; "
+                                                        "0: leave it). See docs/warm-launcher.md."),
+                "lane_process": Field(bool, is_required=False, default_value=False,
+                                      description="Host the lanes (and the SparkSession) in one long-lived "
+                                                  "process of their own, not in the daemon's. See "
+                                                  "docs/warm-launcher.md.")}
 
     @classmethod
     def from_config_value(cls, inst_data: ConfigurableClassData, config_value: Mapping[str, Any]) -> "WarmRunLauncher":
         return cls(inst_data=inst_data, workers=int(config_value.get("workers", 1)),
                    sqlite_synchronous=config_value.get("sqlite_synchronous"),
-                   switch_interval_ms=float(config_value.get("switch_interval_ms", DEFAULT_SWITCH_INTERVAL_MS)))
+                   switch_interval_ms=float(config_value.get("switch_interval_ms", DEFAULT_SWITCH_INTERVAL_MS)),
+                   lane_process=bool(config_value.get("lane_process", False)))
 
     def register_instance(self, instance: "DagsterInstance") -> None:
         super().register_instance(instance)
@@ -157,128 +160,57 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
             return
         if run.job_code_origin is None:
             raise ValueError(f"run {run.run_id} has no job code origin; the warm launcher cannot load its job")
-        instance = self._instance
+        if self._use_lane_process:
+            self._send_to_lane_process(run.run_id)
+            return
+        self._instance.add_run_tags(run.run_id, {LAUNCHER_HOST_TAG: self._host, LAUNCHER_PID_TAG: str(self._pid),
+                                                 LAUNCHER_SESSION_TAG: self._session,
+                                                 **Holder.current(role=lane_role()).tags()})
+        self._own_lanes().submit(run.run_id)
+
+    def _own_lanes(self) -> Lanes:
+        """The lanes of this process, started with the first run: here, not at registration, because
+        the webserver registers launchers too."""
         with self._lock:
-            if not self._prepared:  # here, not at registration: the webserver registers launchers too
-                keep_connections_open(instance, threads=self._workers_wanted + DAEMON_THREADS)
-                self._route_compute_logs(instance)
-                self._prepared = True
-        instance.add_run_tags(run.run_id, {LAUNCHER_HOST_TAG: self._host, LAUNCHER_PID_TAG: str(self._pid),
-                                           LAUNCHER_SESSION_TAG: self._session,
-                                           **Holder.current(role="warm launcher (daemon)").tags()})
-        with self._lock:
-            self._pending.add(run.run_id)
-            self._workers = [w for w in self._workers if w.is_alive()]
-            while len(self._workers) < self._workers_wanted:
-                if self._workers_wanted > 1 and self._switch_interval_ms:  # once, as the lanes start
+            if self._lanes is None:
+                prepare_lane_instance(self._instance, self._workers_wanted, None, other_threads=DAEMON_THREADS)
+                if self._workers_wanted > 1 and self._switch_interval_ms:
                     sys.setswitchinterval(self._switch_interval_ms / 1000)
-                worker = threading.Thread(target=self._work, name=f"{WARM_WORKER_THREAD}-{len(self._workers)}",
-                                          daemon=True)
-                worker.start()
-                self._workers.append(worker)
-            if self._watcher is None or not self._watcher.is_alive():
-                self._watcher = threading.Thread(target=self._watch_cancellation, name="icecdc-warm-cancel",
-                                                 daemon=True)
-                self._watcher.start()
-        self._queue.put(run.run_id)
+                self._lanes = Lanes(self._instance, self._workers_wanted,
+                                    where=f"the warm launcher's worker thread (pid: {self._pid})")
+            return self._lanes
 
-    @staticmethod
-    def _route_compute_logs(instance: "DagsterInstance") -> None:
-        if not route_lane_compute_logs(instance):
-            _log.warning("icecdc warm launcher: the instance's compute log manager (%s) captures by process; "
-                         "the compute logs of runs in concurrent lanes can mix (docs/warm-launcher.md)",
-                         type(instance.compute_log_manager).__name__)
+    def _send_to_lane_process(self, run_id: str) -> None:
+        """Tag the run with the lane process that gets it, then hand it over (a new process if the last
+        one has exited: its own runs are failed over as any dead worker's).
 
-    def _work(self) -> None:
-        while True:
-            try:
-                run_id = self._queue.get()
+        Raises:
+            RuntimeSetupError: two lane processes in a row exited before they could take the run.
+        """
+        process = None
+        for _ in range(2):
+            process = self._live_lane_process()
+            self._instance.add_run_tags(run_id, {LAUNCHER_HOST_TAG: self._host, LAUNCHER_PID_TAG: str(process.pid),
+                                                 LAUNCHER_SESSION_TAG: process.session, **process.holder.tags()})
+            if process.send(run_id):
                 with self._lock:
-                    if run_id not in self._pending:  # terminated while waiting
-                        continue
-                    self._pending.discard(run_id)
-                    self._current[run_id] = threading.current_thread()
-                try:
-                    self._execute(run_id)
-                finally:
-                    with self._lock:
-                        self._current.pop(run_id, None)
-                        self._spark_groups.discard(run_id)
-                        self._idle.notify_all()
-            except BaseException:  # noqa: BLE001 - incl. a late interrupt: the worker must go on
-                _log.exception("icecdc warm launcher: worker error")
+                    self._sent.add(run_id)
+                return
+        raise RuntimeSetupError(f"icecdc warm launcher: the {process.describe() if process else 'lane process'} "
+                                f"could not take run {run_id}; its output (the daemon's) says why")
 
-    def _watch_cancellation(self) -> None:
-        """Like the run worker's cancellation thread: a run marked CANCELING (by ``terminate`` in
-        any process, e.g. the webserver) is interrupted here, in the process that executes it.
-
-        One query per poll for all the lanes, of run ids only: reading each running run
-        (``get_run_by_id``) cost a query per lane per second, each with a schema inspection of the
-        runs table (Dagster's run records), 3.5 % of a busy daemon's CPU (py-spy, 20 tables, 3 lanes)."""
-        interrupted: set[str] = set()
-        while True:
-            time.sleep(CANCEL_POLL_S)
-            with self._lock:
-                running = dict(self._current)
-            interrupted &= set(running)
-            watched = set(running) - interrupted
-            if not watched or not self.has_instance:
-                continue
-            try:
-                canceling = self._instance.get_run_ids(RunsFilter(run_ids=sorted(watched),
-                                                                  statuses=[DagsterRunStatus.CANCELING]))
-            except Exception:  # noqa: BLE001 - storage hiccup: try again next poll
-                continue
-            for run_id in canceling:
-                interrupted.add(run_id)
-                # Only this run's Spark jobs when they carry its job group (other lanes go on).
-                cancel_spark_jobs(run_id if run_id in self._spark_groups else None)
-                with self._lock:
-                    if self._current.get(run_id) is running[run_id]:
-                        raise_in_thread(running[run_id], DagsterExecutionInterruptedError)
-
-    def _execute(self, run_id: str) -> None:
-        instance = self._instance
-        run = instance.get_run_by_id(run_id)
-        if run is None or run.is_finished:
-            return
-        if run.status == DagsterRunStatus.CANCELING:
-            instance.report_run_canceled(run, "terminated before it started")
-            return
-        profile = RunProfile.start(run_id)
-        try:
-            adopt_spark_session()
-            if tag_spark_thread(run_id):
-                with self._lock:
-                    self._spark_groups.add(run_id)
-            instance.report_engine_event(
-                f"Executing in the warm launcher's worker thread (pid: {self._pid}).", run,
-                EngineEventData.in_process(self._pid))
-            assert run.job_code_origin is not None  # checked in launch_run
-            recon_job = warm_recon_job(recon_job_from_origin(run.job_code_origin))
-            for _ in core_execute_run(recon_job, run, instance, inject_env_vars=True):
-                pass
-        except BaseException:  # noqa: BLE001 - reported below; never leave the run in flight
-            error = serializable_error_info_from_exc_info(sys.exc_info())
-            self._finish_unfinished(run_id, error)
-            return
-        finally:
-            if profile is not None:
-                profile.finish()
-        self._finish_unfinished(run_id, None)
-
-    def _finish_unfinished(self, run_id: str, error: "SerializableErrorInfo | None") -> None:
-        instance = self._instance
-        run = instance.get_run_by_id(run_id)
-        if run is None or run.is_finished:
-            return
-        if run.status == DagsterRunStatus.CANCELING:
-            instance.report_run_canceled(run, "terminated")
-            return
-        message = "icecdc warm launcher: the run ended without a final status"
-        if error is not None:
-            instance.report_engine_event(f"{message}: {error.message}", run, EngineEventData.engine_error(error))
-        instance.report_run_failed(run, message)
+    def _live_lane_process(self) -> LaneProcess:
+        with self._lock:
+            if self._lane_process is None or not self._lane_process.alive():
+                if self._lane_process is None:  # the daemon's own connections: sensors and queue only
+                    keep_connections_open(self._instance, threads=DAEMON_THREADS)
+                else:
+                    _log.warning("icecdc warm launcher: lane process %s exited; starting another",
+                                 self._lane_process.pid)
+                self._lane_process = LaneProcess(LaneSetup(
+                    instance_ref=self._instance.get_ref(), workers=self._workers_wanted, session=new_session(),
+                    switch_interval_ms=self._switch_interval_ms, sqlite_synchronous=self._sqlite_synchronous))
+            return self._lane_process
 
     # -- termination -------------------------------------------------------------------------
 
@@ -291,29 +223,21 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
             return self._process_launcher
 
     def terminate(self, run_id: str) -> bool:
-        """Mark the run CANCELING; the process executing it interrupts it (see the watcher).
+        """Mark the run CANCELING; the process executing it interrupts it (see ``Lanes``' watcher).
         Called in the webserver (UI) as often as in the daemon, so nothing here assumes the run
-        is executing in this process. A run still waiting on this process's queue ends CANCELED
-        at once; one waiting in another process's queue when that worker picks it up."""
+        is executing in this process. A run still waiting for a lane of this process ends CANCELED
+        at once; one waiting in another process's queue when that process's lane picks it up."""
         instance = self._instance
         run = instance.get_run_by_id(run_id)
         if run is None or run.is_finished:
             return False
         if not is_ours(run):
             return self._processes().terminate(run_id)
-        with self._lock:
-            waiting = run_id in self._pending
-            self._pending.discard(run_id)
-        if waiting:
+        if self._lanes is not None and self._lanes.withdraw(run_id):
             instance.report_run_canceled(run, "terminated before it started")
-            self._notify_idle()
             return True
         instance.report_run_canceling(run)
         return True
-
-    def _notify_idle(self) -> None:
-        with self._lock:
-            self._idle.notify_all()
 
     # -- monitoring --------------------------------------------------------------------------
 
@@ -324,13 +248,12 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
     def check_run_worker_health(self, run: DagsterRun) -> CheckRunHealthResult:
         if not is_ours(run):
             return self._processes().check_run_worker_health(run)
-        with self._lock:
-            if run.run_id in self._current or run.run_id in self._pending:
-                return CheckRunHealthResult(WorkerStatus.RUNNING)
+        if self._lanes is not None and self._lanes.holds(run.run_id):
+            return CheckRunHealthResult(WorkerStatus.RUNNING)
         if run_tags.read(run.tags, LAUNCHER_SESSION_TAG) == self._session:
-            # Launched here but no longer queued or executing: the worker lost it.
+            # Launched into this process's lanes but no longer queued or executing: the worker lost it.
             return CheckRunHealthResult(WorkerStatus.FAILED, "the warm launcher's worker no longer runs it")
-        if worker_alive(run):
+        if worker_alive(run):  # a lane process's run: alive while that process is (it always ends its runs)
             return CheckRunHealthResult(WorkerStatus.RUNNING)
         return CheckRunHealthResult(WorkerStatus.FAILED, "the process that ran it is gone")
 
@@ -357,22 +280,33 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
             failed.append(run.run_id)
         return failed
 
-    def join(self, timeout: int = 30) -> None:
+    def join(self, timeout: float = 30) -> None:
         """Wait until every accepted run has finished (tests, shutdown)."""
-        with self._idle:
-            self._idle.wait_for(lambda: not self._pending and not self._current, timeout=timeout)
+        if self._lanes is not None:
+            self._lanes.join(timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                sent = sorted(self._sent)
+            unfinished = set(self._instance.get_run_ids(RunsFilter(run_ids=sent, statuses=_UNFINISHED))) \
+                if sent else set()
+            with self._lock:
+                self._sent &= unfinished
+            if not unfinished or time.monotonic() >= deadline:
+                return
+            time.sleep(JOIN_POLL_S)
 
     def dispose(self) -> None:
-        """Runs still waiting when the instance is disposed (daemon shutdown) fail now; a run
-        still executing is failed by ``fail_orphaned_runs`` / run monitoring after a restart."""
+        """Runs still waiting for a lane of this process when the instance is disposed (daemon shutdown)
+        fail now; a run still executing is failed by ``fail_orphaned_runs`` / run monitoring after a
+        restart. A lane process is asked to end: it fails its waiting runs and finishes the others."""
         if not self.has_instance:
             return
+        if self._lanes is not None:
+            self._lanes.fail_waiting("shut down before the run started")
         with self._lock:
-            waiting, self._pending = list(self._pending), set()
-        for run_id in waiting:
-            run = self._instance.get_run_by_id(run_id)
-            if run is not None and not run.is_finished:
-                self._instance.add_run_tags(run_id, {FAILED_OVER_TAG: "worker died: shut down before the run"})
-                self._instance.report_run_failed(run, "icecdc warm launcher: shut down before the run started")
+            process, self._lane_process = self._lane_process, None
+        if process is not None:
+            process.close()
         if self._process_launcher is not None:
             self._process_launcher.dispose()

@@ -15,9 +15,10 @@ from icecdc_dagster.run_tags import LAUNCHER_HOST_TAG, LAUNCHER_PID_TAG, LAUNCHE
 _LIVE_SESSIONS: set[str] = set()
 
 
-def new_session() -> str:
-    """A launcher session of this process, alive until the process ends (tagged on its runs)."""
-    session = uuid.uuid4().hex
+def new_session(session: str | None = None) -> str:
+    """A launcher session of this process, alive until the process ends (tagged on its runs);
+    ``session``: one a lane process is given by the daemon that started it."""
+    session = session or uuid.uuid4().hex
     _LIVE_SESSIONS.add(session)
     return session
 

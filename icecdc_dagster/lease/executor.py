@@ -26,7 +26,7 @@ from dagster._core.executor.in_process import InProcessExecutor
 from dagster._utils.interrupts import check_captured_interrupt
 
 from icecdc_dagster import run_tags
-from icecdc_dagster.lease.holder import Holder, run_heartbeat
+from icecdc_dagster.lease.holder import Holder, process_role, run_heartbeat
 from icecdc_dagster.lease.line_lock import LineLock, busy_message
 from icecdc_dagster.lease.lock_contract import LineLockContract
 
@@ -38,6 +38,12 @@ if TYPE_CHECKING:
     from dagster._core.execution.plan.plan import ExecutionPlan
 
 WARM_WORKER_THREAD = "icecdc-warm-runs"  # prefix of the WarmRunLauncher's worker threads (lanes)
+LANE_PROCESS_ROLE = "warm launcher (lane process)"
+
+
+def lane_role() -> str:
+    """Who holds a lane's run: the warm launcher's lane process, or the daemon that hosts the lanes."""
+    return LANE_PROCESS_ROLE if process_role() == LANE_PROCESS_ROLE else "warm launcher (daemon)"
 WAIT_POLL_S = 0.5
 WAIT_REPORT_EVERY_S = 60.0
 
@@ -52,7 +58,7 @@ class LineExecutor(InProcessExecutor):
             return
         instance = plan_context.instance
         in_warm_launcher = threading.current_thread().name.startswith(WARM_WORKER_THREAD)
-        holder = Holder.current(role="warm launcher (daemon)" if in_warm_launcher else "run worker")
+        holder = Holder.current(role=lane_role() if in_warm_launcher else "run worker")
         instance.add_run_tags(run.run_id, holder.tags())
         lock = LineLock.for_instance(instance, line_id)
         with run_heartbeat(instance, run.run_id):

@@ -45,6 +45,10 @@ def set_process_role(role: str) -> None:
     _PROCESS_ROLE[0] = role
 
 
+def process_role() -> str:
+    return _PROCESS_ROLE[0]
+
+
 def iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
 
@@ -94,7 +98,11 @@ class Holder:
 
     @classmethod
     def current(cls, role: str | None = None) -> "Holder":
-        pid = os.getpid()
+        return cls.of(os.getpid(), role)
+
+    @classmethod
+    def of(cls, pid: int, role: str | None = None) -> "Holder":
+        """Process ``pid`` of this host as a holder (a process this one started, e.g. a lane process)."""
         state = process_state(pid)
         started = _process_started_at(state.start_ticks) if state else None
         return cls(host=socket.gethostname(), pid=pid, pid_start=state.start_ticks if state else None,
