@@ -18,6 +18,7 @@ from icecdc_dagster.lease.holder import Holder, local_verdict
 from icecdc_dagster.run_tags import FAILED_OVER_TAG, LAUNCHER_PID_TAG, WORKER_ROLE_TAG
 
 START_S = 90  # the lane process imports Dagster and this module before its first run
+ENDED = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
 
 
 @op
@@ -116,10 +117,9 @@ def test_terminate_from_another_process_cancels_the_run_in_the_lane_process(inst
     wait_step_started(instance, run_id)
     assert instance.run_launcher.check_run_worker_health(instance.get_run_by_id(run_id)).status.value == "RUNNING"
     assert instance.run_launcher.terminate(run_id)
-    assert wait_status(instance, run_id, {DagsterRunStatus.CANCELED, DagsterRunStatus.FAILURE}, timeout=30) == \
-        DagsterRunStatus.CANCELED
+    assert wait_status(instance, run_id, ENDED, timeout=30) == DagsterRunStatus.CANCELED
     after = launch(instance, line_job)  # the lane goes on
-    assert wait_status(instance, after, {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE}) == DagsterRunStatus.SUCCESS
+    assert wait_status(instance, after, ENDED) == DagsterRunStatus.SUCCESS
 
 
 def test_a_killed_lane_process_fails_its_runs_over_and_the_next_run_gets_a_new_one(instance, monkeypatch):  # noqa: ANN001
@@ -139,7 +139,7 @@ def test_a_killed_lane_process_fails_its_runs_over_and_the_next_run_gets_a_new_o
     assert failed.status == DagsterRunStatus.FAILURE
     assert failed.tags[FAILED_OVER_TAG].startswith("worker died: ")  # keeps the batch's retries
     after = launch(instance, line_job)
-    assert wait_status(instance, after, {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE}) == DagsterRunStatus.SUCCESS
+    assert wait_status(instance, after, ENDED) == DagsterRunStatus.SUCCESS
     assert output_pid(instance, after) == launcher.lane_process_pid not in (killed, os.getpid())
 
 
