@@ -90,6 +90,12 @@ def output_pid(instance, run_id: str) -> int:  # noqa: ANN001
     return int(event.dagster_event.step_output_data.metadata["pid"].value)
 
 
+def ran_in(instance, run_id: str) -> int:  # noqa: ANN001
+    """The pid the run's step ran in, once it succeeded."""
+    assert wait_status(instance, run_id, ENDED) == DagsterRunStatus.SUCCESS
+    return output_pid(instance, run_id)
+
+
 def wait_gone(pid: int, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while local_verdict(Holder.of(pid)).alive:
@@ -118,8 +124,7 @@ def test_terminate_from_another_process_cancels_the_run_in_the_lane_process(inst
     assert instance.run_launcher.check_run_worker_health(instance.get_run_by_id(run_id)).status.value == "RUNNING"
     assert instance.run_launcher.terminate(run_id)
     assert wait_status(instance, run_id, ENDED, timeout=30) == DagsterRunStatus.CANCELED
-    after = launch(instance, line_job)  # the lane goes on
-    assert wait_status(instance, after, ENDED) == DagsterRunStatus.SUCCESS
+    assert ran_in(instance, launch(instance, line_job)) == instance.run_launcher.lane_process_pid  # the lane goes on
 
 
 def test_a_killed_lane_process_fails_its_runs_over_and_the_next_run_gets_a_new_one(instance, monkeypatch):  # noqa: ANN001
@@ -138,9 +143,7 @@ def test_a_killed_lane_process_fails_its_runs_over_and_the_next_run_gets_a_new_o
     failed = instance.get_run_by_id(stuck)
     assert failed.status == DagsterRunStatus.FAILURE
     assert failed.tags[FAILED_OVER_TAG].startswith("worker died: ")  # keeps the batch's retries
-    after = launch(instance, line_job)
-    assert wait_status(instance, after, ENDED) == DagsterRunStatus.SUCCESS
-    assert output_pid(instance, after) == launcher.lane_process_pid not in (killed, os.getpid())
+    assert ran_in(instance, launch(instance, line_job)) == launcher.lane_process_pid not in (killed, os.getpid())
 
 
 def test_shutting_the_daemon_down_lets_the_lane_process_finish_its_run_then_exit(instance, monkeypatch):  # noqa: ANN001

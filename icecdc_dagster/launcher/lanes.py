@@ -30,6 +30,7 @@ from icecdc_dagster.run_tags import FAILED_OVER_TAG
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
+    from dagster._core.storage.dagster_run import DagsterRun
     from dagster_shared.error import SerializableErrorInfo
 
 CANCEL_POLL_S = 1.0
@@ -147,13 +148,20 @@ class Lanes:
                     if self._current.get(run_id) is running[run_id]:
                         raise_in_thread(running[run_id], DagsterExecutionInterruptedError)
 
+    def _unsettled(self, run_id: str, canceled: str) -> "DagsterRun | None":
+        """The run if it still needs a final status; a run being canceled ends CANCELED (``canceled``: why)."""
+        run = self._instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            return None
+        if run.status == DagsterRunStatus.CANCELING:
+            self._instance.report_run_canceled(run, canceled)
+            return None
+        return run
+
     def _execute(self, run_id: str) -> None:
         instance = self._instance
-        run = instance.get_run_by_id(run_id)
-        if run is None or run.is_finished:
-            return
-        if run.status == DagsterRunStatus.CANCELING:
-            instance.report_run_canceled(run, "terminated before it started")
+        run = self._unsettled(run_id, "terminated before it started")
+        if run is None:
             return
         profile = RunProfile.start(run_id)
         try:
@@ -178,11 +186,8 @@ class Lanes:
 
     def _finish_unfinished(self, run_id: str, error: "SerializableErrorInfo | None") -> None:
         instance = self._instance
-        run = instance.get_run_by_id(run_id)
-        if run is None or run.is_finished:
-            return
-        if run.status == DagsterRunStatus.CANCELING:
-            instance.report_run_canceled(run, "terminated")
+        run = self._unsettled(run_id, "terminated")
+        if run is None:
             return
         message = "icecdc warm launcher: the run ended without a final status"
         if error is not None:

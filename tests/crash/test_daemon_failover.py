@@ -44,7 +44,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait(condition, timeout_s: float, what: str, process: subprocess.Popen, log: Path):  # noqa: ANN001, ANN202
+def wait_for(condition, timeout_s: float, what: str, process: subprocess.Popen, log: Path):  # noqa: ANN001, ANN202
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         assert process.poll() is None, log.read_text()[-3000:]
@@ -66,7 +66,14 @@ def _dead_run_worker() -> Holder:
     return holder
 
 
-def _stop(process: subprocess.Popen) -> None:
+def recovered(instance: DagsterInstance, line: RunsFilter) -> list | None:
+    """The line's runs once one succeeded and none is in flight (the failover and its retry are done)."""
+    runs = instance.get_runs(line)
+    done = [r for r in runs if r.status == DagsterRunStatus.SUCCESS]
+    return runs if done and not [r for r in runs if r.status in IN_FLIGHT] else None
+
+
+def stop_group(process: subprocess.Popen) -> None:
     os.killpg(process.pid, signal.SIGTERM)
     try:
         process.wait(timeout=30)
@@ -106,15 +113,10 @@ def test_the_daemon_fails_a_dead_workers_run_and_retries_the_batch(spark, catalo
                                    "-m", "icecdc_dagster.definitions"], env=env, stdout=log.open("w"),
                                   stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp_path)
 
-        def recovered():  # noqa: ANN202
-            runs = instance.get_runs(line)
-            done = [r for r in runs if r.status == DagsterRunStatus.SUCCESS]
-            return done and not [r for r in runs if r.status in IN_FLIGHT] and runs
-
-        runs = _wait(recovered, 300, "the failover and a successful retry", daemon, log)
+        runs = wait_for(lambda: recovered(instance, line), 300, "the failover and a successful retry", daemon, log)
     finally:
         if daemon is not None:
-            _stop(daemon)
+            stop_group(daemon)
         instance.dispose()
     assert [r.status for r in runs if r.run_id == run.run_id] == [DagsterRunStatus.FAILURE]
     failures = instance.all_logs(run.run_id, of_type=DagsterEventType.PIPELINE_FAILURE)
@@ -160,7 +162,7 @@ def test_killed_run_worker_under_dagster_dev_is_failed_and_retried_without_a_per
                     return run
             return None
 
-        run = _wait(started_mid_batch, 300, "a sensor-launched run reaching its first step", process, log)
+        run = wait_for(started_mid_batch, 300, "a sensor-launched run reaching its first step", process, log)
         holder = Holder.from_tags(instance.get_run_by_id(run.run_id).tags)
         assert holder.role == "run worker" and holder.pid != process.pid
         assert os.getpgid(holder.pid) == process.pid           # the run worker is in dagster dev's group
@@ -171,12 +173,7 @@ def test_killed_run_worker_under_dagster_dev_is_failed_and_retried_without_a_per
         log = tmp_path / "dagster_dev_2.log"
         process = start(log)
 
-        def recovered():  # noqa: ANN202
-            runs = instance.get_runs(line)
-            done = [r for r in runs if r.status == DagsterRunStatus.SUCCESS]
-            return done and not [r for r in runs if r.status in IN_FLIGHT] and runs
-
-        runs = _wait(recovered, 400, "the failover and a successful retry", process, log)
+        runs = wait_for(lambda: recovered(instance, line), 400, "the failover and a successful retry", process, log)
         assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.FAILURE
         failures = instance.all_logs(run.run_id, of_type=DagsterEventType.PIPELINE_FAILURE)
         for failure in failures:
@@ -187,7 +184,7 @@ def test_killed_run_worker_under_dagster_dev_is_failed_and_retried_without_a_per
         assert [r.tags[run_tags.FIRST_SNAPSHOT_TAG] for r in runs if r.status == DagsterRunStatus.SUCCESS] == \
             [run.tags[run_tags.FIRST_SNAPSHOT_TAG]]
     finally:
-        _stop(process)
+        stop_group(process)
         instance.dispose()
     source, copy = spark.table(t), spark.table(f"{catalog_settings.name}.db.items_copy")
     assert copy.count() == 20000 and source.exceptAll(copy).count() == 0 and copy.exceptAll(source).count() == 0

@@ -22,10 +22,9 @@ from dagster._core.instance.ref import InstanceRef
 from icecdc_dagster import run_tags
 from icecdc_dagster.lease.dagster_yaml import RECOMMENDED_DAGSTER_YAML
 from icecdc_dagster.lease.executor import LANE_PROCESS_ROLE
-from icecdc_dagster.lease.failover import IN_FLIGHT
 from icecdc_dagster.lease.holder import Holder, local_verdict
 from icecdc_dagster.sinks.iceberg import SOURCE_SNAPSHOT_PROPERTY
-from tests.crash.test_daemon_failover import _stop, _wait
+from tests.crash.test_daemon_failover import recovered, stop_group, wait_for
 from tests.helpers import write_pipeline
 
 LANE_PROCESS_LAUNCHER = "WarmRunLauncher\n  config:\n    workers: 2\n    lane_process: true"
@@ -74,25 +73,20 @@ def test_a_killed_lane_process_is_failed_over_and_a_new_one_applies_the_batch_on
                     return run
             return None
 
-        run = _wait(in_its_step, 300, "a sensor-launched run reaching its step in the lane process", daemon, log)
+        run = wait_for(in_its_step, 300, "a sensor-launched run reaching its step in the lane process", daemon, log)
         holder = Holder.from_tags(instance.get_run_by_id(run.run_id).tags)
         assert holder.pid not in (daemon.pid, os.getpid())
-        jvms = _wait(lambda: _jvms_under(holder.pid), 120, "the lane process's JVM", daemon, log)
+        jvms = wait_for(lambda: _jvms_under(holder.pid), 120, "the lane process's JVM", daemon, log)
         os.kill(holder.pid, signal.SIGKILL)
 
-        def recovered():  # noqa: ANN202
-            runs = instance.get_runs(line)
-            done = [r for r in runs if r.status == DagsterRunStatus.SUCCESS]
-            return done and not [r for r in runs if r.status in IN_FLIGHT] and runs
-
-        runs = _wait(recovered, 300, "the failover and a successful retry", daemon, log)
+        runs = wait_for(lambda: recovered(instance, line), 300, "the failover and a successful retry", daemon, log)
         assert daemon.poll() is None  # the daemon never went down
         deadline = time.monotonic() + 60  # PySpark's JVM ends when its Python parent's pipe closes
         while any(local_verdict(Holder.of(pid)).alive for pid in jvms):
             assert time.monotonic() < deadline, f"the killed lane process's JVM {jvms} outlived it"
             time.sleep(0.2)
     finally:
-        _stop(daemon)
+        stop_group(daemon)
         instance.dispose()
     assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.FAILURE
     failures = instance.all_logs(run.run_id, of_type=DagsterEventType.PIPELINE_FAILURE)
