@@ -138,7 +138,7 @@ def test_a_killed_lane_process_fails_its_runs_over_and_the_next_run_gets_a_new_o
     run = instance.get_run_by_id(stuck)
     assert run.status == DagsterRunStatus.STARTED
     health = launcher.check_run_worker_health(run)
-    assert health.status.value == "FAILED", health.msg
+    assert health.status.value == "FAILED" and f":{killed} ({LANE_PROCESS_ROLE}) died" in health.msg, health.msg
     assert launcher.fail_orphaned_runs() == [stuck]
     failed = instance.get_run_by_id(stuck)
     assert failed.status == DagsterRunStatus.FAILURE

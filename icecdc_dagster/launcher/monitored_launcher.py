@@ -29,5 +29,4 @@ class MonitoredRunLauncher(DefaultRunLauncher):
         holder, verdict = judged
         if verdict.alive:
             return CheckRunHealthResult(WorkerStatus.RUNNING, verdict.reason)
-        return CheckRunHealthResult(
-            WorkerStatus.FAILED, f"icecdc: worker {holder.host}:{holder.pid} ({holder.role}) died: {verdict.reason}")
+        return CheckRunHealthResult(WorkerStatus.FAILED, failover.death_notice(holder, verdict.reason))

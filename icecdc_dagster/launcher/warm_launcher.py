@@ -255,6 +255,9 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
             return CheckRunHealthResult(WorkerStatus.FAILED, "the warm launcher's worker no longer runs it")
         if worker_alive(run):  # a lane process's run: alive while that process is (it always ends its runs)
             return CheckRunHealthResult(WorkerStatus.RUNNING)
+        judged = failover.judge(run)
+        if judged is not None and not judged[1].alive:  # name the dead worker, as a failover does
+            return CheckRunHealthResult(WorkerStatus.FAILED, failover.death_notice(judged[0], judged[1].reason))
         return CheckRunHealthResult(WorkerStatus.FAILED, "the process that ran it is gone")
 
     def fail_orphaned_runs(self) -> list[str]:

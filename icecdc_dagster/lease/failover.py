@@ -43,6 +43,11 @@ def judge(run: DagsterRun, now: float | None = None) -> tuple[Holder, Verdict] |
     return holder, verdict(holder, heartbeat_of(run.tags), now=now)
 
 
+def death_notice(holder: Holder, reason: str) -> str:
+    """What a health check says of a run whose worker is gone (run monitoring's message names it)."""
+    return f"icecdc: worker {holder.host}:{holder.pid} ({holder.role}) died: {reason}"
+
+
 def failover_message(run: DagsterRun, holder: Holder, reason: str, detected_by: Holder, now: float) -> str:
     first, last = first_key_of(run.tags), last_key_of(run.tags)
     batch = f"batch {first}..{last}" if first and first != last else f"batch {first}" if first else "the run"
