@@ -20,7 +20,6 @@ executing get :data:`SHUTDOWN_GRACE_S` to finish.
 """
 
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -33,20 +32,15 @@ from dagster import DagsterInstance
 from dagster._core.instance.ref import InstanceRef
 from dagster_shared.serdes import deserialize_value, serialize_value
 
-from icecdc_dagster.launcher.lane_logs import route_lane_compute_logs
-from icecdc_dagster.launcher.lanes import Lanes
-from icecdc_dagster.launcher.sqlite_tuning import set_sqlite_synchronous
+from icecdc_dagster.launcher.lanes import Lanes, prepare_lane_instance
 from icecdc_dagster.launcher.worker_health import new_session
 from icecdc_dagster.lease.executor import LANE_PROCESS_ROLE
 from icecdc_dagster.lease.holder import Holder, set_process_role
-from icecdc_dagster.lease.instance_connections import keep_connections_open
-from icecdc_dagster.lease.logging_reconfiguration import skip_logging_reconfiguration_per_run
 
 if TYPE_CHECKING:
     from types import FrameType
 
 SHUTDOWN_GRACE_S = 60.0
-_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -73,7 +67,7 @@ class LaneSetup:
 
 
 class LaneProcess:
-    """The daemon's handle on one lane process (started by :meth:`start`)."""
+    """The daemon's handle on one lane process, which starts as the handle is made."""
 
     def __init__(self, setup: LaneSetup) -> None:
         self.setup = setup
@@ -161,18 +155,3 @@ def _open_lanes(setup: LaneSetup) -> Lanes:
     if setup.workers > 1 and setup.switch_interval_ms:
         sys.setswitchinterval(setup.switch_interval_ms / 1000)
     return Lanes(instance, setup.workers, where=f"the warm launcher's lane process (pid: {os.getpid()})")
-
-
-def prepare_lane_instance(instance: "DagsterInstance", workers: int, sqlite_synchronous: str | None,
-                          other_threads: int) -> None:
-    """The instance of the process hosting the lanes: runs do not reconfigure logging, its SQLite storage
-    gets ``sqlite_synchronous``, its connections are kept (one per lane and per ``other_threads``), each
-    lane's run keeps its own compute logs."""
-    skip_logging_reconfiguration_per_run(instance)
-    if sqlite_synchronous is not None:
-        set_sqlite_synchronous(instance, sqlite_synchronous)
-    keep_connections_open(instance, threads=workers + other_threads)
-    if not route_lane_compute_logs(instance):
-        _log.warning("icecdc warm launcher: the instance's compute log manager (%s) captures by process; "
-                     "the compute logs of runs in concurrent lanes can mix (docs/warm-launcher.md)",
-                     type(instance.compute_log_manager).__name__)

@@ -23,8 +23,12 @@ from dagster._utils.error import serializable_error_info_from_exc_info
 from dagster._utils.hosted_user_process import recon_job_from_origin
 
 from icecdc_dagster.launcher.definitions_cache import warm_recon_job
+from icecdc_dagster.launcher.lane_logs import route_lane_compute_logs
 from icecdc_dagster.launcher.run_profile import RunProfile
+from icecdc_dagster.launcher.sqlite_tuning import set_sqlite_synchronous
 from icecdc_dagster.lease.executor import WARM_WORKER_THREAD
+from icecdc_dagster.lease.instance_connections import keep_connections_open
+from icecdc_dagster.lease.logging_reconfiguration import skip_logging_reconfiguration_per_run
 from icecdc_dagster.lease.run_thread import adopt_spark_session, cancel_spark_jobs, raise_in_thread, tag_spark_thread
 from icecdc_dagster.run_tags import FAILED_OVER_TAG
 
@@ -194,3 +198,17 @@ class Lanes:
             instance.report_engine_event(f"{message}: {error.message}", run, EngineEventData.engine_error(error))
         instance.report_run_failed(run, message)
 
+
+def prepare_lane_instance(instance: "DagsterInstance", workers: int, sqlite_synchronous: str | None,
+                          other_threads: int) -> None:
+    """The instance of the process hosting the lanes: runs do not reconfigure logging, its SQLite storage
+    gets ``sqlite_synchronous``, its connections are kept (one per lane and per ``other_threads``), each
+    lane's run keeps its own compute logs."""
+    skip_logging_reconfiguration_per_run(instance)
+    if sqlite_synchronous is not None:
+        set_sqlite_synchronous(instance, sqlite_synchronous)
+    keep_connections_open(instance, threads=workers + other_threads)
+    if not route_lane_compute_logs(instance):
+        _log.warning("icecdc warm launcher: the instance's compute log manager (%s) captures by process; "
+                     "the compute logs of runs in concurrent lanes can mix (docs/warm-launcher.md)",
+                     type(instance.compute_log_manager).__name__)

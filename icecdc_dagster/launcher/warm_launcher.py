@@ -24,8 +24,8 @@ from dagster._serdes.config_class import ConfigurableClassData
 
 from icecdc_dagster import run_tags
 from icecdc_dagster.errors import RuntimeSetupError
-from icecdc_dagster.launcher.lane_process import LaneProcess, LaneSetup, prepare_lane_instance
-from icecdc_dagster.launcher.lanes import Lanes
+from icecdc_dagster.launcher.lane_process import LaneProcess, LaneSetup
+from icecdc_dagster.launcher.lanes import Lanes, prepare_lane_instance
 from icecdc_dagster.launcher.monitored_launcher import MonitoredRunLauncher
 from icecdc_dagster.launcher.sqlite_tuning import check_sqlite_synchronous, set_sqlite_synchronous
 from icecdc_dagster.launcher.worker_health import new_session, worker_alive
